@@ -1,0 +1,1 @@
+"""The ``rmqstore`` command line (click + rich). Imported only by the console script."""

@@ -1,0 +1,187 @@
+"""``MessageStoreConfig``: RocketMQ's ``MessageStoreConfig`` defaults, validated once.
+
+Field names are snake_case; :meth:`MessageStoreConfig.from_properties` accepts RocketMQ's camelCase
+keys (``mappedFileSizeCommitLog``, ``checkCRCOnRecover`` ...) from a broker.conf-style properties
+file or a mapping, with string or native values. Matching ignores case and underscores, so every
+upstream spelling (``enabledAppendPropCRC``) maps onto its field. Unknown keys are ignored, as
+upstream's ``MixAll.properties2Object`` does.
+"""
+from __future__ import annotations
+
+import dataclasses
+import os
+from dataclasses import dataclass, field, fields
+from typing import Any, Mapping
+
+from .errors import ConfigError
+
+SYNC_FLUSH = "SYNC_FLUSH"
+ASYNC_FLUSH = "ASYNC_FLUSH"
+CQ_UNIT_SIZE = 20
+DEFAULT_DELAY_LEVELS = "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h"
+_TIME_UNITS_MS = {"s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
+
+
+@dataclass(frozen=True)
+class MessageStoreConfig:
+    """Store settings with RocketMQ's defaults (FORMAT.md §1.4). Mirrors ``MessageStoreConfig``."""
+
+    mapped_file_size_commit_log: int = 1073741824
+    mapped_file_size_consume_queue: int = 6000000
+    max_hash_slot_num: int = 5000000
+    max_index_num: int = 20000000
+    message_index_enable: bool = True
+    message_index_safe: bool = False
+    max_msgs_num_batch: int = 64
+    default_query_max_num: int = 32
+    max_message_size: int = 4194304
+    flush_disk_type: str = ASYNC_FLUSH
+    flush_interval_commit_log: int = 500
+    flush_commit_log_least_pages: int = 4
+    flush_commit_log_thorough_interval: int = 10000
+    flush_interval_consume_queue: int = 1000
+    flush_consume_queue_least_pages: int = 2
+    flush_consume_queue_thorough_interval: int = 60000
+    sync_flush_timeout: int = 5000
+    check_crc_on_recover: bool = True
+    enabled_append_prop_crc: bool = False
+    force_verify_prop_crc: bool = False
+    auto_message_version_on_topic_len: bool = True
+    file_reserved_time: int = 72
+    delete_when: str = "04"
+    disk_max_used_space_ratio: int = 75
+    disk_space_warning_level_ratio: int = 90
+    disk_space_clean_forcibly_ratio: int = 85
+    clean_file_forcibly_enable: bool = True
+    delete_file_batch_max: int = 10
+    max_transfer_bytes_on_message_in_memory: int = 262144
+    max_transfer_count_on_message_in_memory: int = 32
+    max_transfer_bytes_on_message_in_disk: int = 65536
+    max_transfer_count_on_message_in_disk: int = 8
+    access_message_in_memory_max_ratio: int = 40
+    max_filter_message_size: int = 16000
+    travel_cq_file_num_when_get_message: int = 1
+    message_delay_level: str = DEFAULT_DELAY_LEVELS
+    enable_consume_queue_ext: bool = False
+    #: Address written as STOREHOST when a message leaves it unset ("ip:port", IPv6 "[addr]:port").
+    store_host: str = "127.0.0.1:10911"
+    #: Beyond upstream (retention): consumer groups whose unconsumed messages retention keeps
+    #: unless the disk is past the warning level. Empty = upstream behaviour.
+    retain_unconsumed_groups: tuple[str, ...] = field(default_factory=tuple)
+
+    def __post_init__(self) -> None:
+        def positive(name: str) -> None:
+            if getattr(self, name) <= 0:
+                raise ConfigError(f"{name} must be > 0, got {getattr(self, name)!r}")
+
+        for name in ("mapped_file_size_commit_log", "mapped_file_size_consume_queue",
+                     "max_hash_slot_num", "max_msgs_num_batch", "delete_file_batch_max"):
+            positive(name)
+        if self.max_index_num < 2:
+            raise ConfigError(f"max_index_num must be >= 2 (item 0 is never used), got {self.max_index_num}")
+        if self.mapped_file_size_commit_log < 64:
+            raise ConfigError("mapped_file_size_commit_log must be at least 64 bytes")
+        if self.flush_disk_type not in (SYNC_FLUSH, ASYNC_FLUSH):
+            raise ConfigError(f"flush_disk_type must be SYNC_FLUSH or ASYNC_FLUSH, got {self.flush_disk_type!r}")
+        if self.enable_consume_queue_ext:
+            raise ConfigError("enable_consume_queue_ext=true is not supported (ConsumeQueueExt is off upstream by default)")
+        if not isinstance(self.retain_unconsumed_groups, tuple):
+            object.__setattr__(self, "retain_unconsumed_groups", tuple(self.retain_unconsumed_groups))
+        self.delay_levels_ms  # validates
+
+    # --- derived values ----------------------------------------------------------------------
+    @property
+    def cq_file_size(self) -> int:
+        """Consume-queue segment size rounded up to a multiple of 20 (FORMAT.md §1.2)."""
+        return -(-self.mapped_file_size_consume_queue // CQ_UNIT_SIZE) * CQ_UNIT_SIZE
+
+    @property
+    def index_file_size(self) -> int:
+        return 40 + self.max_hash_slot_num * 4 + self.max_index_num * 20
+
+    @property
+    def sync_flush(self) -> bool:
+        return self.flush_disk_type == SYNC_FLUSH
+
+    @property
+    def delay_levels_ms(self) -> tuple[int, ...]:
+        out = []
+        for tok in self.message_delay_level.split():
+            unit = tok[-1]
+            if unit not in _TIME_UNITS_MS or not tok[:-1].isdigit():
+                raise ConfigError(f"message_delay_level: bad level {tok!r} (expected e.g. 1s, 5m, 2h)")
+            out.append(int(tok[:-1]) * _TIME_UNITS_MS[unit])
+        return tuple(out)
+
+    def replace(self, **changes: Any) -> "MessageStoreConfig":
+        return dataclasses.replace(self, **changes)
+
+    # --- loading -----------------------------------------------------------------------------
+    @classmethod
+    def from_properties(cls, source: str | os.PathLike | Mapping[str, Any], **overrides: Any) -> "MessageStoreConfig":
+        """Build from a broker.conf path or a mapping of RocketMQ (camelCase) or snake_case keys."""
+        if isinstance(source, (str, os.PathLike)):
+            mapping = read_properties_file(os.fspath(source))
+        elif isinstance(source, Mapping):
+            mapping = dict(source)
+        else:
+            raise ConfigError(f"from_properties takes a path or a mapping, got {type(source).__name__}")
+        by_norm = {f.name.replace("_", "").lower(): f for f in fields(cls)}
+        kwargs: dict[str, Any] = {}
+        for key, value in mapping.items():
+            f = by_norm.get(str(key).replace("_", "").lower())
+            if f is None:
+                if key == "brokerIP1":
+                    kwargs.setdefault("_ip", str(value))
+                elif key == "listenPort":
+                    kwargs.setdefault("_port", str(value))
+                continue
+            kwargs[f.name] = _coerce(f, value)
+        ip, port = kwargs.pop("_ip", None), kwargs.pop("_port", None)
+        if ip is not None and "store_host" not in kwargs:
+            kwargs["store_host"] = f"{ip}:{port or 10911}"
+        kwargs.update(overrides)
+        return cls(**kwargs)
+
+
+def read_properties_file(path: str) -> dict[str, str]:
+    """Java ``.properties`` subset: ``key=value`` or ``key: value``, ``#``/``!`` comments."""
+    try:
+        with open(path, encoding="utf-8") as fh:
+            text = fh.read()
+    except OSError as e:
+        raise ConfigError(f"cannot read config file: {e.strerror}", path=path) from e
+    out: dict[str, str] = {}
+    for raw in text.splitlines():
+        line = raw.strip()
+        if not line or line[0] in "#!":
+            continue
+        for sep in ("=", ":"):
+            if sep in line:
+                k, v = line.split(sep, 1)
+                out[k.strip()] = v.strip()
+                break
+    return out
+
+
+def _coerce(f: dataclasses.Field, value: Any) -> Any:
+    typ = f.type if isinstance(f.type, str) else getattr(f.type, "__name__", str(f.type))
+    try:
+        if typ == "bool":
+            if isinstance(value, bool):
+                return value
+            s = str(value).strip().lower()
+            if s not in ("true", "false"):
+                raise ValueError(value)
+            return s == "true"
+        if typ == "int":
+            if isinstance(value, bool):
+                raise ValueError(value)
+            return int(str(value).strip())
+        if typ.startswith("tuple"):
+            if isinstance(value, str):
+                return tuple(v.strip() for v in value.split(",") if v.strip())
+            return tuple(value)
+        return str(value).strip()
+    except (TypeError, ValueError) as e:
+        raise ConfigError(f"config key {f.name}: cannot use {value!r} as {typ}") from e

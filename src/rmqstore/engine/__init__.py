@@ -1,0 +1,1 @@
+"""Store logic: commitlog, consume queues, index, dispatch, checkpoint, recovery, retention."""

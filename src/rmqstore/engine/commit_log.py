@@ -1,0 +1,340 @@
+"""CommitLog: one append-only log of records for all topics (mirrors ``CommitLog``).
+
+Appends are encoded outside the lock; under the single append lock the store owns the rest:
+store timestamp, queue offset (from the per-queue table), phy offset, the optional properties CRC,
+the blank record and roll at the end of a segment. ``confirm_offset`` is published only after a
+record is completely written, so readers and the dispatcher never see half a record.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import re
+import threading
+import time
+from dataclasses import dataclass
+
+from ..config import MessageStoreConfig
+from ..errors import CorruptRecordError, OffsetError, StoreIOError
+from ..format import message as M
+from ..format import properties as P
+from ..format.msgid import encode_offset_msg_id, parse_host
+from ..io.mapped_file_queue import MappedFileQueue
+from ..types import Message, PutMessageResult, PutMessageStatus
+
+log = logging.getLogger(__name__)
+
+TOPIC_RE = re.compile(r"^[%|a-zA-Z0-9_-]+$")
+_DEFAULT_BORN_HOST = "127.0.0.1:0"
+_MAX_TOTAL_EXTRA = 65536
+_INNER_BATCH_FLAG = 0x80
+
+
+def now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+@dataclass(slots=True)
+class _Encoded:
+    rec: bytearray
+    total: int
+    key: tuple[str, int]
+    tx_type: int
+    store_ts_pos: int
+    store_timestamp: int | None
+    born_unset: bool
+    store_host_raw: bytes
+    wait: bool
+
+
+class CommitLog:
+    """The commitlog of one store directory."""
+
+    def __init__(self, store_dir: str, cfg: MessageStoreConfig, *, read_only: bool):
+        self.cfg = cfg
+        self.read_only = read_only
+        self.queue = MappedFileQueue(os.path.join(store_dir, "commitlog"), cfg.mapped_file_size_commit_log,
+                                     read_only=read_only)
+        self.put_lock = threading.Lock()
+        #: (topic, queue_id) -> next queue offset (upstream ``topicQueueTable``)
+        self.topic_queue_table: dict[tuple[str, int], int] = {}
+        #: end of completely written data; everything below it is readable
+        self.confirm_offset = 0
+        self.last_store_timestamp = 0
+        self._store_host_raw = parse_host(cfg.store_host)
+        self._delay_levels = cfg.delay_levels_ms
+        self.on_append = None  # callable(end_offset), set by the store (wakes the dispatcher)
+        self._flush_cv = threading.Condition()
+        self._flushing = False
+        self.flushed_offset = 0
+        self.flushed_store_timestamp = 0
+
+    # ------------------------------------------------------------------------------------------
+    # Encoding and validation (outside the lock)
+    # ------------------------------------------------------------------------------------------
+    def _encode(self, msg: Message) -> _Encoded | PutMessageResult:
+        cfg = self.cfg
+        topic = msg.topic
+        if not isinstance(topic, str) or not topic or not TOPIC_RE.match(topic):
+            return _illegal(f"topic {topic!r} does not match ^[%|a-zA-Z0-9_-]+$")
+        topic_b = topic.encode("ascii")
+        if len(topic_b) > M.MAX_TOPIC_BYTES:
+            return _illegal(f"topic is {len(topic_b)} bytes, the limit is {M.MAX_TOPIC_BYTES}")
+        v2 = len(topic) > 127
+        if v2 and not cfg.auto_message_version_on_topic_len:
+            return _illegal("topic longer than 127 chars needs autoMessageVersionOnTopicLen (V2 magic)")
+        body = msg.body
+        if body is None:
+            return _illegal("message body is null")
+        if not isinstance(body, (bytes, bytearray)):
+            body = bytes(body)
+        if not isinstance(msg.queue_id, int) or msg.queue_id < 0:
+            return _illegal(f"queue id {msg.queue_id!r} must be an int >= 0")
+        props = msg.encoded_properties()
+        if b"INNER_NUM\x01" in props and not msg.sys_flag & _INNER_BATCH_FLAG:
+            return _illegal("INNER_NUM property without the INNER_BATCH sysflag")
+        if msg.sys_flag & _INNER_BATCH_FLAG:
+            return _illegal("INNER_BATCH messages need a BatchCQ topic, which this store does not support")
+        if cfg.enabled_append_prop_crc:
+            props = P.with_crc_reserved(props)
+        if len(props) > P.MAX_PROPERTIES_SIZE:
+            return PutMessageResult(PutMessageStatus.PROPERTIES_SIZE_EXCEEDED,
+                                    error=f"properties are {len(props)} bytes, the limit is {P.MAX_PROPERTIES_SIZE}")
+        if len(body) > cfg.max_message_size:
+            return _illegal(f"body is {len(body)} bytes, maxMessageSize is {cfg.max_message_size}")
+        try:
+            born_raw = parse_host(msg.born_host or _DEFAULT_BORN_HOST)
+            store_raw = parse_host(msg.store_host) if msg.store_host else self._store_host_raw
+        except ValueError as e:
+            return _illegal(f"bad host: {e}")
+        sys_flag = (msg.sys_flag & ~(M.SYSFLAG_BORNHOST_V6 | M.SYSFLAG_STOREHOST_V6)
+                    | (M.SYSFLAG_BORNHOST_V6 if len(born_raw) == 20 else 0)
+                    | (M.SYSFLAG_STOREHOST_V6 if len(store_raw) == 20 else 0))
+        total = M.record_length(len(body), len(topic_b), len(props), sys_flag, v2)
+        if total > cfg.max_message_size + _MAX_TOTAL_EXTRA:
+            return _illegal(f"record is {total} bytes, the limit is maxMessageSize + 65536")
+        if total + M.END_FILE_MIN_BLANK_LENGTH > cfg.mapped_file_size_commit_log:
+            return _illegal(f"record of {total} bytes cannot fit a {cfg.mapped_file_size_commit_log}-byte segment")
+        born_unset = msg.born_timestamp is None
+        rec = M.encode_record(
+            topic=topic_b, body=body, props=props, queue_id=msg.queue_id, flag=msg.flag, sys_flag=sys_flag,
+            born_timestamp=0 if born_unset else msg.born_timestamp, born_host=born_raw,
+            store_timestamp=msg.store_timestamp or 0, store_host=store_raw,
+            reconsume_times=msg.reconsume_times, prepared_transaction_offset=msg.prepared_transaction_offset, v2=v2)
+        wait = b"WAIT\x01false\x02" not in props
+        return _Encoded(rec, total, (topic, msg.queue_id), sys_flag & M.SYSFLAG_TX_MASK,
+                        M.store_timestamp_pos(sys_flag), msg.store_timestamp, born_unset, store_raw, wait)
+
+    # ------------------------------------------------------------------------------------------
+    # Appending (under the lock)
+    # ------------------------------------------------------------------------------------------
+    def _segment_for(self, total: int):
+        """The segment the next ``total`` bytes go to, writing a blank and rolling if needed."""
+        mf = self.queue.get_last_mapped_file(0)
+        if total + M.END_FILE_MIN_BLANK_LENGTH > mf.remaining:
+            remaining = mf.remaining
+            mf.write_at(mf.wrote_position, M.encode_blank(remaining))
+            mf.wrote_position = mf.file_size
+            mf = self.queue.get_last_mapped_file(0)
+        return mf
+
+    def _stamp(self, e: _Encoded, rec: bytearray, pos: int, store_ts: int, queue_offset: int, phy: int) -> None:
+        M.I64.pack_into(rec, pos + e.store_ts_pos, store_ts)
+        if e.born_unset:
+            M.I64.pack_into(rec, pos + 40, store_ts)
+        M.patch_offsets(rec, pos, queue_offset, phy)
+        if self.cfg.enabled_append_prop_crc:
+            M.fill_prop_crc(rec, pos, e.total)
+
+    def put_message(self, msg: Message) -> PutMessageResult:
+        e = self._encode(msg)
+        if isinstance(e, PutMessageResult):
+            return e
+        counts = e.tx_type in (M.TX_NOT_TYPE, M.TX_COMMIT)
+        try:
+            with self.put_lock:
+                store_ts = e.store_timestamp if e.store_timestamp is not None else now_ms()
+                qoff = self.topic_queue_table.get(e.key, 0) if counts else 0
+                mf = self._segment_for(e.total)
+                phy = mf.file_from_offset + mf.wrote_position
+                self._stamp(e, e.rec, 0, store_ts, qoff, phy)
+                mf.append(e.rec)
+                mf.last_store_timestamp = store_ts
+                if counts:
+                    self.topic_queue_table[e.key] = qoff + 1
+                end = phy + e.total
+                self.confirm_offset = end
+                self.last_store_timestamp = store_ts
+        except (OSError, StoreIOError) as ex:
+            log.error("append failed: %s", ex)
+            return PutMessageResult(PutMessageStatus.CREATE_MAPPED_FILE_FAILED, error=str(ex))
+        if self.on_append is not None:
+            self.on_append(end)
+        status = PutMessageStatus.PUT_OK
+        if self.cfg.sync_flush and e.wait and not self.sync_to(end):
+            status = PutMessageStatus.FLUSH_DISK_TIMEOUT
+        return PutMessageResult(status, encode_offset_msg_id(e.store_host_raw, phy), phy, e.total, qoff, store_ts, 1)
+
+    def put_messages(self, msgs: list[Message]) -> PutMessageResult:
+        """A batch for one topic and queue: consecutive records and queue offsets, one store time,
+        all in one segment (a blank rolls the whole batch to the next one)."""
+        if not msgs:
+            return _illegal("empty batch")
+        first = msgs[0]
+        for m in msgs:
+            if m.topic != first.topic or m.queue_id != first.queue_id:
+                return _illegal("a batch must be for one topic and queue")
+            if m.sys_flag & M.SYSFLAG_TX_MASK:
+                return _illegal("transactional messages cannot be batched")
+            props = m.properties or {}
+            items = props.items() if hasattr(props, "items") else props
+            for k, v in items:
+                if k == P.DELAY and str(v).strip() not in ("", "0"):
+                    return _illegal("delayed messages cannot be batched")
+        if sum(len(m.body or b"") for m in msgs) > self.cfg.max_message_size:
+            return _illegal("message body size exceeded")
+        enc = []
+        for m in msgs:
+            e = self._encode(m)
+            if isinstance(e, PutMessageResult):
+                return e
+            enc.append(e)
+        total = sum(e.total for e in enc)
+        if total + M.END_FILE_MIN_BLANK_LENGTH > self.cfg.mapped_file_size_commit_log:
+            return _illegal(f"batch of {total} bytes cannot fit one commitlog segment")
+        buf = bytearray().join(e.rec for e in enc)
+        key = enc[0].key
+        try:
+            with self.put_lock:
+                store_ts = enc[0].store_timestamp if enc[0].store_timestamp is not None else now_ms()
+                qoff0 = self.topic_queue_table.get(key, 0)
+                mf = self._segment_for(total)
+                phy0 = mf.file_from_offset + mf.wrote_position
+                pos = 0
+                for i, e in enumerate(enc):
+                    self._stamp(e, buf, pos, e.store_timestamp if e.store_timestamp is not None else store_ts,
+                                qoff0 + i, phy0 + pos)
+                    pos += e.total
+                mf.append(buf)
+                mf.last_store_timestamp = store_ts
+                self.topic_queue_table[key] = qoff0 + len(enc)
+                end = phy0 + total
+                self.confirm_offset = end
+                self.last_store_timestamp = store_ts
+        except (OSError, StoreIOError) as ex:
+            log.error("append failed: %s", ex)
+            return PutMessageResult(PutMessageStatus.CREATE_MAPPED_FILE_FAILED, error=str(ex))
+        if self.on_append is not None:
+            self.on_append(end)
+        status = PutMessageStatus.PUT_OK
+        if self.cfg.sync_flush and enc[0].wait and not self.sync_to(end):
+            status = PutMessageStatus.FLUSH_DISK_TIMEOUT
+        ids, pos = [], 0
+        for e in enc:
+            ids.append(encode_offset_msg_id(e.store_host_raw, phy0 + pos))
+            pos += e.total
+        return PutMessageResult(status, ",".join(ids), phy0, total, qoff0, store_ts, len(enc))
+
+    # ------------------------------------------------------------------------------------------
+    # Flushing
+    # ------------------------------------------------------------------------------------------
+    def sync_to(self, end: int) -> bool:
+        """Group commit: return once every byte below ``end`` is flushed (True) or after
+        ``syncFlushTimeout`` (False). The first waiter flushes for everyone behind it."""
+        deadline = time.monotonic() + self.cfg.sync_flush_timeout / 1000
+        cv = self._flush_cv
+        with cv:
+            while self.flushed_offset < end:
+                if not self._flushing:
+                    self._flushing = True
+                    break
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return False
+                cv.wait(left)
+            else:
+                return True
+        try:
+            self.flush(0)
+        finally:
+            with cv:
+                self._flushing = False
+                cv.notify_all()
+        return self.flushed_offset >= end
+
+    def flush(self, least_pages: int = 0) -> int:
+        """Flush dirty commitlog pages; returns the flushed offset."""
+        if self.read_only:
+            return self.confirm_offset
+        target, ts = self.confirm_offset, self.last_store_timestamp
+        self.queue.flush(least_pages)
+        flushed = min(self.queue.flushed_where, target) if least_pages else target
+        if flushed > self.flushed_offset:
+            self.flushed_offset = flushed
+        if least_pages == 0:
+            self.flushed_store_timestamp = ts
+        return self.flushed_offset
+
+    # ------------------------------------------------------------------------------------------
+    # Reading
+    # ------------------------------------------------------------------------------------------
+    @property
+    def min_offset(self) -> int:
+        return self.queue.min_offset
+
+    @property
+    def max_offset(self) -> int:
+        return self.confirm_offset
+
+    def get_data(self, phy: int, size: int) -> memoryview | None:
+        """``size`` bytes at ``phy`` when they are inside written data, else None."""
+        if phy < self.min_offset or phy + size > self.confirm_offset or size <= 0:
+            return None
+        mf = self.queue.find(phy)
+        if mf is None:
+            return None
+        pos = phy - mf.file_from_offset
+        if pos + size > mf.file_size:
+            return None
+        return mf.read(pos, size)
+
+    def read_record(self, phy: int, *, check_crc: bool = False):
+        """Decode the record at ``phy`` (:class:`CorruptRecordError` when it is not one)."""
+        if phy < self.min_offset or phy >= self.confirm_offset:
+            raise OffsetError(f"commitlog offset {phy} is outside [{self.min_offset}, {self.confirm_offset})",
+                              path=self.queue.directory, offset=phy)
+        mf = self.queue.find(phy)
+        if mf is None:
+            raise OffsetError(f"no commitlog segment holds offset {phy}", path=self.queue.directory, offset=phy)
+        pos = phy - mf.file_from_offset
+        limit = min(mf.file_size, self.confirm_offset - mf.file_from_offset)
+        rec = M.decode_message(mf.mm, pos, limit, base_offset=mf.file_from_offset, path=mf.path,
+                               check_crc=check_crc, delay_levels_ms=self._delay_levels,
+                               force_verify_prop_crc=self.cfg.force_verify_prop_crc)
+        if rec.phy_offset != phy:
+            raise CorruptRecordError(f"record at {phy} says PHYSICALOFFSET {rec.phy_offset}", path=mf.path, offset=pos)
+        return rec
+
+    def pickup_store_timestamp(self, phy: int, size: int) -> int:
+        """STORETIMESTAMP of the record at ``phy`` or -1 (FORMAT.md §11.6)."""
+        if phy < 0 or phy < self.min_offset or phy + size > self.confirm_offset:
+            return -1
+        mf = self.queue.find(phy)
+        if mf is None:
+            return -1
+        pos = phy - mf.file_from_offset
+        if pos + 64 > mf.file_size:
+            return -1
+        sys_flag = M.I32.unpack_from(mf.mm, pos + M.SYSFLAG_POS)[0]
+        return M.I64.unpack_from(mf.mm, pos + M.store_timestamp_pos(sys_flag))[0]
+
+    def roll_next_file(self, phy: int) -> int:
+        size = self.cfg.mapped_file_size_commit_log
+        return phy + size - phy % size
+
+    def close(self) -> None:
+        self.queue.close()
+
+
+def _illegal(reason: str) -> PutMessageResult:
+    return PutMessageResult(PutMessageStatus.MESSAGE_ILLEGAL, error=reason)

@@ -1,0 +1,319 @@
+"""ConsumeQueue: per topic/queue array of 20-byte units (mirrors ``ConsumeQueue``, SimpleCQ).
+
+A consumer's logical offset q is unit ``q`` at byte ``q*20`` of the file sequence. Writes follow
+upstream ``putMessagePositionInfo`` exactly (duplicate rule, pre-fill of a queue that starts at
+q != 0, gaps appended at the current end: FORMAT.md §5.3); batches of consecutive units are written
+with one numpy copy.
+"""
+from __future__ import annotations
+
+import os
+from typing import Callable
+
+import numpy as np
+
+from ..config import MessageStoreConfig
+from ..format import consume_queue as F
+from ..io.mapped_file_queue import MappedFileQueue
+
+UNIT = F.UNIT_SIZE
+
+
+class ConsumeQueue:
+    def __init__(self, store_dir: str, topic: str, queue_id: int, cfg: MessageStoreConfig, *, read_only: bool):
+        self.topic = topic
+        self.queue_id = queue_id
+        self.file_size = cfg.cq_file_size
+        self.read_only = read_only
+        self.queue = MappedFileQueue(os.path.join(store_dir, "consumequeue", topic, str(queue_id)),
+                                     self.file_size, read_only=read_only)
+        self.max_physic_offset = -1
+        self.min_logic_offset = 0
+        self._first_created = False
+        self.last_store_timestamp = 0
+
+    # --- loading and recovery ----------------------------------------------------------------
+    def load(self) -> None:
+        self.queue.load()
+
+    def recover(self) -> int:
+        """Upstream ``recover``: scan from the third-to-last file while units are valid
+        (``phy >= 0 and size > 0``), then cut after the last valid unit. Returns the logic end."""
+        files = self.queue.files
+        if not files:
+            return 0
+        index = max(0, len(files) - 3)
+        process = files[index].file_from_offset
+        while True:
+            mf = files[index]
+            units = F.decode_units(mf.mm)
+            valid = (units["phy_offset"] >= 0) & (units["size"] > 0)
+            bad = np.flatnonzero(~valid)
+            n = int(bad[0]) if bad.size else units.size
+            if n:
+                last = units[n - 1]
+                self.max_physic_offset = int(last["phy_offset"]) + int(last["size"])
+            process = mf.file_from_offset + n * UNIT
+            if n * UNIT == self.file_size and index + 1 < len(files):
+                index += 1
+                continue
+            break
+        self._set_end(process)
+        return process
+
+    def _set_end(self, logic_end: int) -> None:
+        if self.read_only:
+            keep = []
+            for mf in self.queue.files:
+                if mf.file_from_offset + self.file_size <= logic_end:
+                    mf.wrote_position = mf.flushed_position = self.file_size
+                    keep.append(mf)
+                elif mf.file_from_offset <= logic_end:
+                    mf.wrote_position = mf.flushed_position = logic_end - mf.file_from_offset
+                    keep.append(mf)
+                else:
+                    mf.close()
+            self.queue.files = keep
+        else:
+            self.queue.truncate_dirty_files(logic_end)
+
+    def truncate_dirty(self, phy_end: int) -> None:
+        """Upstream ``truncateDirtyLogicFiles`` (FORMAT.md §5.4)."""
+        self.max_physic_offset = phy_end
+        files = self.queue.files
+        while files:
+            mf = files[-1]
+            units = F.decode_units(mf.mm)
+            if units.size == 0 or int(units[0]["phy_offset"]) >= phy_end:
+                if self.read_only:
+                    files.pop().close()
+                else:
+                    self._drop_last()
+                continue
+            phy = units["phy_offset"].astype(np.int64)
+            size = units["size"].astype(np.int64)
+            ok = (phy >= 0) & (size > 0) & (phy < phy_end)
+            ok[0] = True  # upstream keeps the first unit on the offset test alone (quirk 15.6)
+            bad = np.flatnonzero(~ok)
+            n = int(bad[0]) if bad.size else units.size
+            self.max_physic_offset = int(phy[n - 1] + size[n - 1])
+            mf.wrote_position = n * UNIT
+            mf.flushed_position = min(mf.flushed_position, n * UNIT)
+            if not self.read_only and n * UNIT < self.file_size:
+                mf.zero_from(n * UNIT)
+            break
+
+    def _drop_last(self) -> None:
+        mf = self.queue.files.pop()
+        mf.destroy()
+
+    # --- offsets -----------------------------------------------------------------------------
+    @property
+    def max_logic_offset(self) -> int:
+        return self.queue.max_offset
+
+    @property
+    def max_offset(self) -> int:
+        return self.queue.max_offset // UNIT
+
+    @property
+    def min_offset(self) -> int:
+        return self.min_logic_offset // UNIT
+
+    def roll_next_file(self, q: int) -> int:
+        per = self.file_size // UNIT
+        return q + per - q % per
+
+    # --- writing -----------------------------------------------------------------------------
+    def put_units(self, queue_offsets: np.ndarray, phys: np.ndarray, sizes: np.ndarray, tags: np.ndarray) -> None:
+        """Append units for records in commitlog order (``putMessagePositionInfo`` for each)."""
+        keep = (phys + sizes) > self.max_physic_offset
+        if not keep.all():
+            queue_offsets, phys, sizes, tags = queue_offsets[keep], phys[keep], sizes[keep], tags[keep]
+        i, n = 0, queue_offsets.size
+        while i < n:
+            q0 = int(queue_offsets[i])
+            mf = self._file_for(q0)
+            current = mf.file_from_offset + mf.wrote_position
+            room = (self.file_size - mf.wrote_position) // UNIT
+            k = min(room, n - i)
+            run = queue_offsets[i:i + k]
+            if q0 * UNIT == current and (k == 1 or bool(np.all(np.diff(run) == 1))):
+                mf.append(F.encode_units(phys[i:i + k], sizes[i:i + k], tags[i:i + k]))
+                self.max_physic_offset = int(phys[i + k - 1] + sizes[i + k - 1])
+                i += k
+            else:
+                self._put_one(mf, q0, int(phys[i]), int(sizes[i]), int(tags[i]))
+                i += 1
+
+    def _file_for(self, q: int):
+        expect = q * UNIT
+        was_empty = not self.queue.files
+        mf = self.queue.get_last_mapped_file(expect)
+        if was_empty:
+            self._first_created = True
+        if self._first_created and len(self.queue.files) == 1 and q != 0 and mf.wrote_position == 0:
+            self.min_logic_offset = expect
+            fill = expect % self.file_size
+            if fill:
+                mf.append(F.BLANK_UNIT * (fill // UNIT))
+            mf.flushed_position = 0
+        return mf
+
+    def _put_one(self, mf, q: int, phy: int, size: int, tags: int) -> None:
+        expect = q * UNIT
+        if q != 0:
+            current = mf.file_from_offset + mf.wrote_position
+            if expect < current:
+                return  # already present
+            # expect > current: upstream logs and appends at the current end anyway (quirk 15.6)
+        self.max_physic_offset = phy + size
+        mf.append(F.UNIT.pack(phy, size, tags))
+
+    def flush(self, least_pages: int = 0) -> None:
+        self.queue.flush(least_pages)
+
+    # --- reading -----------------------------------------------------------------------------
+    def get_unit(self, q: int) -> tuple[int, int, int] | None:
+        """``(phy_offset, size, tags_code)`` of unit ``q`` or None."""
+        pos = q * UNIT
+        if q < 0 or pos < self.min_logic_offset:
+            return None
+        mf = self.queue.find(pos)
+        if mf is None:
+            return None
+        p = pos - mf.file_from_offset
+        if p + UNIT > mf.wrote_position:
+            return None
+        return F.UNIT.unpack_from(mf.mm, p)
+
+    def iterate_from(self, q: int) -> np.ndarray | None:
+        """Units from ``q`` to the end of the written part of the one file holding it (a copy)."""
+        pos = q * UNIT
+        if q < 0 or pos < self.min_logic_offset:
+            return None
+        mf = self.queue.find(pos)
+        if mf is None:
+            return None
+        p = pos - mf.file_from_offset
+        if p >= mf.wrote_position:
+            return None
+        return np.frombuffer(mf.mm, dtype=F.UNIT_DTYPE, count=(mf.wrote_position - p) // UNIT, offset=p).copy()
+
+    def correct_min_offset(self, min_phy: int) -> None:
+        """Upstream ``correctMinOffset`` (FORMAT.md §5.5)."""
+        if self.min_logic_offset >= self.max_logic_offset:
+            return
+        last_mf = self.queue.last
+        if last_mf is None or last_mf.wrote_position < UNIT:
+            return
+        last_phy = F.UNIT.unpack_from(last_mf.mm, last_mf.wrote_position - UNIT)[0]
+        if last_phy < min_phy:
+            self.min_logic_offset = last_mf.file_from_offset + last_mf.wrote_position
+            return
+        first = self.queue.first
+        start = self.min_logic_offset - first.file_from_offset
+        intact = start >= 0
+        if not intact:
+            start = 0
+        if start >= first.wrote_position:
+            return
+        if intact and F.UNIT.unpack_from(first.mm, start)[0] >= min_phy:
+            return
+        units = np.frombuffer(first.mm, dtype=F.UNIT_DTYPE, count=first.wrote_position // UNIT)
+        phys = units["phy_offset"].astype(np.int64)
+        k0 = start // UNIT
+        idx = np.flatnonzero(phys[k0:] >= min_phy)
+        if idx.size:
+            self.min_logic_offset = first.file_from_offset + (k0 + int(idx[0])) * UNIT
+        else:
+            self.min_logic_offset = first.file_from_offset + first.wrote_position
+
+    def offset_in_queue_by_time(self, ts: int, boundary: str, store_time: Callable[[int, int], int],
+                                commitlog_min_offset: int) -> int:
+        """Upstream ``getOffsetInQueueByTime`` before the store's clamp (FORMAT.md §5.7)."""
+        files = self.queue.files
+        if not files:
+            return 0
+        lower = boundary == "lower"
+        chosen = None
+        if lower:
+            for i, mf in enumerate(files):
+                if i == len(files) - 1:
+                    chosen = mf
+                    break
+                n = mf.wrote_position // UNIT
+                if n == 0:
+                    continue
+                phy, size, _ = F.UNIT.unpack_from(mf.mm, (n - 1) * UNIT)
+                if store_time(phy, size) >= ts:
+                    chosen = mf
+                    break
+        else:
+            for mf in reversed(files):
+                if mf.wrote_position < UNIT:
+                    continue
+                phy, size, _ = F.UNIT.unpack_from(mf.mm, 0)
+                if store_time(phy, size) <= ts:
+                    chosen = mf
+                    break
+            if chosen is None:
+                return 0
+        mf = chosen
+        low = max(0, self.min_logic_offset - mf.file_from_offset)
+        rng = mf.wrote_position
+        if rng < UNIT or low >= rng:
+            return mf.file_from_offset // UNIT if lower else 0
+        units = np.frombuffer(mf.mm, dtype=F.UNIT_DTYPE, count=rng // UNIT)
+
+        def t_at(pos: int) -> int:
+            u = units[pos // UNIT]
+            return store_time(int(u["phy_offset"]), int(u["size"]))
+
+        ceiling = rng - UNIT
+        floor = low
+        if t_at(ceiling) < ts:
+            return (mf.file_from_offset + (ceiling + UNIT if lower else ceiling)) // UNIT
+        if t_at(floor) > ts:
+            return mf.file_from_offset // UNIT if lower else 0
+        left = right = -1
+        high = ceiling
+        found = -1
+        while high >= low:
+            mid = ((low + high) // (2 * UNIT)) * UNIT
+            u = units[mid // UNIT]
+            if int(u["phy_offset"]) < commitlog_min_offset:
+                low = mid + UNIT
+                left = mid
+                continue
+            t = store_time(int(u["phy_offset"]), int(u["size"]))
+            if t < 0:
+                return 0
+            if t == ts:
+                found = mid
+                break
+            if t > ts:
+                high = mid - UNIT
+                right = mid
+            else:
+                low = mid + UNIT
+                left = mid
+        if found != -1:
+            pos = found
+            if lower:
+                while pos - UNIT >= floor and t_at(pos - UNIT) == ts:
+                    pos -= UNIT
+            else:
+                while pos + UNIT <= ceiling and t_at(pos + UNIT) == ts:
+                    pos += UNIT
+        else:
+            pos = right if lower else left
+        return (mf.file_from_offset + pos) // UNIT
+
+    def close(self) -> None:
+        self.queue.close()
+
+    def destroy(self) -> None:
+        self.queue.destroy()
+        self.max_physic_offset = -1
+        self.min_logic_offset = 0

@@ -1,0 +1,472 @@
+"""CommitLog message record codec (FORMAT.md §2).
+
+Record layout, big-endian; ``B``/``S`` = 8 (IPv4) or 20 (IPv6) per SYSFLAG bits 0x10/0x20,
+``T`` = topic-length width, 1 (V1 magic) or 2 (V2 magic)::
+
+    off        size  field
+    0          4     TOTALSIZE                 whole record, this field included
+    4          4     MAGICCODE                 V1 0xDAA320A7, V2 0xDAA320AB, BLANK 0xCBD43194
+    8          4     BODYCRC                   crc32(body) & 0x7FFFFFFF
+    12         4     QUEUEID
+    16         4     FLAG
+    20         8     QUEUEOFFSET
+    28         8     PHYSICALOFFSET
+    36         4     SYSFLAG
+    40         8     BORNTIMESTAMP
+    48         B     BORNHOST                  addr(4|16) + port i32
+    48+B       8     STORETIMESTAMP
+    56+B       S     STOREHOST
+    56+B+S     4     RECONSUMETIMES
+    60+B+S     8     PREPAREDTRANSACTIONOFFSET
+    68+B+S     4     BODYLENGTH                <= 0: no body
+    72+B+S     n     BODY
+    ...        T     TOPICLENGTH               signed i8 (V1) / i16 (V2)
+    ...        t     TOPIC                     UTF-8
+    ...        2     PROPERTIESLENGTH          signed i16, <= 0: none
+    ...        p     PROPERTIES
+
+``TOTALSIZE == 72 + B + S + max(n,0) + T + t + 2 + max(p,0)`` for a valid record; 91 bytes of
+overhead for V1 IPv4/IPv4. A segment ends with an 8-byte blank header ``[i32 remaining][i32 BLANK]``
+when the next record does not fit (``L + 8 > remaining``); all-zero bytes mark the end of data.
+
+Two forms: scalar (``struct`` on ``memoryview``/``mmap``) for single records and the write path,
+and batch (numpy gathers over a ``uint8`` view) for dispatch, recovery, verify and Spark.
+"""
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..errors import CorruptRecordError
+from . import properties as P
+from .hashes import crc32
+
+MAGIC_V1 = -626843481  # 0xDAA320A7
+MAGIC_V2 = -626843477  # 0xDAA320AB
+BLANK_MAGIC = -875286124  # 0xCBD43194
+END_FILE_MIN_BLANK_LENGTH = 8
+
+SYSFLAG_COMPRESSED = 0x1
+SYSFLAG_MULTI_TAGS = 0x2
+SYSFLAG_TX_MASK = 0xC
+TX_NOT_TYPE, TX_PREPARED, TX_COMMIT, TX_ROLLBACK = 0x0, 0x4, 0x8, 0xC
+SYSFLAG_BORNHOST_V6 = 0x10
+SYSFLAG_STOREHOST_V6 = 0x20
+
+MAX_TOPIC_BYTES = 255
+
+#: TOTALSIZE, MAGIC, BODYCRC, QUEUEID, FLAG, QUEUEOFFSET, PHYSICALOFFSET, SYSFLAG, BORNTIMESTAMP
+HEAD = struct.Struct(">iiiiiqqiq")
+HEAD_SIZE = 48
+assert HEAD.size == HEAD_SIZE
+#: The whole fixed part of a V1/V2 record with IPv4 born and store hosts, up to BODYLENGTH.
+FIXED_V4 = struct.Struct(">iiiiiqqiq4siq4siiqi")
+assert FIXED_V4.size == 88
+BLANK = struct.Struct(">ii")
+I16 = struct.Struct(">h")
+I32 = struct.Struct(">i")
+I64 = struct.Struct(">q")
+_TOTAL_MAGIC = struct.Struct(">ii")
+
+QUEUE_OFFSET_POS = 20
+PHY_OFFSET_POS = 28
+SYSFLAG_POS = 36
+BORN_HOST_POS = 48
+
+
+def host_len(sys_flag: int, v6_bit: int) -> int:
+    return 20 if sys_flag & v6_bit else 8
+
+
+def store_timestamp_pos(sys_flag: int) -> int:
+    return 48 + host_len(sys_flag, SYSFLAG_BORNHOST_V6)
+
+
+def record_length(body_len: int, topic_len: int, props_len: int, sys_flag: int, v2: bool) -> int:
+    """TOTALSIZE of a record with these lengths (FORMAT.md §2.1 length formula)."""
+    return (72 + host_len(sys_flag, SYSFLAG_BORNHOST_V6) + host_len(sys_flag, SYSFLAG_STOREHOST_V6)
+            + max(body_len, 0) + (2 if v2 else 1) + topic_len + 2 + max(props_len, 0))
+
+
+def encode_record(*, topic: bytes, body: bytes, props: bytes, queue_id: int, flag: int, sys_flag: int,
+                  born_timestamp: int, born_host: bytes, store_timestamp: int, store_host: bytes,
+                  reconsume_times: int, prepared_transaction_offset: int, v2: bool,
+                  queue_offset: int = 0, phy_offset: int = 0) -> bytearray:
+    """Encode one record. ``born_host``/``store_host`` are raw (addr + i32 port); ``sys_flag`` must
+    already carry the V6 bits matching them. Offsets may be patched later with :func:`patch_offsets`.
+    """
+    total = record_length(len(body), len(topic), len(props), sys_flag, v2)
+    crc = crc32(body) if body else 0
+    magic = MAGIC_V2 if v2 else MAGIC_V1
+    tlen = I16.pack(len(topic)) if v2 else bytes((len(topic),))
+    if len(born_host) == 8 and len(store_host) == 8:
+        head = FIXED_V4.pack(total, magic, crc, queue_id, flag, queue_offset, phy_offset, sys_flag,
+                             born_timestamp, born_host[:4], I32.unpack_from(born_host, 4)[0],
+                             store_timestamp, store_host[:4], I32.unpack_from(store_host, 4)[0],
+                             reconsume_times, prepared_transaction_offset, len(body))
+        out = bytearray(head)
+    else:
+        out = bytearray(HEAD.pack(total, magic, crc, queue_id, flag, queue_offset, phy_offset, sys_flag,
+                                  born_timestamp))
+        out += born_host
+        out += I64.pack(store_timestamp)
+        out += store_host
+        out += struct.pack(">iqi", reconsume_times, prepared_transaction_offset, len(body))
+    out += body
+    out += tlen
+    out += topic
+    out += I16.pack(len(props))
+    out += props
+    assert len(out) == total
+    return out
+
+
+def patch_offsets(buf, pos: int, queue_offset: int, phy_offset: int) -> None:
+    I64.pack_into(buf, pos + QUEUE_OFFSET_POS, queue_offset)
+    I64.pack_into(buf, pos + PHY_OFFSET_POS, phy_offset)
+
+
+def fill_prop_crc(buf, pos: int, total: int) -> int:
+    """Compute and write the reserved properties CRC of the record at ``pos`` (FORMAT.md §2.6)."""
+    crc = crc32(memoryview(buf)[pos:pos + total - P.CRC32_RESERVED_LEN])
+    start = pos + total - 11
+    buf[start:start + 10] = P.crc_digits(crc)
+    return crc
+
+
+def encode_blank(remaining: int) -> bytes:
+    return BLANK.pack(remaining, BLANK_MAGIC)
+
+
+@dataclass(frozen=True, slots=True)
+class RecordLayout:
+    """Positions (relative to the record start) of the variable parts of one record."""
+
+    total: int
+    magic: int
+    sys_flag: int
+    born_len: int
+    store_len: int
+    body_pos: int
+    body_len: int
+    topic_pos: int
+    topic_len: int
+    props_pos: int
+    props_len: int
+
+    @property
+    def store_timestamp_pos(self) -> int:
+        return 48 + self.born_len
+
+
+def read_layout(buf, pos: int, limit: int) -> RecordLayout:
+    """Parse the framing of the record at ``pos`` (``limit`` = end of readable bytes).
+
+    Raises ``ValueError`` (caller wraps with path/offset) on a short buffer, bad magic, negative
+    or inconsistent lengths.
+    """
+    if limit - pos < HEAD_SIZE:
+        raise ValueError(f"only {limit - pos} bytes readable, a record header needs {HEAD_SIZE}")
+    total, magic = _TOTAL_MAGIC.unpack_from(buf, pos)
+    if magic not in (MAGIC_V1, MAGIC_V2):
+        raise ValueError(f"bad magic code 0x{magic & 0xFFFFFFFF:08X} (expected 0xDAA320A7 or 0xDAA320AB)")
+    if total < 91 or pos + total > limit:
+        raise ValueError(f"TOTALSIZE {total} does not fit ({limit - pos} bytes readable)")
+    sys_flag = I32.unpack_from(buf, pos + SYSFLAG_POS)[0]
+    b = host_len(sys_flag, SYSFLAG_BORNHOST_V6)
+    s = host_len(sys_flag, SYSFLAG_STOREHOST_V6)
+    body_len = I32.unpack_from(buf, pos + 68 + b + s)[0]
+    body_pos = 72 + b + s
+    p = body_pos + max(body_len, 0)
+    if pos + p + 1 > pos + total:
+        raise ValueError(f"BODYLENGTH {body_len} runs past TOTALSIZE {total}")
+    if magic == MAGIC_V2:
+        topic_len = I16.unpack_from(buf, pos + p)[0]
+        p += 2
+    else:
+        topic_len = struct.unpack_from(">b", buf, pos + p)[0]
+        p += 1
+    if topic_len < 0:
+        raise ValueError(f"negative TOPICLENGTH {topic_len}")
+    topic_pos = p
+    p += topic_len
+    if p + 2 > total:
+        raise ValueError(f"TOPICLENGTH {topic_len} runs past TOTALSIZE {total}")
+    props_len = I16.unpack_from(buf, pos + p)[0]
+    p += 2
+    props_pos = p
+    p += max(props_len, 0)
+    if p != total:
+        raise ValueError(f"TOTALSIZE {total} differs from the length of its fields ({p})")
+    return RecordLayout(total, magic, sys_flag, b, s, body_pos, body_len, topic_pos, topic_len,
+                        props_pos, props_len)
+
+
+def check_record(buf, pos: int, limit: int, *, check_crc: bool, force_verify_prop_crc: bool = False
+                 ) -> tuple[int, bool, str]:
+    """Upstream ``checkMessageAndReturnSize`` outcome: ``(size, ok, reason)``.
+
+    ``(0, True, "blank")`` for a blank end-of-segment record; ``(0, False, "end")`` for a zero
+    header (end of data); ``(-1 or TOTALSIZE, False, reason)`` for an invalid record.
+    """
+    if limit - pos < 8:
+        return -1, False, f"only {limit - pos} bytes left"
+    total, magic = _TOTAL_MAGIC.unpack_from(buf, pos)
+    if magic == BLANK_MAGIC:
+        return 0, True, "blank"
+    if total == 0 and magic == 0:
+        return 0, False, "end"
+    try:
+        lay = read_layout(buf, pos, limit)
+    except (ValueError, struct.error) as e:
+        return (total if magic in (MAGIC_V1, MAGIC_V2) and 0 < total <= limit - pos else -1), False, str(e)
+    if check_crc:
+        if force_verify_prop_crc:
+            reason = verify_prop_crc(buf, pos, lay)
+            if reason:
+                return -1, False, reason
+        elif lay.body_len > 0:
+            stored = I32.unpack_from(buf, pos + 8)[0]
+            actual = crc32(memoryview(buf)[pos + lay.body_pos:pos + lay.body_pos + lay.body_len])
+            if stored != actual:
+                return -1, False, f"body CRC {stored} != computed {actual}"
+    return total, True, "ok"
+
+
+def verify_prop_crc(buf, pos: int, lay: RecordLayout) -> str:
+    """'' when the record's ``__CRC32#`` entry matches ``crc32(record[:-20])``, else the reason."""
+    raw = bytes(memoryview(buf)[pos + lay.props_pos:pos + lay.props_pos + max(lay.props_len, 0)])
+    value = P.parse_properties(raw).get(P.CRC32_KEY)
+    if value is None:
+        return "properties CRC entry missing"
+    want = P.parse_crc_digits(value)
+    got = crc32(memoryview(buf)[pos:pos + lay.total - P.CRC32_RESERVED_LEN])
+    if want != got:
+        return f"properties CRC {want} != computed {got}"
+    return ""
+
+
+# ------------------------------------------------------------------------------------------------
+# Batch (numpy) form
+# ------------------------------------------------------------------------------------------------
+
+HEAD_DTYPE = np.dtype([
+    ("total", ">i4"), ("magic", ">i4"), ("body_crc", ">i4"), ("queue_id", ">i4"), ("flag", ">i4"),
+    ("queue_offset", ">i8"), ("phy_offset", ">i8"), ("sys_flag", ">i4"), ("born_timestamp", ">i8"),
+])
+assert HEAD_DTYPE.itemsize == HEAD_SIZE
+_AR = {w: np.arange(w, dtype=np.int64) for w in (1, 2, 4, 8, HEAD_SIZE)}
+
+
+def _gather(u8: np.ndarray, offs: np.ndarray, width: int) -> np.ndarray:
+    return u8[offs[:, None] + _AR[width]]
+
+
+def gather_i64(u8, offs):
+    return _gather(u8, offs, 8).view(">i8").ravel().astype(np.int64)
+
+
+def gather_i32(u8, offs):
+    return _gather(u8, offs, 4).view(">i4").ravel().astype(np.int32)
+
+
+def gather_i16(u8, offs):
+    return _gather(u8, offs, 2).view(">i2").ravel().astype(np.int16)
+
+
+def walk_records(buf, pos: int, end: int, max_records: int | None = None) -> tuple[np.ndarray, str, int]:
+    """Follow TOTALSIZE from ``pos`` while headers look like records, up to ``end``.
+
+    Returns ``(starts, stop, stop_pos)``: record start positions (int64, relative to ``buf``),
+    why the walk stopped — ``"limit"`` (``end`` or ``max_records`` reached, or the next record ends
+    past ``end``), ``"blank"`` (BLANK record at ``stop_pos``), ``"end"`` (zero header) or
+    ``"invalid"`` (bad magic or size) — and where. The framing is only sketched here; callers
+    validate the records with :func:`decode_batch`.
+    """
+    starts = []
+    append = starts.append
+    unpack = _TOTAL_MAGIC.unpack_from
+    n = max_records if max_records is not None else 1 << 62
+    stop = "limit"
+    while pos < end and n > 0:
+        if end - pos < 8:
+            stop = "limit" if end - pos < 8 else stop
+            break
+        total, magic = unpack(buf, pos)
+        if magic == MAGIC_V1 or magic == MAGIC_V2:
+            if total < 91:
+                stop = "invalid"
+                break
+            if pos + total > end:
+                stop = "limit"
+                break
+            append(pos)
+            pos += total
+            n -= 1
+        elif magic == BLANK_MAGIC:
+            stop = "blank"
+            break
+        elif total == 0 and magic == 0:
+            stop = "end"
+            break
+        else:
+            stop = "invalid"
+            break
+    return np.asarray(starts, dtype=np.int64), stop, pos
+
+
+@dataclass
+class RecordBatch:
+    """Columns of many records decoded at once. ``*_pos`` are absolute positions in the buffer."""
+
+    starts: np.ndarray
+    total: np.ndarray
+    magic: np.ndarray
+    body_crc: np.ndarray
+    queue_id: np.ndarray
+    flag: np.ndarray
+    queue_offset: np.ndarray
+    phy_offset: np.ndarray
+    sys_flag: np.ndarray
+    born_timestamp: np.ndarray
+    born_host_pos: np.ndarray
+    born_host_len: np.ndarray
+    store_timestamp: np.ndarray
+    store_host_pos: np.ndarray
+    store_host_len: np.ndarray
+    reconsume_times: np.ndarray
+    prepared_transaction_offset: np.ndarray
+    body_pos: np.ndarray
+    body_len: np.ndarray
+    topic_pos: np.ndarray
+    topic_len: np.ndarray
+    props_pos: np.ndarray
+    props_len: np.ndarray
+    valid: np.ndarray
+
+    def __len__(self) -> int:
+        return int(self.starts.size)
+
+    def take(self, n: int) -> "RecordBatch":
+        return RecordBatch(**{k: v[:n] for k, v in self.__dict__.items()})
+
+    def first_invalid(self) -> int:
+        bad = np.flatnonzero(~self.valid)
+        return int(bad[0]) if bad.size else len(self)
+
+
+def decode_batch(u8: np.ndarray, starts: np.ndarray) -> RecordBatch:
+    """Decode the framing and fixed fields of the records at ``starts`` in ``u8`` (uint8 view).
+
+    ``valid[i]`` is False when record i's magic or length formula does not hold; its other columns
+    are then meaningless. Positions that would read past the buffer are clamped and marked invalid.
+    """
+    n = starts.size
+    limit = u8.size
+    if n == 0:
+        z = np.zeros(0, dtype=np.int64)
+        return RecordBatch(*([z] * 23), valid=np.zeros(0, dtype=bool))
+    head = _gather(u8, starts, HEAD_SIZE).view(HEAD_DTYPE).ravel()
+    total = head["total"].astype(np.int64)
+    magic = head["magic"].astype(np.int32)
+    sys_flag = head["sys_flag"].astype(np.int32)
+    b = np.where(sys_flag & SYSFLAG_BORNHOST_V6, 20, 8).astype(np.int64)
+    s = np.where(sys_flag & SYSFLAG_STOREHOST_V6, 20, 8).astype(np.int64)
+    ends = starts + total
+    valid = ((magic == MAGIC_V1) | (magic == MAGIC_V2)) & (total >= 91) & (ends <= limit)
+
+    def clamp(offs, width):
+        ok = offs + width <= np.minimum(ends, limit)
+        return np.where(ok, offs, 0), ok
+
+    born_host_pos = starts + 48
+    st_off, ok1 = clamp(starts + 48 + b, 8)
+    store_host_pos = starts + 56 + b
+    rc_off, ok2 = clamp(starts + 56 + b + s, 4)
+    pt_off, ok3 = clamp(starts + 60 + b + s, 8)
+    bl_off, ok4 = clamp(starts + 68 + b + s, 4)
+    store_ts = gather_i64(u8, st_off)
+    reconsume = gather_i32(u8, rc_off)
+    prepared = gather_i64(u8, pt_off)
+    body_len = gather_i32(u8, bl_off).astype(np.int64)
+    body_pos = starts + 72 + b + s
+    v2 = magic == MAGIC_V2
+    tl_pos = body_pos + np.maximum(body_len, 0)
+    tl_off, ok5 = clamp(tl_pos, 2)
+    tl2 = gather_i16(u8, tl_off).astype(np.int64)
+    tl1 = u8[tl_off].astype(np.int8).astype(np.int64)
+    topic_len = np.where(v2, tl2, tl1)
+    topic_pos = tl_pos + np.where(v2, 2, 1)
+    pl_off, ok6 = clamp(topic_pos + np.maximum(topic_len, 0), 2)
+    props_len = gather_i16(u8, pl_off).astype(np.int64)
+    props_pos = pl_off + 2
+    formula = 72 + b + s + np.maximum(body_len, 0) + np.where(v2, 2, 1) + topic_len + 2 + np.maximum(props_len, 0)
+    valid &= ok1 & ok2 & ok3 & ok4 & ok5 & ok6 & (topic_len >= 0) & (formula == total)
+    return RecordBatch(
+        starts=starts, total=total, magic=magic, body_crc=head["body_crc"].astype(np.int32),
+        queue_id=head["queue_id"].astype(np.int32), flag=head["flag"].astype(np.int32),
+        queue_offset=head["queue_offset"].astype(np.int64), phy_offset=head["phy_offset"].astype(np.int64),
+        sys_flag=sys_flag, born_timestamp=head["born_timestamp"].astype(np.int64),
+        born_host_pos=born_host_pos, born_host_len=b, store_timestamp=store_ts,
+        store_host_pos=store_host_pos, store_host_len=s, reconsume_times=reconsume,
+        prepared_transaction_offset=prepared, body_pos=body_pos, body_len=body_len,
+        topic_pos=topic_pos, topic_len=topic_len, props_pos=props_pos, props_len=props_len, valid=valid,
+    )
+
+
+def body_crc_ok(buf, batch: RecordBatch) -> np.ndarray:
+    """Per-record BODYCRC check (records with no body pass)."""
+    mv = memoryview(buf)
+    out = np.ones(len(batch), dtype=bool)
+    for i, (bp, bl, c) in enumerate(zip(batch.body_pos.tolist(), batch.body_len.tolist(), batch.body_crc.tolist())):
+        if bl > 0 and crc32(mv[bp:bp + bl]) != c:
+            out[i] = False
+    return out
+
+
+# ------------------------------------------------------------------------------------------------
+# Full decode into a MessageRecord
+# ------------------------------------------------------------------------------------------------
+
+def decode_message(buf, pos: int, limit: int, *, base_offset: int = 0, path: str | None = None,
+                   check_crc: bool = False, delay_levels_ms=(), force_verify_prop_crc: bool = False):
+    """Decode the record at ``buf[pos]`` into a :class:`~rmqstore.types.MessageRecord`.
+
+    ``base_offset`` is the phy offset of ``buf[0]`` (used for errors only; the record's own
+    PHYSICALOFFSET field is returned). Raises :class:`CorruptRecordError` with path and offset.
+    """
+    from ..types import MessageRecord, tags_code_of
+    from .msgid import encode_offset_msg_id, format_host
+
+    try:
+        lay = read_layout(buf, pos, limit)
+    except (ValueError, struct.error) as e:
+        raise CorruptRecordError(f"invalid commitlog record: {e}", path=path, offset=base_offset + pos) from e
+    mv = memoryview(buf)
+    if check_crc:
+        size, ok, reason = check_record(buf, pos, limit, check_crc=True, force_verify_prop_crc=force_verify_prop_crc)
+        if not ok:
+            raise CorruptRecordError(f"invalid commitlog record: {reason}", path=path, offset=base_offset + pos)
+    (total, magic, body_crc, queue_id, flag, queue_offset, phy, sys_flag, born_ts) = HEAD.unpack_from(buf, pos)
+    b = lay.born_len
+    born_raw = bytes(mv[pos + 48:pos + 48 + b])
+    store_ts = I64.unpack_from(buf, pos + 48 + b)[0]
+    store_raw = bytes(mv[pos + 56 + b:pos + 56 + b + lay.store_len])
+    q = pos + 56 + b + lay.store_len
+    reconsume, prepared = struct.unpack_from(">iq", buf, q)
+    body = bytes(mv[pos + lay.body_pos:pos + lay.body_pos + max(lay.body_len, 0)])
+    try:
+        topic = bytes(mv[pos + lay.topic_pos:pos + lay.topic_pos + lay.topic_len]).decode("utf-8", "replace")
+    except UnicodeDecodeError as e:  # pragma: no cover - 'replace' never raises
+        raise CorruptRecordError("topic is not UTF-8", path=path, offset=base_offset + pos) from e
+    props = P.parse_properties(mv[pos + lay.props_pos:pos + lay.props_pos + lay.props_len]) if lay.props_len > 0 else {}
+    return MessageRecord(
+        phy_offset=phy, store_size=total, topic=topic, queue_id=queue_id, queue_offset=queue_offset,
+        flag=flag, sys_flag=sys_flag, body_crc=body_crc, born_timestamp=born_ts,
+        born_host=format_host(born_raw), store_timestamp=store_ts, store_host=format_host(store_raw),
+        reconsume_times=reconsume, prepared_transaction_offset=prepared, body=body, properties=props,
+        msg_id=encode_offset_msg_id(store_raw, phy), magic=magic,
+        tags_code=tags_code_of(topic, props, store_ts, delay_levels_ms),
+    )

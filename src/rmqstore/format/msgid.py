@@ -1,0 +1,116 @@
+"""Message ids (FORMAT.md §3).
+
+offsetMsgId (server id), upper-case hex of::
+
+    +------------------+-----------+---------------------+
+    | store host addr  | port i32  | phy offset i64      |   16 bytes (IPv4) / 28 bytes (IPv6)
+    | 4 or 16 bytes    |           |                     |
+    +------------------+-----------+---------------------+
+
+UNIQ_KEY (client id, ``MessageClientIDSetter``), upper-case hex of::
+
+    ip(4|16) | pid u16 | class-loader hash i32 | ms since start of month i32 | counter u16
+"""
+from __future__ import annotations
+
+import functools
+import ipaddress
+import itertools
+import os
+import random
+import struct
+import threading
+import time
+
+from ..errors import CorruptRecordError
+
+_PORT_OFF = struct.Struct(">iq")
+
+
+@functools.lru_cache(maxsize=4096)
+def parse_host(host: str) -> bytes:
+    """``"ip:port"`` / ``"[v6]:port"`` to the on-disk form: address bytes + i32 port."""
+    h, sep, port = host.rpartition(":")
+    if not sep:
+        raise ValueError(f"host {host!r} is not 'ip:port'")
+    addr = ipaddress.ip_address(h.strip("[]"))
+    return addr.packed + struct.pack(">i", int(port))
+
+
+@functools.lru_cache(maxsize=4096)
+def format_host(raw: bytes) -> str:
+    """On-disk host (8 or 20 bytes) to ``"ip:port"`` / ``"[v6]:port"``."""
+    port = struct.unpack_from(">i", raw, len(raw) - 4)[0]
+    addr = ipaddress.ip_address(bytes(raw[:-4]))
+    return f"[{addr}]:{port}" if addr.version == 6 else f"{addr}:{port}"
+
+
+def encode_offset_msg_id(store_host_raw: bytes, phy_offset: int) -> str:
+    """offsetMsgId from the raw STOREHOST field (addr + port) and the phy offset."""
+    return (bytes(store_host_raw) + phy_offset.to_bytes(8, "big", signed=True)).hex().upper()
+
+
+def decode_offset_msg_id(msg_id: str) -> tuple[str, int]:
+    """``(store_host, phy_offset)`` from an offsetMsgId (32 hex chars IPv4, 56 IPv6)."""
+    try:
+        raw = bytes.fromhex(msg_id)
+    except ValueError as e:
+        raise CorruptRecordError(f"offsetMsgId {msg_id!r} is not hex") from e
+    if len(raw) not in (16, 28):
+        raise CorruptRecordError(f"offsetMsgId {msg_id!r}: expected 32 or 56 hex chars, got {len(msg_id)}")
+    alen = len(raw) - 12
+    port, phy = _PORT_OFF.unpack_from(raw, alen)
+    return format_host(raw[:alen] + struct.pack(">i", port)), phy
+
+
+def _month_start_ms(now_ms: int, months_back: int = 0) -> int:
+    """Start of the (current − months_back) month in local time, epoch ms."""
+    t = time.localtime(now_ms / 1000)
+    y, m = t.tm_year, t.tm_mon - months_back
+    while m < 1:
+        m += 12
+        y -= 1
+    return int(time.mktime((y, m, 1, 0, 0, 0, 0, 0, -1)) * 1000)
+
+
+class UniqKeyGenerator:
+    """Thread-safe UNIQ_KEY generator with a fixed ip/pid/loader prefix."""
+
+    def __init__(self, ip: str = "127.0.0.1"):
+        addr = ipaddress.ip_address(ip)
+        self._prefix = (addr.packed + struct.pack(">H", os.getpid() & 0xFFFF)
+                        + struct.pack(">i", random.getrandbits(31))).hex().upper()
+        self._counter = itertools.count(random.getrandbits(16))
+        self._lock = threading.Lock()
+        self._month_start = 0
+        self._next_month = 0
+
+    def new(self, now_ms: int | None = None) -> str:
+        now = int(time.time() * 1000) if now_ms is None else now_ms
+        if not (self._month_start <= now < self._next_month):
+            with self._lock:
+                self._month_start = _month_start_ms(now)
+                self._next_month = _month_start_ms(self._month_start + 32 * 86_400_000)
+        span = (now - self._month_start) & 0xFFFFFFFF
+        return f"{self._prefix}{span:08X}{next(self._counter) & 0xFFFF:04X}"
+
+
+def uniq_key_timestamp(uniq_key: str, now_ms: int | None = None) -> int:
+    """Creation time (epoch ms) encoded in a UNIQ_KEY, resolved against ``now_ms`` as upstream."""
+    try:
+        raw = bytes.fromhex(uniq_key)
+    except ValueError as e:
+        raise CorruptRecordError(f"UNIQ_KEY {uniq_key!r} is not hex") from e
+    if len(raw) < 12:
+        raise CorruptRecordError(f"UNIQ_KEY {uniq_key!r} is too short")
+    span = struct.unpack_from(">I", raw, len(raw) - 6)[0]
+    now = int(time.time() * 1000) if now_ms is None else now_ms
+    start = _month_start_ms(now)
+    if start + span >= now:
+        start = _month_start_ms(now, 1)
+    return start + span
+
+
+def uniq_key_pid(uniq_key: str) -> int:
+    raw = bytes.fromhex(uniq_key)
+    return struct.unpack_from(">H", raw, len(raw) - 12)[0]

@@ -1,0 +1,1 @@
+"""Disk IO: fixed-size memory-mapped segment files and the queues of them."""

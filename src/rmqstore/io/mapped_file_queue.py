@@ -1,0 +1,175 @@
+"""A directory of equal-size segments named by their 20-digit start offset (``MappedFileQueue``).
+
+Segment ``k+1`` starts exactly ``file_size`` after segment ``k``. Lookup by offset is by index with a
+linear-scan fallback. Read-only queues never create, truncate or delete files.
+"""
+from __future__ import annotations
+
+import os
+import threading
+from typing import Iterator
+
+from ..errors import CorruptRecordError, ReadOnlyStoreError, StoreIOError
+from .mapped_file import MappedFile
+
+
+def segment_name(offset: int) -> str:
+    return f"{offset:020d}"
+
+
+class MappedFileQueue:
+    def __init__(self, directory: str, file_size: int, *, read_only: bool = False):
+        self.directory = directory
+        self.file_size = file_size
+        self.read_only = read_only
+        self.files: list[MappedFile] = []
+        self._lock = threading.RLock()
+
+    # --- loading -----------------------------------------------------------------------------
+    def load(self) -> None:
+        """Map every segment in the directory; a zero-length *last* file is dropped (deleted unless
+        read-only), any other wrong-sized file is a :class:`CorruptRecordError`."""
+        if not os.path.isdir(self.directory):
+            return
+        names = sorted(n for n in os.listdir(self.directory) if n.isdigit() and len(n) == 20)
+        for i, name in enumerate(names):
+            path = os.path.join(self.directory, name)
+            size = os.path.getsize(path)
+            if size == 0 and i == len(names) - 1:
+                if not self.read_only:
+                    os.unlink(path)
+                continue
+            if size != self.file_size:
+                raise CorruptRecordError(
+                    f"segment is {size} bytes but the configured segment size is {self.file_size} "
+                    "(check mappedFileSize* in the config)", path=path)
+            mf = MappedFile(path, self.file_size, read_only=self.read_only)
+            mf.wrote_position = mf.flushed_position = self.file_size
+            if self.files and mf.file_from_offset != self.files[-1].file_from_offset + self.file_size:
+                raise CorruptRecordError(
+                    f"segment does not follow {self.files[-1].path} (expected start "
+                    f"{self.files[-1].file_from_offset + self.file_size})", path=path)
+            self.files.append(mf)
+
+    # --- lookup ------------------------------------------------------------------------------
+    @property
+    def first(self) -> MappedFile | None:
+        return self.files[0] if self.files else None
+
+    @property
+    def last(self) -> MappedFile | None:
+        return self.files[-1] if self.files else None
+
+    def find(self, offset: int, return_first_on_not_found: bool = False) -> MappedFile | None:
+        files = self.files
+        if not files:
+            return None
+        first = files[0]
+        idx = offset // self.file_size - first.file_from_offset // self.file_size
+        if 0 <= idx < len(files):
+            mf = files[idx]
+            if mf.file_from_offset <= offset < mf.file_from_offset + self.file_size:
+                return mf
+        for mf in files:
+            if mf.file_from_offset <= offset < mf.file_from_offset + self.file_size:
+                return mf
+        return first if return_first_on_not_found else None
+
+    def __iter__(self) -> Iterator[MappedFile]:
+        return iter(list(self.files))
+
+    def __len__(self) -> int:
+        return len(self.files)
+
+    @property
+    def min_offset(self) -> int:
+        return self.files[0].file_from_offset if self.files else 0
+
+    @property
+    def max_offset(self) -> int:
+        last = self.last
+        return last.file_from_offset + last.wrote_position if last else 0
+
+    @property
+    def flushed_where(self) -> int:
+        """Global offset up to which every byte written is known to be flushed."""
+        for mf in self.files:
+            if mf.flushed_position < mf.wrote_position or not mf.is_full:
+                return mf.file_from_offset + mf.flushed_position
+        return self.max_offset
+
+    # --- writing -----------------------------------------------------------------------------
+    def _check_writable(self) -> None:
+        if self.read_only:
+            raise ReadOnlyStoreError("store is open read-only", path=self.directory)
+
+    def create_file(self, start_offset: int) -> MappedFile:
+        self._check_writable()
+        with self._lock:
+            os.makedirs(self.directory, exist_ok=True)
+            path = os.path.join(self.directory, segment_name(start_offset))
+            mf = MappedFile(path, self.file_size, create=True)
+            self.files.append(mf)
+            return mf
+
+    def get_last_mapped_file(self, start_offset: int = 0, create: bool = True) -> MappedFile | None:
+        """The last segment if it has room, else (with ``create``) a new one after it, or the first
+        one at ``start_offset - start_offset % file_size`` when the queue is empty."""
+        last = self.last
+        if last is not None and not last.is_full:
+            return last
+        if not create:
+            return last
+        if last is None:
+            return self.create_file(start_offset - start_offset % self.file_size)
+        return self.create_file(last.file_from_offset + self.file_size)
+
+    def truncate_dirty_files(self, offset: int) -> list[str]:
+        """Drop segments that start at or after ``offset``; set the positions of the one holding it.
+        Returns the paths deleted."""
+        self._check_writable()
+        removed = []
+        with self._lock:
+            keep = []
+            for mf in self.files:
+                end = mf.file_from_offset + self.file_size
+                if end > offset:
+                    if offset >= mf.file_from_offset:
+                        pos = offset % self.file_size
+                        mf.truncate_positions(pos)
+                        keep.append(mf)
+                    else:
+                        removed.append(mf.path)
+                        mf.destroy()
+                else:
+                    keep.append(mf)
+            self.files = keep
+        return removed
+
+    def delete_first(self, mf: MappedFile) -> None:
+        self._check_writable()
+        with self._lock:
+            self.files.remove(mf)
+        mf.destroy()
+
+    def destroy(self) -> None:
+        with self._lock:
+            for mf in self.files:
+                mf.destroy()
+            self.files = []
+            try:
+                os.rmdir(self.directory)
+            except OSError:
+                pass
+
+    def flush(self, least_pages: int = 0) -> int:
+        """Flush every segment with unflushed bytes; returns the global flushed offset."""
+        for mf in list(self.files):
+            if mf.wrote_position > mf.flushed_position:
+                mf.flush(least_pages)
+        return self.flushed_where
+
+    def close(self) -> None:
+        for mf in self.files:
+            mf.close()
+        self.files = []

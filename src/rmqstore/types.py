@@ -1,0 +1,192 @@
+"""Value types of the public API: messages, stored records, statuses and results."""
+from __future__ import annotations
+
+import enum
+import threading
+from dataclasses import dataclass, field
+from typing import Iterable, Mapping, Sequence
+
+from .format import properties as P
+from .format.hashes import java_hash_cached
+from .format.msgid import UniqKeyGenerator
+
+SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"
+
+
+class PutMessageStatus(enum.Enum):
+    """Mirrors ``org.apache.rocketmq.store.PutMessageStatus``."""
+
+    PUT_OK = "PUT_OK"
+    FLUSH_DISK_TIMEOUT = "FLUSH_DISK_TIMEOUT"
+    FLUSH_SLAVE_TIMEOUT = "FLUSH_SLAVE_TIMEOUT"
+    SLAVE_NOT_AVAILABLE = "SLAVE_NOT_AVAILABLE"
+    SERVICE_NOT_AVAILABLE = "SERVICE_NOT_AVAILABLE"
+    CREATE_MAPPED_FILE_FAILED = "CREATE_MAPPED_FILE_FAILED"
+    MESSAGE_ILLEGAL = "MESSAGE_ILLEGAL"
+    PROPERTIES_SIZE_EXCEEDED = "PROPERTIES_SIZE_EXCEEDED"
+    OS_PAGE_CACHE_BUSY = "OS_PAGE_CACHE_BUSY"
+    UNKNOWN_ERROR = "UNKNOWN_ERROR"
+    IN_SYNC_REPLICAS_NOT_ENOUGH = "IN_SYNC_REPLICAS_NOT_ENOUGH"
+    PUT_TO_REMOTE_BROKER_FAIL = "PUT_TO_REMOTE_BROKER_FAIL"
+    LMQ_CONSUME_QUEUE_NUM_EXCEEDED = "LMQ_CONSUME_QUEUE_NUM_EXCEEDED"
+    WHEEL_TIMER_FLOW_CONTROL = "WHEEL_TIMER_FLOW_CONTROL"
+    WHEEL_TIMER_MSG_ILLEGAL = "WHEEL_TIMER_MSG_ILLEGAL"
+    WHEEL_TIMER_NOT_ENABLE = "WHEEL_TIMER_NOT_ENABLE"
+
+
+class GetMessageStatus(enum.Enum):
+    """Mirrors ``org.apache.rocketmq.store.GetMessageStatus``."""
+
+    FOUND = "FOUND"
+    NO_MATCHED_MESSAGE = "NO_MATCHED_MESSAGE"
+    MESSAGE_WAS_REMOVING = "MESSAGE_WAS_REMOVING"
+    OFFSET_FOUND_NULL = "OFFSET_FOUND_NULL"
+    OFFSET_OVERFLOW_BADLY = "OFFSET_OVERFLOW_BADLY"
+    OFFSET_OVERFLOW_ONE = "OFFSET_OVERFLOW_ONE"
+    OFFSET_TOO_SMALL = "OFFSET_TOO_SMALL"
+    NO_MATCHED_LOGIC_QUEUE = "NO_MATCHED_LOGIC_QUEUE"
+    NO_MESSAGE_IN_QUEUE = "NO_MESSAGE_IN_QUEUE"
+    OFFSET_RESET = "OFFSET_RESET"
+
+
+_UNIQ = UniqKeyGenerator()
+_uniq_lock = threading.Lock()
+
+
+@dataclass(slots=True)
+class Message:
+    """A message to store (``MessageExtBrokerInner``). Every stored field can be given for replay.
+
+    ``properties`` is a mapping or a sequence of ``(name, value)`` pairs, written in that order;
+    ``put_message`` adds no property. ``None`` for ``store_timestamp``/``store_host`` lets the store
+    fill them; ``None`` for ``born_timestamp`` means the store time, for ``born_host`` 127.0.0.1:0.
+    """
+
+    topic: str
+    body: bytes = b""
+    queue_id: int = 0
+    flag: int = 0
+    sys_flag: int = 0
+    properties: Mapping[str, object] | Sequence[tuple[str, object]] | None = None
+    born_timestamp: int | None = None
+    born_host: str | None = None
+    store_host: str | None = None
+    store_timestamp: int | None = None
+    reconsume_times: int = 0
+    prepared_transaction_offset: int = 0
+
+    @classmethod
+    def create(cls, topic: str, body: bytes, *, tags: str | None = None, keys: str | Iterable[str] | None = None,
+               queue_id: int = 0, properties: Mapping[str, object] | None = None, flag: int = 0,
+               born_host: str = "127.0.0.1:0", born_timestamp: int | None = None,
+               uniq_key: str | None = None) -> "Message":
+        """Like a RocketMQ producer: adds TAGS, KEYS (space-joined) and a new UNIQ_KEY."""
+        props: dict[str, object] = {}
+        if tags:
+            props[P.TAGS] = tags
+        if keys:
+            props[P.KEYS] = keys if isinstance(keys, str) else P.KEY_SEPARATOR.join(keys)
+        props[P.UNIQ_KEY] = uniq_key or _UNIQ.new()
+        if properties:
+            props.update(properties)
+        return cls(topic=topic, body=body, queue_id=queue_id, flag=flag, properties=props,
+                   born_timestamp=born_timestamp, born_host=born_host)
+
+    def encoded_properties(self) -> bytes:
+        return P.encode_properties(self.properties)
+
+
+@dataclass(slots=True)
+class MessageRecord:
+    """One stored record, every field decoded (``MessageExt``). ``properties`` parsed as upstream."""
+
+    phy_offset: int
+    store_size: int
+    topic: str
+    queue_id: int
+    queue_offset: int
+    flag: int
+    sys_flag: int
+    body_crc: int
+    born_timestamp: int
+    born_host: str
+    store_timestamp: int
+    store_host: str
+    reconsume_times: int
+    prepared_transaction_offset: int
+    body: bytes
+    properties: dict[str, str]
+    msg_id: str
+    magic: int = 0
+    tags_code: int = 0
+
+    @property
+    def tags(self) -> str | None:
+        return self.properties.get(P.TAGS) or None
+
+    @property
+    def keys(self) -> list[str]:
+        return P.split_keys(self.properties.get(P.KEYS))
+
+    @property
+    def uniq_key(self) -> str | None:
+        return self.properties.get(P.UNIQ_KEY)
+
+    @property
+    def transaction_type(self) -> int:
+        return self.sys_flag & 0xC
+
+
+def tags_code_of(topic: str, props: Mapping[str, str], store_timestamp: int, delay_levels_ms: Sequence[int]) -> int:
+    """CQ tagsCode (FORMAT.md §4.1)."""
+    if topic == SCHEDULE_TOPIC:
+        d = props.get(P.DELAY)
+        if d is not None:
+            try:
+                level = int(d)
+            except ValueError:
+                level = 0
+            level = min(level, len(delay_levels_ms))
+            if level > 0:
+                return store_timestamp + delay_levels_ms[level - 1]
+    tags = props.get(P.TAGS)
+    return java_hash_cached(tags) if tags else 0
+
+
+@dataclass(slots=True)
+class PutMessageResult:
+    """``PutMessageResult`` + ``AppendMessageResult``. For batches ``msg_id`` joins ids with ','."""
+
+    status: PutMessageStatus
+    msg_id: str | None = None
+    phy_offset: int = -1
+    wrote_bytes: int = 0
+    queue_offset: int = -1
+    store_timestamp: int = 0
+    msg_num: int = 0
+    error: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.status is PutMessageStatus.PUT_OK
+
+
+@dataclass(slots=True)
+class GetMessageResult:
+    status: GetMessageStatus
+    next_begin_offset: int
+    min_offset: int
+    max_offset: int
+    messages: list[MessageRecord] = field(default_factory=list)
+    filtered: int = 0
+
+
+@dataclass(slots=True)
+class QueryMessageResult:
+    """Answer of ``query_message``: the records, whether ``max_num`` cut the result, and the index
+    file's last update (``indexLastUpdateTimestamp``/``PhyOffset`` upstream)."""
+
+    messages: list[MessageRecord]
+    truncated: bool = False
+    index_last_update_timestamp: int = 0
+    index_last_update_phy_offset: int = 0
