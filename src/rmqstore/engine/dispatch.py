@@ -77,6 +77,38 @@ def dispatch_batch(buf, batch: M.RecordBatch, *, cq_for: Callable, index_service
         index_service.build_index(batch.phy_offset, batch.store_timestamp, batch.sys_flag, key_lists)
 
 
+def iter_record_batches(queue, start: int, end: int, batch_records: int = BATCH_RECORDS):
+    """Yield ``(mapped_file, RecordBatch)`` for the valid records in ``[start, end)`` of a commitlog
+    segment queue, in order, following blank records to the next segment.
+
+    Stops at the end of data, at ``end``, or before the first invalid record; the generator's
+    return value (``StopIteration.value``) is ``(offset, reason)`` where it stopped."""
+    pos_phy = start
+    while pos_phy < end:
+        mf = queue.find(pos_phy)
+        if mf is None:
+            return pos_phy, "no segment"
+        pos = pos_phy - mf.file_from_offset
+        starts, stop, stop_pos = M.walk_records(mf.mm, pos, min(mf.file_size, end - mf.file_from_offset), batch_records)
+        batch = M.decode_batch(mf.u8, starts)
+        k = batch.first_invalid()
+        if k < len(batch):
+            batch = batch.take(k)
+        if len(batch):
+            yield mf, batch
+            pos_phy = mf.file_from_offset + int(batch.starts[-1] + batch.total[-1])
+        if k < len(starts):
+            return pos_phy, "invalid record"
+        if stop == "blank":
+            pos_phy = mf.file_from_offset + stop_pos
+            pos_phy += mf.file_size - stop_pos
+            continue
+        if stop == "limit" and len(starts) == batch_records:
+            continue
+        return pos_phy, "end" if stop in ("end", "limit") else stop
+    return pos_phy, "end"
+
+
 class ReputMessageService:
     """Background dispatcher: follows the commitlog from ``reput_from`` to the confirm offset."""
 
