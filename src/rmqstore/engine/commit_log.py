@@ -12,6 +12,7 @@ import os
 import re
 import threading
 import time
+import zlib
 from dataclasses import dataclass
 
 from ..config import MessageStoreConfig
@@ -68,6 +69,7 @@ class CommitLog:
         self._flushing = False
         self.flushed_offset = 0
         self.flushed_store_timestamp = 0
+        self._plans: dict = {}
 
     # ------------------------------------------------------------------------------------------
     # Encoding and validation (outside the lock)
@@ -146,7 +148,81 @@ class CommitLog:
         if self.cfg.enabled_append_prop_crc:
             M.fill_prop_crc(rec, pos, e.total)
 
+    def _fast_plan(self, msg: Message):
+        """Per (topic, born host, store host) constants of the common record shape (V1 or V2,
+        IPv4 hosts, no properties CRC), or None when the message needs the general path."""
+        key = (msg.topic, msg.born_host, msg.store_host)
+        plan = self._plans.get(key)
+        if plan is None:
+            if self.cfg.enabled_append_prop_crc or not isinstance(msg.topic, str):
+                return None
+            topic = msg.topic
+            if not topic or not TOPIC_RE.match(topic) or len(topic) > M.MAX_TOPIC_BYTES or len(topic) > 127:
+                return None
+            try:
+                born = parse_host(msg.born_host or _DEFAULT_BORN_HOST)
+                store = parse_host(msg.store_host) if msg.store_host else self._store_host_raw
+            except ValueError:
+                return None
+            if len(born) != 8 or len(store) != 8:
+                return None
+            tb = topic.encode("ascii")
+            plan = (bytes((len(tb),)) + tb, born[:4], M.I32.unpack_from(born, 4)[0], store[:4],
+                    M.I32.unpack_from(store, 4)[0], 91 + len(tb), store.hex().upper())
+            if len(self._plans) < 4096:
+                self._plans[key] = plan
+        return plan
+
     def put_message(self, msg: Message) -> PutMessageResult:
+        plan = self._fast_plan(msg)
+        if plan is None or msg.sys_flag & (M.SYSFLAG_TX_MASK | _INNER_BATCH_FLAG | 0x30) or msg.queue_id < 0:
+            return self._put_general(msg)
+        body = msg.body
+        if not isinstance(body, bytes):
+            return self._put_general(msg)
+        props = msg.encoded_properties()
+        if len(props) > P.MAX_PROPERTIES_SIZE or len(body) > self.cfg.max_message_size or b"INNER_NUM\x01" in props:
+            return self._put_general(msg)
+        topic_tail, born_a, born_p, store_a, store_p, overhead, store_hex = plan
+        total = overhead + len(body) + len(props)
+        if total + M.END_FILE_MIN_BLANK_LENGTH > self.cfg.mapped_file_size_commit_log:
+            return self._put_general(msg)
+        tail = b"".join((body, topic_tail, M.I16.pack(len(props)), props))
+        crc = zlib.crc32(body) & 0x7FFFFFFF if body else 0
+        key = (msg.topic, msg.queue_id)
+        fixed_ts = msg.store_timestamp
+        try:
+            with self.put_lock:
+                store_ts = fixed_ts if fixed_ts is not None else time.time_ns() // 1_000_000
+                qoff = self.topic_queue_table.get(key, 0)
+                mf = self.queue.last
+                if mf is None or total + M.END_FILE_MIN_BLANK_LENGTH > mf.file_size - mf.wrote_position:
+                    mf = self._segment_for(total)
+                pos = mf.wrote_position
+                phy = mf.file_from_offset + pos
+                mm = mf.mm
+                mm[pos:pos + 88] = M.FIXED_V4.pack(
+                    total, M.MAGIC_V1, crc, msg.queue_id, msg.flag, qoff, phy, msg.sys_flag,
+                    store_ts if msg.born_timestamp is None else msg.born_timestamp, born_a, born_p,
+                    store_ts, store_a, store_p, msg.reconsume_times, msg.prepared_transaction_offset, len(body))
+                mm[pos + 88:pos + total] = tail
+                mf.wrote_position = pos + total
+                mf.last_store_timestamp = store_ts
+                self.topic_queue_table[key] = qoff + 1
+                end = phy + total
+                self.confirm_offset = end
+                self.last_store_timestamp = store_ts
+        except (OSError, StoreIOError) as ex:
+            log.error("append failed: %s", ex)
+            return PutMessageResult(PutMessageStatus.CREATE_MAPPED_FILE_FAILED, error=str(ex))
+        if self.on_append is not None:
+            self.on_append(end)
+        status = PutMessageStatus.PUT_OK
+        if self.cfg.sync_flush and b"WAIT\x01false\x02" not in props and not self.sync_to(end):
+            status = PutMessageStatus.FLUSH_DISK_TIMEOUT
+        return PutMessageResult(status, f"{store_hex}{phy:016X}", phy, total, qoff, store_ts, 1)
+
+    def _put_general(self, msg: Message) -> PutMessageResult:
         e = self._encode(msg)
         if isinstance(e, PutMessageResult):
             return e

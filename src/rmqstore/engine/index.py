@@ -246,12 +246,20 @@ class IndexService:
 
     def build_index(self, phys: np.ndarray, ts: np.ndarray, sys_flags: np.ndarray,
                     key_lists: list[list[str]]) -> None:
+        """Index a batch of records from ``topic#key`` strings (``key_lists[i]`` for record i,
+        UNIQ_KEY first, then each KEYS token). See :meth:`build_index_hashed`."""
+        counts = np.fromiter((len(k) for k in key_lists), dtype=np.int64, count=len(key_lists))
+        item_rec = np.repeat(np.arange(len(key_lists)), counts)
+        strings = [s for ks in key_lists for s in ks]
+        hashes = abs_key_hash_many(java_hash_many(strings)).astype(np.int64)
+        self.build_index_hashed(phys, ts, sys_flags, item_rec, hashes)
+
+    def build_index_hashed(self, phys: np.ndarray, ts: np.ndarray, sys_flags: np.ndarray,
+                           item_rec: np.ndarray, item_hash: np.ndarray) -> None:
         """Index a batch of dispatched records in commitlog order (upstream ``buildIndex`` for each).
 
-        ``key_lists[i]`` holds the full ``topic#key`` strings of record i (UNIQ_KEY first, then each
-        KEYS token). A full file is replaced by a new one when the next record arrives, even one
-        without keys, exactly as upstream.
-        """
+        Items are ``(item_rec, item_hash)`` sorted by record. A full file is replaced by a new one
+        when the next record arrives, even one without keys, exactly as upstream."""
         n = phys.size
         if n == 0:
             return
@@ -263,14 +271,12 @@ class IndexService:
             skip_eq = cur.index_count > 1 or end0 > 0
             eligible = (phys > end0) | ((phys == end0) & (not skip_eq))
             eligible &= (sys_flags & 0xC) != 0xC
-            counts = np.fromiter((len(k) for k in key_lists), dtype=np.int64, count=n)
-            counts = np.where(eligible, counts, 0)
-            total = int(counts.sum())
+            keep = eligible[item_rec]
+            rec_of = item_rec[keep]
+            total = int(rec_of.size)
             if total == 0:
                 return
-            rec_of = np.repeat(np.arange(n), counts)
-            strings = [s for i in np.flatnonzero(counts).tolist() for s in key_lists[i]]
-            hashes = abs_key_hash_many(java_hash_many(strings)).astype(np.int64)
+            hashes = item_hash[keep]
             item_phys = phys[rec_of]
             item_ts = ts[rec_of]
             i = 0
@@ -278,8 +284,7 @@ class IndexService:
                 if cur.is_write_full:
                     cur = self._new_file()
                 i += cur.put_batch(hashes[i:], item_phys[i:], item_ts[i:])
-            last_rec = int(rec_of[-1])
-            if cur.is_write_full and last_rec < n - 1:
+            if cur.is_write_full and int(rec_of[-1]) < n - 1:
                 self._new_file()
 
     def ensure_file(self) -> None:

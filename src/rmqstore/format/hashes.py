@@ -70,30 +70,63 @@ def _pow31(n: int) -> np.ndarray:
     return _POW31[:n]
 
 
+def _poly_hash(units: np.ndarray, lens: np.ndarray) -> np.ndarray:
+    """Java hash (uint64, < 2**32) of consecutive runs of 16-bit ``units`` with lengths ``lens``."""
+    n = lens.size
+    out = np.zeros(n, dtype=np.uint64)
+    total = int(lens.sum())
+    if total:
+        ends = np.cumsum(lens)
+        starts = ends - lens
+        seg = np.repeat(np.arange(n), lens)
+        exp = ends[seg] - 1 - np.arange(total)
+        contrib = (units.astype(np.uint64) * _pow31(int(lens.max()))[exp]) & _MASK32
+        nz = lens > 0
+        out[nz] = np.add.reduceat(contrib, starts[nz]) & _MASK32
+    return out
+
+
 def java_hash_many(strings: Sequence[str]) -> np.ndarray:
     """Vectorised :func:`java_hash`: int32 array, one hash per string.
 
-    ``hash(s) = sum(u[i] * 31**(n-1-i)) mod 2**32``; every term is below 2**48, and the per-string
-    sums are reduced in uint64 after each term is taken mod 2**32, so no precision is lost for
-    strings shorter than 2**32 units.
+    ``hash(s) = sum(u[i] * 31**(n-1-i)) mod 2**32``; every term is below 2**48 and is reduced mod
+    2**32 before the per-string sums, so nothing overflows uint64 for any realistic length.
     """
     n = len(strings)
     if n == 0:
         return np.zeros(0, dtype=np.int32)
     enc = [s.encode("utf-16-be", "surrogatepass") for s in strings]
     lens = np.fromiter((len(e) >> 1 for e in enc), dtype=np.int64, count=n)
+    units = np.frombuffer(b"".join(enc), dtype=">u2")
+    return _poly_hash(units, lens).astype(np.uint32).view(np.int32)
+
+
+def java_hash_ranges(buf: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Java hash of byte ranges of ``buf`` read as ASCII text: ``(uint64 hashes, ascii mask)``.
+
+    For a range of ASCII bytes the UTF-16 units equal the bytes, so the hash is exact; ranges with a
+    byte >= 0x80 are flagged and must be hashed from their decoded text by the caller."""
+    lens = (ends - starts).astype(np.int64)
     total = int(lens.sum())
-    out = np.zeros(n, dtype=np.uint64)
-    if total:
-        units = np.frombuffer(b"".join(enc), dtype=">u2").astype(np.uint64)
-        ends = np.cumsum(lens)
-        starts = ends - lens
-        seg = np.repeat(np.arange(n), lens)
-        exp = ends[seg] - 1 - np.arange(total)
-        contrib = (units * _pow31(int(lens.max()))[exp]) & _MASK32
-        nz = lens > 0
-        out[nz] = np.add.reduceat(contrib, starts[nz]) & _MASK32
-    return out.astype(np.uint32).view(np.int32)
+    if total == 0:
+        return np.zeros(lens.size, dtype=np.uint64), np.ones(lens.size, dtype=bool)
+    seg = np.repeat(np.arange(lens.size), lens)
+    within = np.arange(total) - np.repeat(np.cumsum(lens) - lens, lens)
+    units = buf[starts[seg] + within]
+    ascii_ok = np.ones(lens.size, dtype=bool)
+    nz = lens > 0
+    ascii_ok[nz] = np.maximum.reduceat(units, (np.cumsum(lens) - lens)[nz]) < 0x80
+    return _poly_hash(units, lens), ascii_ok
+
+
+def combine_hash(prefix_hash: np.ndarray, suffix_hash: np.ndarray, suffix_len: np.ndarray) -> np.ndarray:
+    """Java hash of ``prefix + suffix`` from the parts: ``h(p) * 31**len(s) + h(s)`` mod 2**32."""
+    pw = _pow31(int(suffix_len.max()) + 1 if suffix_len.size else 1)[suffix_len]
+    return ((prefix_hash.astype(np.uint64) * pw) + suffix_hash) & _MASK32
+
+
+def to_int32(h: np.ndarray) -> np.ndarray:
+    return h.astype(np.uint32).view(np.int32)
 
 
 def abs_key_hash_many(h: np.ndarray) -> np.ndarray:

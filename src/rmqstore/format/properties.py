@@ -32,16 +32,11 @@ PropertiesInput = Mapping[str, object] | Iterable[tuple[str, object]] | None
 
 
 def encode_properties(props: PropertiesInput) -> bytes:
-    """``name\\x01value\\x02`` for each entry in the given order; ``None`` values are omitted."""
+    """``name\x01value\x02`` for each entry in the given order; ``None`` values are omitted."""
     if not props:
         return b""
-    items = props.items() if isinstance(props, Mapping) else props
-    parts = []
-    for name, value in items:
-        if value is None:
-            continue
-        parts.append(f"{name}\x01{value}\x02")
-    return "".join(parts).encode("utf-8")
+    items = props.items() if hasattr(props, "items") else props
+    return "".join([f"{k}\x01{v}\x02" for k, v in items if v is not None]).encode("utf-8")
 
 
 def parse_properties(raw: bytes | memoryview | str) -> dict[str, str]:
