@@ -575,7 +575,9 @@ class MessageStore:
             if len(offs) < limit or len(found) > max_num:
                 break
             limit *= 2
-        return QueryMessageResult(found[:max_num], len(found) > max_num, lt, lp)
+        # the index yields newest first: when max_num cuts, keep the newest max_num (as upstream)
+        kept = found[max(0, len(found) - max_num):] if max_num > 0 else []
+        return QueryMessageResult(kept, len(found) > max_num, lt, lp)
 
     def query_message_by_unique_key(self, topic: str, uniq_key: str, begin_ms: int = 0,
                                     end_ms: int = 2**63 - 1) -> QueryMessageResult:
