@@ -1,38 +1,94 @@
-"""``rmqstore``: the offline toolbox for RocketMQ stores."""
+"""``rmqstore``: the offline toolbox for RocketMQ stores (rmqstore's own and copies of a broker's).
+
+Command reference, exit codes and --json shapes: docs/cli.md ("CLI reference" in the README).
+"""
 from __future__ import annotations
 
+import os
+
 import click
-from rich.console import Console
 from rich.table import Table
 
+from . import commands_care, commands_read, commands_spark, commands_write
+from .common import RmqGroup, StoreCommand, debug_option, install_logging, json_option
+from .errors import ProblemsFoundError
+from .render import fmt_bytes, render_mapping, to_jsonable
 
-@click.group()
+
+def _version() -> str:
+    from .. import __version__
+
+    return __version__
+
+
+@click.group(cls=RmqGroup, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+@click.version_option(_version(), prog_name="rmqstore")
+@debug_option
 def cli() -> None:
-    """Offline toolbox for RocketMQ message stores (rmqstore's own and copies of a broker's)."""
+    """Offline toolbox for RocketMQ message stores (rmqstore's own and copies of a broker's).
+
+    Reading commands open the store read-only and never change it; commands that write say so.
+    Every command takes --store DIR and --config broker.conf; --json prints JSON for scripts.
+    """
+    install_logging()
 
 
 @cli.command()
-@click.option("--dir", "store_dir", default="data/store", show_default=True, help="Store directory (recreated).")
-@click.option("--messages", default=100_000, show_default=True, help="How many messages to write.")
-def demo(store_dir: str, messages: int) -> None:
-    """Write a realistic workload into a fresh store (WRITES), then pull, query by key, id and time."""
+@click.option("--dir", "--store", "store_dir", default=os.path.join("data", "store"), show_default=True,
+              metavar="DIR", help="Store directory (deleted and recreated).")
+@click.option("--messages", type=click.IntRange(1), default=100_000, show_default=True, help="How many messages to write.")
+@click.option("--config", "config", type=click.Path(dir_okay=False, exists=True), default=None, metavar="BROKER_CONF",
+              help="broker.conf-style properties for the new store (segment sizes, ...).")
+@click.option("--no-spark", is_flag=True, help="Skip the Spark stats step.")
+@click.option("--master", default=None, metavar="URL", help="Spark master for the stats step (default local[*]).")
+@json_option
+@debug_option
+def demo(store_dir: str, messages: int, config: str | None, no_spark: bool, master: str | None,
+         json_mode: bool) -> None:
+    """The main job (WRITES: deletes and recreates DIR): produce a realistic workload, dispatch,
+    consume every queue, query by key, unique key, msg id and time, then run the Spark stats job
+    on the result and print a short report. Exit 12 if a check fails."""
     from ..demo import run_demo
 
-    con = Console()
-    rep = run_demo(store_dir, messages)
-    t = Table(title=f"rmqstore demo: {rep.messages:,} messages, {rep.bytes_written / 1e6:.1f} MB in {rep.store_dir}")
-    t.add_column("step")
-    t.add_column("count", justify="right")
-    t.add_column("seconds", justify="right")
-    t.add_column("per second", justify="right")
-    for what, n, s in rep.steps:
-        t.add_row(what, f"{n:,}", f"{s:.3f}", f"{n / s:,.0f}" if s > 0 else "-")
-    con.print(t)
-    for what, ok in rep.checks:
-        con.print(("[green]ok  [/]" if ok else "[red]FAIL[/] ") + what)
+    cmd = StoreCommand(store_dir, config, json_mode)
+    cfg = cmd.config() if config else None
+    with cmd.out.progress("producing", messages) as bar:
+        rep = run_demo(store_dir, messages, cfg=cfg, progress=bar.advance)
+    spark_stats = None
+    if not no_spark:
+        jobs, sp, scfg = commands_spark._session(cmd, master)
+        with cmd.out.status("Spark stats"):
+            spark_stats = jobs.stats(sp, store_dir, cfg=scfg, top=5)
+    d = {"store_dir": rep.store_dir, "messages": rep.messages, "bytes_written": rep.bytes_written,
+         "steps": [{"step": w, "count": n, "seconds": round(s, 6), "per_second": round(n / s) if s > 0 else None}
+                   for w, n, s in rep.steps],
+         "checks": [{"check": w, "ok": ok} for w, ok in rep.checks], "ok": rep.ok,
+         "spark_stats": to_jsonable(spark_stats)}
+    if json_mode:
+        cmd.out.emit(d)
+    else:
+        t = Table(title=f"rmqstore demo: {rep.messages:,} messages, {fmt_bytes(rep.bytes_written)} "
+                        f"in {rep.store_dir}")
+        t.add_column("step")
+        t.add_column("count", justify="right")
+        t.add_column("seconds", justify="right")
+        t.add_column("per second", justify="right")
+        for what, n, s in rep.steps:
+            t.add_row(what, f"{n:,}", f"{s:.3f}", f"{n / s:,.0f}" if s > 0 else "-")
+        cmd.out.print(t)
+        for what, ok in rep.checks:
+            cmd.out.print(("[green]ok  [/] " if ok else "[red]FAIL[/] ") + what)
+        if spark_stats is not None:
+            render_mapping(cmd.out, "Spark stats of the demo store", spark_stats)
     if not rep.ok:
-        raise SystemExit(1)
+        failed = [w for w, ok in rep.checks if not ok]
+        raise ProblemsFoundError(f"demo checks failed: {'; '.join(failed)}", hint="rerun with --debug; report it")
+
+
+for _mod in (commands_write, commands_read, commands_care, commands_spark):
+    for _c in _mod.COMMANDS:
+        cli.add_command(_c)
 
 
 def main() -> None:
-    cli()
+    cli(prog_name="rmqstore")

@@ -1,0 +1,240 @@
+"""Care commands: ``stats``, ``verify [--fix]``, ``recover``, ``clean``, ``rebuild``."""
+from __future__ import annotations
+
+import dataclasses
+import inspect
+import os
+
+import click
+from rich.markup import escape
+from rich.table import Table
+from rich.text import Text
+
+from .common import TIME, StoreCommand, store_options
+from .errors import ProblemsFoundError
+from .render import fmt_bytes, fmt_ts, kv_table, render_mapping, to_jsonable, tz_note
+from .commands_read import require_topic
+
+
+# ---------------------------------------------------------------------------------------------
+# stats
+# ---------------------------------------------------------------------------------------------
+def queue_bytes(store, topic: str, queue_id: int, lo: int, hi: int) -> int:
+    """Sum of the message sizes of units [lo, hi) of one consume queue (no commitlog reads)."""
+    cq = store.find_consume_queue(topic, queue_id)
+    total, off = 0, lo
+    while off < hi:
+        units = cq.iterate_from(off)
+        if units is None or len(units) == 0:
+            nxt = cq.roll_next_file(off)
+            if nxt <= off:
+                break
+            off = nxt
+            continue
+        n = min(len(units), hi - off)
+        total += int(units["size"][:n].sum())
+        off += n
+    return total
+
+
+@click.command()
+@click.option("--topic", default=None, help="Only this topic.")
+@store_options
+def stats(cmd: StoreCommand, topic: str | None) -> None:
+    """Per topic and queue: messages, bytes, first and last store time (from the consume queues,
+    fast); read-only. For the full-scan Spark version see `rmqstore spark stats`."""
+    with cmd.open_read() as st:
+        topics = st.topics()
+        if topic is not None:
+            require_topic(st, topic)
+            topics = {topic: topics[topic]}
+        scope = [(t, q) for t in sorted(topics) for q in topics[t]]
+        queues = []
+        with cmd.out.progress("reading consume queues", len(scope)) as bar:
+            for t, q in scope:
+                lo, hi = st.get_min_offset_in_queue(t, q), st.get_max_offset_in_queue(t, q)
+                queues.append({
+                    "topic": t, "queue_id": q, "min_offset": lo, "max_offset": hi, "messages": hi - lo,
+                    "bytes": queue_bytes(st, t, q, lo, hi),
+                    "first_store_timestamp": st.get_message_store_timestamp(t, q, lo) if hi > lo else -1,
+                    "last_store_timestamp": st.get_message_store_timestamp(t, q, hi - 1) if hi > lo else -1,
+                })
+                bar.advance(1)
+        commitlog = {"min_offset": st.min_phy_offset, "max_offset": st.max_phy_offset,
+                     "bytes": st.max_phy_offset - st.min_phy_offset}
+        path = st.path
+    per_topic: dict[str, dict] = {}
+    for r in queues:
+        a = per_topic.setdefault(r["topic"], {"topic": r["topic"], "queues": 0, "messages": 0, "bytes": 0,
+                                              "first_store_timestamp": -1, "last_store_timestamp": -1})
+        a["queues"] += 1
+        a["messages"] += r["messages"]
+        a["bytes"] += r["bytes"]
+        if r["first_store_timestamp"] >= 0:
+            f = a["first_store_timestamp"]
+            a["first_store_timestamp"] = r["first_store_timestamp"] if f < 0 else min(f, r["first_store_timestamp"])
+        a["last_store_timestamp"] = max(a["last_store_timestamp"], r["last_store_timestamp"])
+    topic_rows = list(per_topic.values())
+    totals = {"topics": len(topic_rows), "queues": len(queues), "messages": sum(r["messages"] for r in queues),
+              "bytes": sum(r["bytes"] for r in queues)}
+    if cmd.json:
+        cmd.out.emit({"store": path, "commitlog": commitlog, "totals": totals, "topics": topic_rows, "queues": queues})
+        return
+    cmd.out.print(kv_table(f"store {path}", [
+        ("commitlog offsets", f"[{commitlog['min_offset']}, {commitlog['max_offset']})"),
+        ("commitlog data", fmt_bytes(commitlog["bytes"])),
+        ("topics / queues", f"{totals['topics']} / {totals['queues']}"),
+        ("messages", f"{totals['messages']:,}"),
+        ("message bytes", fmt_bytes(totals["bytes"])),
+    ]))
+    for title, rows, per_queue in (("topics", topic_rows, False), ("queues", queues, True)):
+        tb = Table(title=title, caption=tz_note() if per_queue else None)
+        tb.add_column("topic")
+        tb.add_column("queue" if per_queue else "queues", justify="right")
+        if per_queue:
+            tb.add_column("offsets", justify="right")
+        for c in ("messages", "bytes"):
+            tb.add_column(c, justify="right")
+        tb.add_column("first store time")
+        tb.add_column("last store time")
+        for r in rows:
+            cells = [escape(r["topic"]), str(r["queue_id"] if per_queue else r["queues"])]
+            if per_queue:
+                cells.append(f"[{r['min_offset']}, {r['max_offset']})")
+            cells += [f"{r['messages']:,}", fmt_bytes(r["bytes"]), fmt_ts(r["first_store_timestamp"]),
+                      fmt_ts(r["last_store_timestamp"])]
+            tb.add_row(*cells)
+        cmd.out.print(tb)
+
+
+# ---------------------------------------------------------------------------------------------
+# verify
+# ---------------------------------------------------------------------------------------------
+def finding_dict(f) -> dict:
+    return {"kind": to_jsonable(getattr(f, "kind", None)), "path": getattr(f, "path", None),
+            "offset": getattr(f, "offset", None), "detail": getattr(f, "detail", None),
+            "fixed": bool(getattr(f, "fixed", False))}
+
+
+def _call_with_progress(fn, out, label: str, total: int | None, **kwargs):
+    """Call ``fn(**kwargs)``, passing a progress callback when ``fn`` accepts one."""
+    if "progress" in inspect.signature(fn).parameters:
+        with out.progress(label, total, unit="bytes") as bar:
+            return fn(**kwargs, progress=bar.update)
+    with out.status(label + " ..."):
+        return fn(**kwargs)
+
+
+@click.command()
+@click.option("--fix", is_flag=True, help="Repair what can be repaired (WRITES: opens the store for writing, "
+                                          "takes the lock).")
+@store_options
+def verify(cmd: StoreCommand, fix: bool) -> None:
+    """Check every record's CRC and the consume queues and index against the commitlog; read-only
+    unless --fix (which WRITES). Exit 12 when problems remain unfixed."""
+    with (cmd.open_write() if fix else cmd.open_read()) as st:
+        findings = _call_with_progress(st.verify, cmd.out, "verifying", st.max_phy_offset - st.min_phy_offset,
+                                       fix=fix)
+        path = st.path
+    rows = [finding_dict(f) for f in findings]
+    unfixed = sum(not r["fixed"] for r in rows)
+    d = {"store": path, "fix": fix, "ok": unfixed == 0, "findings": rows,
+         "fixed": len(rows) - unfixed, "unfixed": unfixed}
+    if cmd.json:
+        cmd.out.emit(d)
+    else:
+        if rows:
+            tb = Table(title=f"verify {path}: {len(rows)} findings, {len(rows) - unfixed} fixed")
+            for c in ("kind", "path", "offset", "detail", "fixed"):
+                tb.add_column(c, overflow="fold")
+            for r in rows:
+                tb.add_row(escape(str(r["kind"])), escape(str(r["path"] or "-")),
+                           "-" if r["offset"] is None else str(r["offset"]), Text(str(r["detail"] or "")),
+                           "yes" if r["fixed"] else "no")
+            cmd.out.print(tb)
+        else:
+            cmd.out.print(Text(f"verify {path}: no problems found", style="green"))
+    if unfixed:
+        raise ProblemsFoundError(f"{unfixed} problem(s) not fixed in {path}",
+                                 hint="run `rmqstore verify --fix` (it writes)" if not fix else
+                                 "see the findings; restore the damaged files from a copy if needed")
+
+
+# ---------------------------------------------------------------------------------------------
+# recover
+# ---------------------------------------------------------------------------------------------
+@click.command()
+@click.option("--dry-run", is_flag=True, help="Only say what recovery would do (read-only open).")
+@store_options
+def recover(cmd: StoreCommand, dry_run: bool) -> None:
+    """Run startup recovery and report it (WRITES unless --dry-run: cuts a torn tail, saving the cut
+    bytes under recovery/, truncates consume queues, re-dispatches, rebuilds dropped index files)."""
+    with cmd.out.status("recovering"):
+        with (cmd.open_read() if dry_run else cmd.open_write()) as st:
+            rep = st.recovery_report
+            path = st.path
+    d = {"store": path, **to_jsonable(rep), "clean": rep.clean, "summary": rep.summary()}
+    if cmd.json:
+        cmd.out.emit(d)
+        return
+    cmd.out.print(kv_table(f"recovery of {path}", [
+        ("mode", rep.mode), ("applied", rep.applied), ("summary", rep.summary()),
+        ("valid data", f"[{rep.start_offset}, {rep.end_offset})"), ("last valid record at", rep.last_valid_offset),
+        ("records scanned", rep.records_scanned), ("re-dispatched from", rep.redispatch_from),
+        ("consume queues truncated", ", ".join(rep.consume_queues_truncated) or "-"),
+        ("index files rebuilt", ", ".join(rep.index_files_rebuilt) or "-"), ("seconds", f"{rep.seconds:.3f}"),
+    ]))
+    if rep.cuts:
+        tb = Table(title="cut tails")
+        for c in ("segment", "offset", "length", "reason", "saved to"):
+            tb.add_column(c, overflow="fold")
+        for c in rep.cuts:
+            tb.add_row(c.segment, str(c.offset), str(c.length), Text(c.reason), Text(c.saved_to or "-"))
+        cmd.out.print(tb)
+
+
+# ---------------------------------------------------------------------------------------------
+# clean
+# ---------------------------------------------------------------------------------------------
+@click.command()
+@click.option("--dry-run", is_flag=True, help="Only list what would be deleted (read-only open).")
+@click.option("--force", is_flag=True, help="Delete expired files now, whatever the hour (deleteWhen) and disk use.")
+@click.option("--now", "now_ms", type=TIME, default=None, help="Pretend it is this time (epoch ms or ISO time).")
+@store_options
+def clean(cmd: StoreCommand, dry_run: bool, force: bool, now_ms: int | None) -> None:
+    """Delete expired commitlog, consume-queue and index files, by fileReservedTime (WRITES: deletes
+    files; takes the lock) -- or list them with --dry-run."""
+    with (cmd.open_read() if dry_run else cmd.open_write()) as st:
+        with cmd.out.status("cleaning" if not dry_run else "checking retention"):
+            res = st.clean_expired(now_ms=now_ms, dry_run=dry_run, force=force)
+        path = st.path
+    d = {"store": path, **to_jsonable(res)}
+    if cmd.json:
+        cmd.out.emit(d)
+    else:
+        render_mapping(cmd.out, f"clean {path}" + (" (dry run: nothing deleted)" if dry_run else ""), d)
+
+
+# ---------------------------------------------------------------------------------------------
+# rebuild
+# ---------------------------------------------------------------------------------------------
+@click.command()
+@click.argument("out_dir", type=click.Path(file_okay=False))
+@store_options
+def rebuild(cmd: StoreCommand, out_dir: str) -> None:
+    """Rebuild consume queues and index files from the commitlog into OUT_DIR, in-process (WRITES
+    only OUT_DIR; the store itself is opened read-only and never changed)."""
+    from ..engine.rebuild import rebuild as run_rebuild
+
+    with cmd.open_read() as st:
+        lo, hi = st.min_phy_offset, st.max_phy_offset
+    with cmd.out.progress("rebuilding", max(hi - lo, 1), unit="bytes") as bar:
+        res = run_rebuild(cmd.store_path, out_dir, cmd.config(), progress=lambda done: bar.update(done - lo))
+    d = {"store": os.path.abspath(cmd.store_path), **to_jsonable(dataclasses.asdict(res))}
+    if cmd.json:
+        cmd.out.emit(d)
+    else:
+        cmd.out.print(kv_table(f"rebuilt consume queues and index of {d['store']}", list(d.items())))
+
+
+COMMANDS = [stats, verify, recover, clean, rebuild]

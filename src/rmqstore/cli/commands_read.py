@@ -1,0 +1,430 @@
+"""Reading commands. Each opens the store read-only: no lock is taken and no byte on disk changes,
+so they are safe on a store a broker is still running on (they see what was flushed)."""
+from __future__ import annotations
+
+import heapq
+import re
+from typing import Iterator
+
+import click
+from rich.markup import escape
+from rich.table import Table
+from rich.text import Text
+
+from .common import KEY_VALUE, TIME, StoreCommand, store_options
+from .errors import CliError, ExitCode, MessageNotFoundError, UnknownTopicError, UsageProblem
+from .render import body_preview, fmt_ts, record_detail, record_dict, records_table, tz_note
+
+CLI_GROUP = "rmqstore-cli"
+MAX_TIME = 2**63 - 1
+_CONTINUE = {"FOUND", "NO_MATCHED_MESSAGE", "OFFSET_FOUND_NULL", "MESSAGE_WAS_REMOVING"}
+
+
+# ---------------------------------------------------------------------------------------------
+# helpers shared by the read commands (and stats)
+# ---------------------------------------------------------------------------------------------
+def known_topics(store) -> dict[str, list[int]]:
+    return store.topics()
+
+
+def require_topic(store, topic: str, queue: int | None = None) -> list[int]:
+    """The topic's queue ids; :class:`UnknownTopicError` when the topic (or queue) is not stored."""
+    topics = known_topics(store)
+    if topic not in topics:
+        names = sorted(topics)
+        listed = ", ".join(names[:20]) + (f", ... ({len(names)} topics)" if len(names) > 20 else "")
+        raise UnknownTopicError(f"unknown topic {topic!r} in {store.path} (topics: {listed or 'none'})")
+    if queue is not None and queue not in topics[topic]:
+        raise UnknownTopicError(f"topic {topic!r} has no queue {queue} in {store.path} "
+                                f"(queues: {', '.join(map(str, topics[topic]))})")
+    return topics[topic]
+
+
+def iter_queue(store, topic: str, queue_id: int, start: int, stop: int, subscription: str | None = None
+               ) -> Iterator:
+    """Messages of one queue with queue offsets in [start, stop), pulled page by page."""
+    off = start
+    while off < stop:
+        g = store.get_message(CLI_GROUP, topic, queue_id, off, 32, subscription)
+        for m in g.messages:
+            if m.queue_offset >= stop:
+                return
+            yield m
+        nxt = g.next_begin_offset
+        if g.status.value not in _CONTINUE and g.status.value != "OFFSET_TOO_SMALL" or nxt <= off:
+            return
+        off = nxt
+
+
+def check_msg_id(msg_id: str) -> str:
+    s = msg_id.strip()
+    if len(s) not in (32, 56) or not re.fullmatch(r"[0-9A-Fa-f]+", s):
+        raise UsageProblem(f"{msg_id!r} is not an offsetMsgId (32 hex chars for IPv4 stores, 56 for IPv6)",
+                           hint="use the msg id printed by send/pull/query-key, not the UNIQ_KEY "
+                                "(for that: query-unique-key)")
+    return s.upper()
+
+
+def _records_out(cmd: StoreCommand, header: dict, records: list, title: str, include_body: bool = True) -> None:
+    if cmd.json:
+        cmd.out.emit({**header, "messages": [record_dict(r, include_body=include_body) for r in records]})
+    elif records:
+        cmd.out.print(records_table(records, title=title, caption=tz_note()))
+    else:
+        cmd.out.print(Text(f"{title} (none)"))
+
+
+def read_at(st, phy_offset: int):
+    """The record starting at a commitlog offset, with errors that name the offset."""
+    from ..errors import CorruptRecordError, OffsetError
+
+    try:
+        rec = st.look_message_by_offset(phy_offset)
+    except CorruptRecordError as e:
+        raise CliError(f"no valid record starts at commitlog offset {phy_offset}: {e}", code=ExitCode.CORRUPT,
+                       hint="record start offsets are the phy offsets shown by pull/browse; if this one is "
+                            "right, the store is damaged: run `rmqstore verify`") from e
+    if rec is None:
+        raise OffsetError(f"commitlog offset {phy_offset} is outside the stored data "
+                          f"[{st.min_phy_offset}, {st.max_phy_offset})", path=st.path)
+    return rec
+
+
+def _detail_out(cmd: StoreCommand, rec, body_as: str = "auto") -> None:
+    if cmd.json:
+        d = record_dict(rec)
+        if body_as == "hex":
+            d["body_encoding"], d["body"] = "hex", bytes(rec.body).hex()
+        cmd.out.emit(d)
+    else:
+        record_detail(cmd.out, rec, body_as=body_as)
+
+
+# ---------------------------------------------------------------------------------------------
+# pull
+# ---------------------------------------------------------------------------------------------
+@click.command()
+@click.argument("topic")
+@click.option("--queue", "-q", "queue_id", type=click.IntRange(0), default=0, show_default=True, help="Queue id.")
+@click.option("--offset", "-o", type=int, default=None, help="Queue offset to start at (default: the queue's min offset).")
+@click.option("--count", "-n", type=click.IntRange(1), default=32, show_default=True, help="Messages to return at most.")
+@click.option("--group", "-g", default=CLI_GROUP, show_default=True, help="Consumer group name (informational offline).")
+@click.option("--tags", "subscription", default=None, metavar="EXPR", help='Tag expression, e.g. "TagA || TagB" ("*" = all).')
+@click.option("--single", is_flag=True, help="Exactly one getMessage call, as a broker answers one pull request "
+                                              "(it stops at a consume-queue file boundary).")
+@click.option("--no-body", is_flag=True, help="Leave bodies out of --json output.")
+@store_options
+def pull(cmd: StoreCommand, topic: str, queue_id: int, offset: int | None, count: int, group: str,
+         subscription: str | None, single: bool, no_body: bool) -> None:
+    """Pull messages of one queue from an offset, like a consumer (getMessage), read-only.
+
+    Repeats getMessage until COUNT messages are returned or the queue ends, unless --single.
+    The status, next begin offset and min/max offsets are the broker's own answers.
+    """
+    with cmd.open_read() as st:
+        require_topic(st, topic, queue_id)
+        start = st.get_min_offset_in_queue(topic, queue_id) if offset is None else offset
+        msgs: list = []
+        filtered = calls = 0
+        off = start
+        while True:
+            g = st.get_message(group, topic, queue_id, off, count - len(msgs), subscription)
+            calls += 1
+            msgs.extend(g.messages)
+            filtered += g.filtered
+            last = g
+            if single or len(msgs) >= count or g.status.value not in _CONTINUE \
+                    or g.next_begin_offset <= off or g.next_begin_offset >= g.max_offset:
+                break
+            off = g.next_begin_offset
+        status = "FOUND" if msgs else last.status.value
+        header = {"status": status, "topic": topic, "queue_id": queue_id, "group": group,
+                  "subscription": subscription, "offset": start, "next_begin_offset": last.next_begin_offset,
+                  "min_offset": last.min_offset, "max_offset": last.max_offset, "filtered": filtered,
+                  "calls": calls}
+        title = (f"pull {topic} queue {queue_id} from offset {start}: {status}, {len(msgs)} messages, "
+                 f"next begin offset {last.next_begin_offset} (queue min {last.min_offset}, max {last.max_offset})")
+        _records_out(cmd, header, msgs, title, include_body=not no_body)
+
+
+# ---------------------------------------------------------------------------------------------
+# query-key / query-unique-key / query-id / query-offset / print
+# ---------------------------------------------------------------------------------------------
+@click.command("query-key")
+@click.argument("topic")
+@click.argument("key")
+@click.option("--begin", type=TIME, default=None, help="Earliest store time: epoch ms or ISO time (local unless it has an offset).")
+@click.option("--end", type=TIME, default=None, help="Latest store time: epoch ms or ISO time.")
+@click.option("--max", "max_num", type=click.IntRange(1), default=32, show_default=True, help="Messages to return at most.")
+@click.option("--upstream", is_flag=True, help="Answer as the broker's queryMessage does: index hash matches "
+                                                "(collisions included), --max capped at maxMsgsNumBatch.")
+@click.option("--no-body", is_flag=True, help="Leave bodies out of --json output.")
+@store_options
+def query_key(cmd: StoreCommand, topic: str, key: str, begin: int | None, end: int | None, max_num: int,
+              upstream: bool, no_body: bool) -> None:
+    """Messages of TOPIC whose KEYS (or UNIQ_KEY) contain KEY, oldest first, from the index; read-only."""
+    b, e = begin if begin is not None else 0, end if end is not None else MAX_TIME
+    with cmd.open_read() as st:
+        res = st.query_message(topic, key, max_num=max_num, begin_ms=b, end_ms=e, exact=not upstream)
+        if not res.messages:
+            require_topic(st, topic)
+        header = {"topic": topic, "key": key, "begin": b, "end": e, "max": max_num, "upstream": upstream,
+                  "truncated": res.truncated}
+        more = " (more match: raise --max)" if res.truncated else ""
+        _records_out(cmd, header, res.messages, f"{topic} key {key!r}: {len(res.messages)} messages{more}",
+                     include_body=not no_body)
+
+
+@click.command("query-unique-key")
+@click.argument("topic")
+@click.argument("unique_key")
+@click.option("--begin", type=TIME, default=None, help="Earliest store time: epoch ms or ISO time.")
+@click.option("--end", type=TIME, default=None, help="Latest store time: epoch ms or ISO time.")
+@click.option("--no-body", is_flag=True, help="Leave bodies out of --json output.")
+@store_options
+def query_unique_key(cmd: StoreCommand, topic: str, unique_key: str, begin: int | None, end: int | None,
+                     no_body: bool) -> None:
+    """Messages of TOPIC whose UNIQ_KEY (the client message id) is UNIQUE_KEY; read-only.
+
+    Usually one message; a producer retry that was stored twice shows up twice.
+    """
+    b, e = begin if begin is not None else 0, end if end is not None else MAX_TIME
+    with cmd.open_read() as st:
+        res = st.query_message_by_unique_key(topic, unique_key, begin_ms=b, end_ms=e)
+        if not res.messages:
+            require_topic(st, topic)
+        header = {"topic": topic, "unique_key": unique_key, "begin": b, "end": e, "truncated": res.truncated}
+        _records_out(cmd, header, res.messages, f"{topic} unique key {unique_key}: {len(res.messages)} messages",
+                     include_body=not no_body)
+
+
+BODY_AS = click.option("--body-as", type=click.Choice(["auto", "text", "hex"]), default="auto", show_default=True,
+                       help="auto: text when the body is valid UTF-8, else a hex dump.")
+
+
+@click.command("query-id")
+@click.argument("msg_id")
+@BODY_AS
+@store_options
+def query_id(cmd: StoreCommand, msg_id: str, body_as: str) -> None:
+    """One message by its offsetMsgId (the broker's msgId: store host + commitlog offset); read-only."""
+    mid = check_msg_id(msg_id)
+    with cmd.open_read() as st:
+        rec = st.view_message_by_id(mid)
+        if rec is None:
+            raise MessageNotFoundError(
+                f"no message with msg id {mid} in {st.path} (its commitlog offset is outside "
+                f"[{st.min_phy_offset}, {st.max_phy_offset}))", hint="it may have been cleaned, or be from another broker")
+        if rec.msg_id != mid:
+            cmd.out.warn(f"the record at that offset has msg id {rec.msg_id}: {mid} names another store host")
+        _detail_out(cmd, rec, body_as)
+
+
+@click.command("query-offset")
+@click.argument("phy_offset", type=click.IntRange(0))
+@BODY_AS
+@store_options
+def query_offset(cmd: StoreCommand, phy_offset: int, body_as: str) -> None:
+    """The message that starts at a commitlog (physical) offset; read-only."""
+    with cmd.open_read() as st:
+        _detail_out(cmd, read_at(st, phy_offset), body_as)
+
+
+def _parse_locator(locator: str) -> tuple[str, object]:
+    s = locator.strip()
+    if re.fullmatch(r"[0-9A-Fa-f]{32}|[0-9A-Fa-f]{56}", s):
+        return "id", s.upper()
+    if re.fullmatch(r"\d+", s):
+        return "offset", int(s)
+    parts = s.rsplit(":", 2)
+    if len(parts) == 3 and parts[1].isdigit() and parts[2].isdigit() and parts[0]:
+        return "queue", (parts[0], int(parts[1]), int(parts[2]))
+    raise UsageProblem(f"{locator!r} is not a commitlog offset, an offsetMsgId or TOPIC:QUEUE:QUEUE_OFFSET",
+                       hint="e.g. `rmqstore print 885`, `rmqstore print 0A00000100002A9F0000000000000375`, "
+                            "`rmqstore print TopicTest:0:1`")
+
+
+@click.command("print")
+@click.argument("locator")
+@BODY_AS
+@store_options
+def print_(cmd: StoreCommand, locator: str, body_as: str) -> None:
+    """Every field of one message, body as text or hex; read-only.
+
+    LOCATOR is a commitlog offset (885), an offsetMsgId (32/56 hex chars) or TOPIC:QUEUE:QUEUE_OFFSET
+    (TopicTest:0:1).
+    """
+    kind, value = _parse_locator(locator)
+    with cmd.open_read() as st:
+        if kind == "id":
+            rec = st.view_message_by_id(value)
+            if rec is None:
+                raise MessageNotFoundError(f"no message with msg id {value} in {st.path}")
+        elif kind == "offset":
+            rec = read_at(st, value)
+        else:
+            topic, qid, qoff = value
+            require_topic(st, topic, qid)
+            g = st.get_message(CLI_GROUP, topic, qid, qoff, 1)
+            rec = g.messages[0] if g.messages and g.messages[0].queue_offset == qoff else None
+            if rec is None:
+                raise MessageNotFoundError(f"no message at {topic} queue {qid} offset {qoff} "
+                                           f"({g.status.value}; the queue holds [{g.min_offset}, {g.max_offset}))")
+        _detail_out(cmd, rec, body_as)
+
+
+# ---------------------------------------------------------------------------------------------
+# browse
+# ---------------------------------------------------------------------------------------------
+def _line(rec) -> Text:
+    t = Text()
+    t.append(fmt_ts(rec.store_timestamp), style="cyan")
+    t.append(f"  {rec.topic}:{rec.queue_id}:{rec.queue_offset}", style="bold")
+    t.append(f"  phy={rec.phy_offset}  id={rec.msg_id}")
+    if rec.tags:
+        t.append(f"  tags={rec.tags}", style="green")
+    if rec.keys:
+        t.append(f"  keys={' '.join(rec.keys)}", style="yellow")
+    t.append("  " + body_preview(bytes(rec.body), 80))
+    return t
+
+
+@click.command()
+@click.argument("topic", required=False)
+@click.option("--begin", type=TIME, default=None, help="Earliest store time: epoch ms or ISO time.")
+@click.option("--end", type=TIME, default=None, help="Latest store time: epoch ms or ISO time.")
+@click.option("--queue", "-q", "queues", type=click.IntRange(0), multiple=True, help="Only these queues (repeatable).")
+@click.option("--tags", "subscription", default=None, metavar="EXPR", help='Tag expression, e.g. "TagA || TagB".')
+@click.option("--key", "keys", multiple=True, help="Only messages with this KEYS token (repeatable: any of them).")
+@click.option("--grep", "greps", multiple=True, metavar="TEXT",
+              help="Only messages whose body contains TEXT (UTF-8; repeatable: all of them).")
+@click.option("--property", "props", type=KEY_VALUE, multiple=True,
+              help="Only messages with property NAME=VALUE (repeatable: all of them).")
+@click.option("--limit", type=click.IntRange(0), default=0, help="Stop after this many matches (0 = no limit).")
+@click.option("--no-body", is_flag=True, help="Leave bodies out of --json output.")
+@store_options
+def browse(cmd: StoreCommand, topic: str | None, begin: int | None, end: int | None, queues: tuple[int, ...],
+           subscription: str | None, keys: tuple[str, ...], greps: tuple[str, ...], props: tuple[tuple[str, str], ...],
+           limit: int, no_body: bool) -> None:
+    """Stream the messages of TOPIC (all topics if omitted) in a store-time window, optionally
+    filtered by tag, key, body text or property; read-only.
+
+    Messages come in commitlog (write) order, one per line; nothing is held in memory, so there
+    is no result cap. --json prints JSON Lines (one message object per line).
+    """
+    needles = [g.encode("utf-8") for g in greps]
+    want_keys = set(keys)
+    with cmd.open_read() as st:
+        if topic is not None:
+            scope = [(topic, q) for q in require_topic(st, topic)]
+        else:
+            scope = [(t, q) for t, qs in sorted(known_topics(st).items()) for q in qs]
+        if queues:
+            if topic is not None:
+                for q in queues:
+                    require_topic(st, topic, q)
+            scope = [(t, q) for t, q in scope if q in queues]
+        ranges = []
+        for t, q in scope:
+            lo, hi = st.get_min_offset_in_queue(t, q), st.get_max_offset_in_queue(t, q)
+            start = lo if begin is None else max(lo, st.get_offset_in_queue_by_time(t, q, begin, "lower"))
+            stop = hi if end is None else min(hi, st.get_offset_in_queue_by_time(t, q, end, "upper") + 1)
+            if start < stop:
+                ranges.append((t, q, start, stop))
+        b = begin if begin is not None else -(2**63)
+        e = end if end is not None else MAX_TIME
+        total = sum(stop - start for _, _, start, stop in ranges)
+        streams = [iter_queue(st, t, q, start, stop, subscription) for t, q, start, stop in ranges]
+        matched = scanned = 0
+        with cmd.out.progress("browsing", total) as bar:
+            for rec in heapq.merge(*streams, key=lambda r: r.phy_offset):
+                scanned += 1
+                bar.advance(1)
+                if not (b <= rec.store_timestamp <= e):
+                    continue
+                if want_keys and want_keys.isdisjoint(rec.keys):
+                    continue
+                if needles and not all(n in bytes(rec.body) for n in needles):
+                    continue
+                if props and any(rec.properties.get(k) != v for k, v in props):
+                    continue
+                matched += 1
+                if cmd.json:
+                    cmd.out.emit_line(record_dict(rec, include_body=not no_body))
+                else:
+                    cmd.out.print(_line(rec), soft_wrap=True)
+                if limit and matched >= limit:
+                    break
+        if not cmd.json:
+            cmd.out.print(Text(f"{matched} messages matched, {scanned} read ({tz_note()})", style="dim"))
+
+
+# ---------------------------------------------------------------------------------------------
+# topic-status / offset-by-time
+# ---------------------------------------------------------------------------------------------
+@click.command("topic-status")
+@click.argument("topic", required=False)
+@store_options
+def topic_status(cmd: StoreCommand, topic: str | None) -> None:
+    """Min/max offset, message count and last store time per queue of TOPIC (all topics if omitted); read-only."""
+    with cmd.open_read() as st:
+        topics = known_topics(st)
+        names = [topic] if topic is not None else sorted(topics)
+        if topic is not None:
+            require_topic(st, topic)
+        rows = []
+        for t in names:
+            for q in topics[t]:
+                lo, hi = st.get_min_offset_in_queue(t, q), st.get_max_offset_in_queue(t, q)
+                last = st.get_message_store_timestamp(t, q, hi - 1) if hi > lo else -1
+                rows.append({"topic": t, "queue_id": q, "min_offset": lo, "max_offset": hi,
+                             "messages": hi - lo, "last_store_timestamp": last})
+    if cmd.json:
+        cmd.out.emit({"store": st.path, "queues": rows})
+        return
+    tb = Table(title=f"topic status of {st.path}", caption=tz_note())
+    for c in ("topic", "queue", "min offset", "max offset", "messages", "last store time"):
+        tb.add_column(c, justify="left" if c in ("topic", "last store time") else "right")
+    for r in rows:
+        tb.add_row(escape(r["topic"]), str(r["queue_id"]), str(r["min_offset"]), str(r["max_offset"]),
+                   str(r["messages"]), fmt_ts(r["last_store_timestamp"]))
+    cmd.out.print(tb)
+
+
+@click.command("offset-by-time")
+@click.argument("topic")
+@click.argument("timestamp", type=TIME)
+@click.option("--queue", "-q", "queues", type=click.IntRange(0), multiple=True, help="Only these queues (default: all).")
+@click.option("--boundary", type=click.Choice(["lower", "upper"]), default="lower", show_default=True,
+              help="lower: first offset stored at or after TIMESTAMP; upper: last one stored at or before it.")
+@store_options
+def offset_by_time(cmd: StoreCommand, topic: str, timestamp: int, queues: tuple[int, ...], boundary: str) -> None:
+    """The queue offset at a store time (getOffsetInQueueByTime), per queue of TOPIC; read-only.
+
+    TIMESTAMP is epoch milliseconds or an ISO time. Answers are clamped to [min, max] as the
+    broker does, so max means "nothing stored that late".
+    """
+    with cmd.open_read() as st:
+        all_q = require_topic(st, topic)
+        for q in queues:
+            require_topic(st, topic, q)
+        rows = []
+        for q in (sorted(queues) if queues else all_q):
+            off = st.get_offset_in_queue_by_time(topic, q, timestamp, boundary)
+            hi = st.get_max_offset_in_queue(topic, q)
+            rows.append({"queue_id": q, "offset": off, "min_offset": st.get_min_offset_in_queue(topic, q),
+                         "max_offset": hi,
+                         "store_timestamp": st.get_message_store_timestamp(topic, q, off) if off < hi else -1})
+    if cmd.json:
+        cmd.out.emit({"topic": topic, "timestamp": timestamp, "boundary": boundary, "queues": rows})
+        return
+    tb = Table(title=f"{topic}: {boundary} offset at {fmt_ts(timestamp)}", caption=tz_note())
+    for c in ("queue", "offset", "min offset", "max offset", "store time at offset"):
+        tb.add_column(c, justify="left" if c.startswith("store") else "right")
+    for r in rows:
+        tb.add_row(str(r["queue_id"]), str(r["offset"]), str(r["min_offset"]), str(r["max_offset"]),
+                   fmt_ts(r["store_timestamp"]))
+    cmd.out.print(tb)
+
+
+COMMANDS = [pull, query_key, query_unique_key, query_id, query_offset, print_, browse, topic_status, offset_by_time]
