@@ -1,0 +1,111 @@
+"""Java-compatible hashes and the masked CRC-32 (FORMAT.md §0, §4.2, §6.2), scalar and numpy."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from rmqstore.format import hashes as H
+
+# FORMAT.md §4.2
+SPEC_VECTORS = [
+    ("abc", 96354),
+    ("TAG1", 2567159),
+    ("TagA", 2598919),
+    ("FooBar#Hello", -101609924),
+    ("中文", 646394),
+    ("😀", 1772899),
+    ("polygenelubricants", -2147483648),
+    ("", 0),
+]
+
+
+def reference_hash(s: str) -> int:
+    """Independent oracle: the definition over UTF-16 code units, astral chars as surrogate pairs."""
+    h = 0
+    for ch in s:
+        cp = ord(ch)
+        units = [cp] if cp < 0x10000 else [0xD800 + ((cp - 0x10000) >> 10), 0xDC00 + ((cp - 0x10000) & 0x3FF)]
+        for u in units:
+            h = (h * 31 + u) % 2**32
+    return h - 2**32 if h >= 2**31 else h
+
+
+def string_with_hash(prefix: str, target: int) -> str:
+    """``prefix + 7 chars`` whose Java hash is ``target`` (base-31 digits offset by 'A')."""
+    n = 7
+    base = (reference_hash(prefix) % 2**32) * pow(31, n, 2**32)
+    ones = sum(31**i for i in range(n))
+    r = (target - base - 65 * ones) % 2**32
+    digits = []
+    for _ in range(n):
+        digits.append(r % 31)
+        r //= 31
+    assert r == 0
+    return prefix + "".join(chr(65 + d) for d in reversed(digits))
+
+
+@pytest.mark.parametrize("s,h", SPEC_VECTORS)
+def test_java_hash_spec_vectors(s, h):
+    assert H.java_hash(s) == h
+    assert reference_hash(s) == h
+    assert H.java_hash_cached(s) == h
+
+
+def test_java_hash_many_spec_vectors():
+    got = H.java_hash_many([s for s, _ in SPEC_VECTORS])
+    assert got.dtype == np.int32
+    assert got.tolist() == [h for _, h in SPEC_VECTORS]
+    assert H.java_hash_many([]).tolist() == []
+
+
+def test_surrogate_pair_counts_as_two_units():
+    # U+1F600 is D83D DE00 in UTF-16
+    assert H.java_hash("😀") == 0xD83D * 31 + 0xDE00
+    assert H.java_hash("\ud83d\ude00") == H.java_hash("😀")  # lone surrogates written out
+    assert H.java_hash("\ud800") == 0xD800
+    assert H.java_hash_many(["\ud800", "a\udfffb"]).tolist() == [0xD800, reference_hash("a\udfffb")]
+
+
+def test_hash_collision_pair():
+    assert H.java_hash("Aa") == H.java_hash("BB") == 2112
+    assert H.index_key_hash("T", "Aa") == H.index_key_hash("T", "BB")
+    assert H.index_key_hash("T", "Aa") != H.index_key_hash("U", "Aa")
+
+
+def test_index_key_hash_is_abs_of_topic_hash_key():
+    assert H.index_key_hash("FooBar", "Hello") == 101609924
+    assert H.index_key_hash("TopicTest", "order-0") == abs(reference_hash("TopicTest#order-0"))
+
+
+def test_index_key_hash_min_value_is_zero():
+    s = string_with_hash("T#", -2**31)
+    assert reference_hash(s) == -2**31 == H.java_hash(s)
+    assert H.index_key_hash("T", s[2:]) == 0
+    assert H.abs_key_hash(-2**31) == 0
+    assert H.abs_key_hash(-5) == 5
+    got = H.abs_key_hash_many(np.array([-2**31, -5, 7, 0, 2**31 - 1], dtype=np.int32))
+    assert got.tolist() == [0, 5, 7, 0, 2**31 - 1]
+
+
+def test_java_hash_ranges_and_combine_match_the_scalar_hash():
+    texts = [b"", b"k", b"order-17", b"abc def", "中文".encode()]
+    buf = np.frombuffer(b"".join(texts), dtype=np.uint8)
+    lens = np.array([len(t) for t in texts])
+    ends = np.cumsum(lens)
+    starts = ends - lens
+    h, ascii_ok = H.java_hash_ranges(buf, starts, ends)
+    assert ascii_ok.tolist() == [True, True, True, True, False]
+    for t, v, ok in zip(texts, H.to_int32(h).tolist(), ascii_ok.tolist()):
+        if ok:
+            assert v == reference_hash(t.decode())
+    prefix = np.array([reference_hash("Topic#") % 2**32] * 4, dtype=np.uint64)
+    full = H.to_int32(H.combine_hash(prefix, h[:4], lens[:4]))
+    assert full.tolist() == [reference_hash("Topic#" + t.decode()) for t in texts[:4]]
+
+
+def test_crc32_is_masked_to_31_bits():
+    # CRC-32 check value of "123456789" is 0xCBF43926; "a" is 0xE8B7BE43: both have the top bit set
+    assert H.crc32(b"123456789") == 0x4BF43926
+    assert H.crc32(b"a") == 0x68B7BE43
+    assert H.crc32(b"") == 0
+    assert H.crc32(memoryview(b"123456789")) == 0x4BF43926

@@ -1,0 +1,57 @@
+"""IndexFile codec (FORMAT.md §6.1): header, slot and item layout; timeDiff in seconds."""
+from __future__ import annotations
+
+import struct
+
+import numpy as np
+
+from rmqstore.format import index_file as IX
+
+
+def test_sizes_and_positions():
+    assert IX.HEADER_SIZE == 40 and IX.SLOT_SIZE == 4 and IX.ITEM_SIZE == 20
+    assert IX.file_size(100, 400) == 8440                 # IndexFileTest
+    assert IX.file_size(5_000_000, 20_000_000) == 420_000_040  # upstream default
+    assert IX.file_size(64, 256) == 5416                  # the vectors
+    assert IX.slot_pos(0) == 40 and IX.slot_pos(63) == 40 + 63 * 4
+    assert IX.item_pos(64, 0) == 296 and IX.item_pos(64, 3) == 356
+    assert (IX.BEGIN_TS_POS, IX.END_TS_POS, IX.BEGIN_PHY_POS, IX.END_PHY_POS,
+            IX.SLOT_COUNT_POS, IX.INDEX_COUNT_POS) == (0, 8, 16, 24, 32, 36)
+
+
+def test_header_layout():
+    b = IX.HEADER.pack(1, 2, 3, 4, 5, 6)
+    assert b == struct.pack(">qqqqii", 1, 2, 3, 4, 5, 6)
+    assert struct.unpack_from(">i", b, 36)[0] == 6
+
+
+def test_item_scalar_and_numpy_agree():
+    items = [(588507836, 0, 0, 0), (2**31 - 1, 2**40, 3600, 17), (0, 5, 2**31 - 1, 255)]
+    data = b"".join(IX.ITEM.pack(*i) for i in items)
+    assert data[:20] == bytes.fromhex("2313EABC" "0000000000000000" "00000000" "00000000")
+    arr = np.frombuffer(data, dtype=IX.ITEM_DTYPE)
+    assert [tuple(int(x) for x in a.tolist()) for a in arr] == items
+    rebuilt = np.empty(len(items), dtype=IX.ITEM_DTYPE)
+    for name, col in zip(IX.ITEM_DTYPE.names, zip(*items)):
+        rebuilt[name] = col
+    assert rebuilt.tobytes() == data
+
+
+def test_time_diff_seconds_scalar_and_numpy():
+    cases = [  # (store, begin, want)
+        (1_700_000_005_500, 1_700_000_000_000, 5),
+        (1_700_000_000_999, 1_700_000_000_000, 0),
+        (1_700_000_000_000, 1_700_000_000_000, 0),
+        (1_699_999_999_000, 1_700_000_000_000, 0),   # store time going backwards: 0
+        (1_700_000_000_000, 0, 0),                   # begin <= 0: 0
+        (1_700_000_000_000, -5, 0),
+        (10**13, 1, 2**31 - 1),                       # clamped
+    ]
+    for s, b, want in cases:
+        assert IX.time_diff_seconds(s, b) == want, (s, b)
+    got = IX.time_diff_seconds(np.array([c[0] for c in cases], dtype=np.int64),
+                               np.array([c[1] for c in cases], dtype=np.int64))
+    assert got.dtype == np.int32
+    assert got.tolist() == [c[2] for c in cases]
+    got = IX.time_diff_seconds(np.array([1_700_000_005_500, 1_700_000_009_000]), 1_700_000_000_000)
+    assert got.tolist() == [5, 9]
