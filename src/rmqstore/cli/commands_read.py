@@ -74,6 +74,21 @@ def _records_out(cmd: StoreCommand, header: dict, records: list, title: str, inc
         cmd.out.print(Text(f"{title} (none)"))
 
 
+def raise_if_damaged(st, what: str, phy_offset: int | None = None) -> None:
+    """When a read-only open found a damaged commitlog tail (recovery would cut it) and the thing
+    asked for lies there (or may: ``phy_offset`` None), say so instead of "not found"."""
+    rep = st.recovery_report
+    if rep is None or rep.applied:
+        return
+    for c in rep.cuts:
+        if phy_offset is None or c.offset <= phy_offset < c.offset + max(c.length, 1):
+            raise CliError(f"{what}: it lies in the damaged commitlog tail that recovery would cut "
+                           f"({c.reason}; {c.length} bytes from offset {c.offset} in {c.segment}, path={st.path})",
+                           code=ExitCode.CORRUPT,
+                           hint="`rmqstore verify` lists the damage; `rmqstore recover` cuts it and keeps the "
+                                "bytes under recovery/")
+
+
 def read_at(st, phy_offset: int):
     """The record starting at a commitlog offset, with errors that name the offset."""
     from ..errors import CorruptRecordError, OffsetError
@@ -85,6 +100,7 @@ def read_at(st, phy_offset: int):
                        hint="record start offsets are the phy offsets shown by pull/browse; if this one is "
                             "right, the store is damaged: run `rmqstore verify`") from e
     if rec is None:
+        raise_if_damaged(st, f"no readable record at commitlog offset {phy_offset}", phy_offset)
         raise OffsetError(f"commitlog offset {phy_offset} is outside the stored data "
                           f"[{st.min_phy_offset}, {st.max_phy_offset})", path=st.path)
     return rec
@@ -212,6 +228,7 @@ def query_id(cmd: StoreCommand, msg_id: str, body_as: str) -> None:
     with cmd.open_read() as st:
         rec = st.view_message_by_id(mid)
         if rec is None:
+            raise_if_damaged(st, f"no readable message with msg id {mid}")
             raise MessageNotFoundError(
                 f"no message with msg id {mid} in {st.path} (its commitlog offset is outside "
                 f"[{st.min_phy_offset}, {st.max_phy_offset}))", hint="it may have been cleaned, or be from another broker")
@@ -259,6 +276,7 @@ def print_(cmd: StoreCommand, locator: str, body_as: str) -> None:
         if kind == "id":
             rec = st.view_message_by_id(value)
             if rec is None:
+                raise_if_damaged(st, f"no readable message with msg id {value}")
                 raise MessageNotFoundError(f"no message with msg id {value} in {st.path}")
         elif kind == "offset":
             rec = read_at(st, value)
@@ -268,6 +286,8 @@ def print_(cmd: StoreCommand, locator: str, body_as: str) -> None:
             g = st.get_message(CLI_GROUP, topic, qid, qoff, 1)
             rec = g.messages[0] if g.messages and g.messages[0].queue_offset == qoff else None
             if rec is None:
+                if g.max_offset <= qoff:
+                    raise_if_damaged(st, f"no readable message at {topic} queue {qid} offset {qoff}")
                 raise MessageNotFoundError(f"no message at {topic} queue {qid} offset {qoff} "
                                            f"({g.status.value}; the queue holds [{g.min_offset}, {g.max_offset}))")
         _detail_out(cmd, rec, body_as)

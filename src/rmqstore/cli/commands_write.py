@@ -208,7 +208,8 @@ def load(cmd: StoreCommand, file: str, uniq_keys: bool, create: bool) -> None:
         if file == "-":
             fd, tmp = tempfile.mkstemp(prefix="rmqstore-load-", suffix=".jsonl")
             with os.fdopen(fd, "wb") as out:
-                shutil.copyfileobj(click.get_binary_stream("stdin"), out)
+                with click.open_file("-", "rb") as stdin:
+                    shutil.copyfileobj(stdin, out)
             path, shown = tmp, "<stdin>"
         else:
             if not os.path.isfile(file):

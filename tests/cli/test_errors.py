@@ -1,0 +1,156 @@
+"""Each kind of failure: its own one-line message on stderr, its own exit code, no traceback
+unless --debug."""
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from rmqstore import errors as E
+from rmqstore.cli.errors import ExitCode, classify
+
+
+def _one_line(r):
+    """The error line (store warnings such as "recovery would cut ..." may come before it)."""
+    lines = [line for line in r.stderr.splitlines() if line.strip() and not line.startswith("warning: ")]
+    assert len(lines) == 1, r.stderr
+    assert lines[0].startswith("Error: ")
+    return lines[0]
+
+
+def test_missing_and_non_store_directories(run, tmp_path):
+    line = _one_line(run.fails(ExitCode.STORE_NOT_FOUND, "topic-status", "--store", tmp_path / "nope"))
+    assert str(tmp_path / "nope") in line and "--store" in line
+    line = _one_line(run.fails(ExitCode.STORE_NOT_FOUND, "stats", "--store", tmp_path))
+    assert "not a message store" in line and str(tmp_path) in line
+    for cmd in (["pull", "T"], ["print", "0"], ["browse"], ["query-key", "T", "k"], ["verify"], ["rebuild", tmp_path / "o"],
+                ["recover"], ["spark", "stats"]):
+        run.fails(ExitCode.STORE_NOT_FOUND, *cmd, "--store", tmp_path / "nope")
+    assert not (tmp_path / "nope").exists()
+
+
+def test_store_from_env_and_broker_conf(run, vectors, tmp_path, monkeypatch):
+    vs = vectors.load("basic")
+    conf = tmp_path / "broker.conf"
+    conf.write_text(f"storePathRootDir={vs.store}\n")
+    via_conf = run.json("topic-status", "--config", conf)
+    monkeypatch.setenv("RMQSTORE_STORE", str(vs.store))
+    assert run.json("topic-status") == via_conf
+    assert via_conf["store"] == str(vs.store)
+
+
+def test_unknown_topic_or_queue(run, vectors):
+    s = vectors.load("basic").store
+    for cmd in (["pull", "NoSuchTopic"], ["pull", "TopicTest", "-q", 7], ["topic-status", "NoSuchTopic"],
+                ["browse", "NoSuchTopic"], ["offset-by-time", "NoSuchTopic", "0"], ["stats", "--topic", "NoSuchTopic"],
+                ["query-key", "NoSuchTopic", "order-1"], ["query-unique-key", "NoSuchTopic", "X"],
+                ["print", "NoSuchTopic:0:0"], ["browse", "TopicTest", "-q", 9]):
+        line = _one_line(run.fails(ExitCode.UNKNOWN_TOPIC, *cmd, "--store", s))
+        assert "NoSuchTopic" in line or "queue" in line
+        assert "TopicTest" in line  # says what there is
+
+
+def test_corrupt_record(run, copy_store, truth):
+    t = truth("basic")
+    store = copy_store("basic")
+    # not a record start: the offset is named, and so is the way out
+    line = _one_line(run.fails(ExitCode.CORRUPT, "query-offset", 1, "--store", store))
+    assert "offset 1" in line and "verify" in line
+    # a record whose magic code was destroyed
+    victim = t.rows[4]
+    with open(store / "commitlog" / "00000000000000000000", "r+b") as fh:
+        fh.seek(victim["phy"] + 4)
+        fh.write(b"\x00\x00\x00\x00")
+    for cmd in (["print", str(victim["phy"])], ["query-id", victim["msg_id"]],
+                ["print", f"{victim['topic']}:{victim['queue_id']}:{victim['queue_offset']}"]):
+        r = run.fails(ExitCode.CORRUPT, *cmd, "--store", store)
+        line = _one_line(r)
+        assert "damaged commitlog tail" in line and f"offset {victim['phy']}" in line and "recover" in line
+        assert r.stderr.startswith("warning: ")  # the read-only open says what recovery would do
+
+
+def test_offset_not_found_usage_and_config(run, vectors, tmp_path):
+    s = vectors.load("basic").store
+    max_phy = vectors.load("basic").expected["api"]["maxPhyOffset"]
+    line = _one_line(run.fails(ExitCode.OFFSET, "query-offset", max_phy, "--store", s))
+    assert f"[0, {max_phy})" in line
+    run.fails(ExitCode.OFFSET, "print", 10**12, "--store", s)
+    far = "0A00000100002A9F" + f"{10**9:016X}"
+    assert far in _one_line(run.fails(ExitCode.NOT_FOUND, "query-id", far, "--store", s))
+    run.fails(ExitCode.NOT_FOUND, "print", "TopicTest:0:999", "--store", s)
+    assert "offsetMsgId" in _one_line(run.fails(ExitCode.USAGE, "query-id", "C0A80A0B1F404E6F7A2100", "--store", s))
+    run.fails(ExitCode.USAGE, "print", "not-a-locator", "--store", s)
+    run.fails(ExitCode.USAGE, "browse", "--begin", "yesterday-ish", "--store", s)
+    run.fails(ExitCode.USAGE, "pull", "TopicTest", "--count", 0, "--store", s)
+    run.fails(ExitCode.USAGE, "no-such-command")
+    run.fails(ExitCode.USAGE, "topic-status", "--store", s, "--config", tmp_path / "missing.conf")
+    bad = tmp_path / "bad.conf"
+    bad.write_text("mappedFileSizeCommitLog=lots\n")
+    line = _one_line(run.fails(ExitCode.CONFIG, "topic-status", "--store", s, "--config", bad))
+    assert "mapped_file_size_commit_log" in line and "lots" in line
+
+
+def test_debug_shows_the_traceback(run, vectors, monkeypatch):
+    s = vectors.load("basic").store
+    r = run("query-offset", 1, "--store", s, "--debug")
+    assert r.exit_code == ExitCode.CORRUPT and "Traceback" in r.stderr and "CorruptRecordError" in r.stderr
+    r = run("--debug", "query-offset", 1, "--store", s)
+    assert r.exit_code == ExitCode.CORRUPT and "Traceback" in r.stderr
+    monkeypatch.setenv("RMQSTORE_DEBUG", "1")
+    assert "Traceback" in run("query-offset", 1, "--store", s).stderr
+
+
+def test_unexpected_errors_exit_1_with_a_hint(run, vectors, monkeypatch):
+    from rmqstore import MessageStore
+
+    def boom(self):
+        raise RuntimeError("kaboom")
+
+    monkeypatch.setattr(MessageStore, "topics", boom)
+    line = _one_line(run.fails(ExitCode.INTERNAL, "topic-status", "--store", vectors.load("basic").store))
+    assert "kaboom" in line and "--debug" in line
+
+
+@pytest.mark.parametrize("exc, code", [
+    (E.StoreNotFoundError("x", path="/p"), ExitCode.STORE_NOT_FOUND),
+    (E.StoreLockedError("x", path="/p"), ExitCode.STORE_LOCKED),
+    (E.CorruptRecordError("x", path="/p", offset=3), ExitCode.CORRUPT),
+    (E.ReadOnlyStoreError("x", path="/p"), ExitCode.READ_ONLY),
+    (E.ConfigError("x"), ExitCode.CONFIG),
+    (E.OffsetError("x"), ExitCode.OFFSET),
+    (E.StoreIOError("x", path="/p"), ExitCode.IO),
+    (PermissionError(13, "Permission denied", "/p"), ExitCode.IO),
+    (E.StoreClosedError("x"), ExitCode.INTERNAL),
+    (ValueError("x"), ExitCode.INTERNAL),
+])
+def test_every_store_error_type_has_its_code(exc, code):
+    got, message, hint = classify(exc)
+    assert got == code and message and (hint or code == ExitCode.OK)
+    if getattr(exc, "path", None):
+        assert "/p" in message
+
+
+def test_locked_store(run, copy_store, tmp_path):
+    """A writer in another process holds the lock: writes fail with exit 4, reads still work."""
+    store = copy_store("basic")
+    holder = subprocess.Popen([sys.executable, "-c", textwrap.dedent(f"""
+        import sys
+        from rmqstore import MessageStore
+        from rmqstore.layout import infer_config
+        st = MessageStore.open({str(store)!r}, infer_config({str(store)!r}))
+        print("ready", flush=True)
+        sys.stdin.read()
+        st.close()
+    """)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "ready"
+        for cmd in (["send", "TopicTest", "x"], ["recover"], ["load", "-"]):
+            line = _one_line(run.fails(ExitCode.STORE_LOCKED, *cmd, "--store", store, input='{"topic": "T"}\n'))
+            assert "lock" in line and str(store) in line
+        assert run.json("topic-status", "--store", store)["queues"]
+    finally:
+        holder.communicate("", timeout=30)
+    assert holder.returncode == 0
+    assert run.json("send", "TopicTest", "after", "--store", store)["status"] == "PUT_OK"
