@@ -25,7 +25,7 @@ from ..types import Message, PutMessageResult, PutMessageStatus
 
 log = logging.getLogger(__name__)
 
-TOPIC_RE = re.compile(r"^[%|a-zA-Z0-9_-]+$")
+TOPIC_RE = re.compile(r"^[%|a-zA-Z0-9_-]+\Z")  # \Z: "$" would accept a trailing newline
 _DEFAULT_BORN_HOST = "127.0.0.1:0"
 _MAX_TOTAL_EXTRA = 65536
 _INNER_BATCH_FLAG = 0x80
