@@ -1,0 +1,172 @@
+"""ConsumeQueue (FORMAT.md §5; ConsumeQueueTest correctMinOffset and pre-fill cases)."""
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pytest
+
+from rmqstore import MessageStoreConfig
+from rmqstore.engine.consume_queue import ConsumeQueue
+from rmqstore.format import consume_queue as CQ
+
+
+def _cq(tmp_path, cq_size=1000, read_only=False) -> ConsumeQueue:
+    cfg = MessageStoreConfig(mapped_file_size_consume_queue=cq_size)
+    cq = ConsumeQueue(str(tmp_path), "T", 0, cfg, read_only=read_only)
+    cq.load()
+    return cq
+
+
+def _put(cq, qs, phys, sizes=None, tags=None):
+    qs = np.asarray(qs, dtype=np.int64)
+    phys = np.asarray(phys, dtype=np.int64)
+    sizes = np.full(qs.size, 100, dtype=np.int64) if sizes is None else np.asarray(sizes, dtype=np.int64)
+    tags = np.zeros(qs.size, dtype=np.int64) if tags is None else np.asarray(tags, dtype=np.int64)
+    cq.put_units(qs, phys, sizes, tags)
+
+
+def _files(tmp_path):
+    d = tmp_path / "consumequeue" / "T" / "0"
+    return {n: (d / n).read_bytes() for n in sorted(os.listdir(d))}
+
+
+def test_units_on_disk_and_file_roll(tmp_path):
+    cq = _cq(tmp_path, cq_size=100)  # 5 units per file
+    _put(cq, range(7), [i * 200 for i in range(7)], [200] * 7, [i - 3 for i in range(7)])
+    cq.flush()
+    files = _files(tmp_path)
+    assert list(files) == ["00000000000000000000", "00000000000000000100"]
+    data = b"".join(files.values())
+    assert data[:140] == b"".join(CQ.UNIT.pack(i * 200, 200, i - 3) for i in range(7))
+    assert not any(data[140:])
+    assert (cq.min_offset, cq.max_offset, cq.max_physic_offset) == (0, 7, 1400)
+    assert cq.get_unit(6) == (1200, 200, 3)
+    assert cq.get_unit(7) is None and cq.get_unit(-1) is None
+    units = cq.iterate_from(3)  # to the end of the file that holds unit 3 only
+    assert units["phy_offset"].tolist() == [600, 800]
+    assert cq.iterate_from(5)["phy_offset"].tolist() == [1000, 1200]
+    assert cq.iterate_from(7) is None
+    assert cq.roll_next_file(3) == 5 and cq.roll_next_file(5) == 10
+    cq.close()
+
+
+def test_cq_file_size_is_rounded_up_to_units(tmp_path):
+    assert MessageStoreConfig(mapped_file_size_consume_queue=128).cq_file_size == 140
+    cq = _cq(tmp_path, cq_size=128)
+    _put(cq, [0], [0])
+    assert [len(b) for b in _files(tmp_path).values()] == [140]
+    cq.close()
+
+
+def test_duplicates_are_ignored(tmp_path):
+    cq = _cq(tmp_path)
+    _put(cq, [0, 1, 2], [0, 100, 200])
+    before = _files(tmp_path)
+    _put(cq, [0], [0])          # o + s <= maxPhysicOffset
+    _put(cq, [1, 2], [100, 200])
+    assert _files(tmp_path) == before and cq.max_offset == 3
+    cq.close()
+
+
+def test_a_gap_is_appended_at_the_current_end(tmp_path):
+    """Quirk 15.6: a queue offset past the end is written at the end anyway."""
+    cq = _cq(tmp_path)
+    _put(cq, [0], [0])
+    _put(cq, [5], [100])
+    assert cq.max_offset == 2 and cq.get_unit(1) == (100, 100, 0)
+    cq.close()
+
+
+def test_prefill_of_a_queue_that_starts_late(tmp_path):
+    cq = _cq(tmp_path)  # 50 units per file
+    _put(cq, [60], [7000])
+    files = _files(tmp_path)
+    assert list(files) == ["00000000000000001000"]
+    data = files["00000000000000001000"]
+    assert data[:200] == CQ.BLANK_UNIT * 10
+    assert data[200:220] == CQ.UNIT.pack(7000, 100, 0)
+    assert (cq.min_offset, cq.max_offset) == (60, 61)
+    assert cq.get_unit(59) is None and cq.get_unit(60) == (7000, 100, 0)
+    cq.flush()
+    cq.close()
+    # reopen: recovery accepts the blank units; correctMinOffset(1) skips them again
+    again = _cq(tmp_path)
+    assert again.recover() == 1220
+    assert (again.min_offset, again.max_offset, again.max_physic_offset) == (0, 61, 7100)
+    again.correct_min_offset(1)
+    assert again.min_offset == 60
+    again.close()
+    blanks = _cq(tmp_path)
+    blanks.recover()
+    blanks.correct_min_offset(0)  # quirk: with minPhy 0 the blank pre-fill units count as valid
+    assert blanks.min_offset == 50
+    blanks.close()
+
+
+@pytest.fixture
+def big_cq(tmp_path):
+    """10000 units (phy 100*i, size 100) in one default-size file."""
+    cq = ConsumeQueue(str(tmp_path), "T", 0, MessageStoreConfig(), read_only=False)
+    n = 10000
+    _put(cq, range(n), np.arange(n) * 100)
+    assert len(cq.queue.files) == 1 and cq.max_offset == n
+    yield cq
+    cq.close()
+
+
+@pytest.mark.parametrize("min_logic,min_phy,want_logic", [
+    (0, 0, 0),
+    (100, 2000, 400),             # min 100 bytes, correct(2000) -> unit 20
+    (9999 * 20, 1_000_000, 200_000),  # every unit is below minPhy: the queue is empty (min = max)
+    (200_000, 1_000_000, 200_000),    # min >= max logic offset: nothing to do
+    (0, 550, 120),                # phy 550 falls between units: the first unit at or after it
+    (0, 999_900, 199_980),        # the last unit
+])
+def test_correct_min_offset(big_cq, min_logic, min_phy, want_logic):
+    big_cq.min_logic_offset = min_logic
+    big_cq.correct_min_offset(min_phy)
+    assert big_cq.min_logic_offset == want_logic
+    assert big_cq.min_offset == want_logic // 20
+
+
+def test_recover_stops_at_the_first_invalid_unit(tmp_path):
+    cq = _cq(tmp_path, cq_size=100)
+    _put(cq, range(12), [i * 100 for i in range(12)])
+    cq.flush()
+    cq.close()
+    path = tmp_path / "consumequeue" / "T" / "0" / "00000000000000000100"
+    data = bytearray(path.read_bytes())
+    data[40:60] = CQ.UNIT.pack(1000, 0, 0)  # unit 7 has size 0
+    path.write_bytes(bytes(data))
+    ro = _cq(tmp_path, cq_size=100, read_only=True)
+    assert ro.recover() == 140
+    assert (ro.max_offset, ro.max_physic_offset) == (7, 700)
+    assert len(ro.queue.files) == 2
+    ro.close()
+    assert path.read_bytes() == bytes(data)  # read-only recovery changes nothing
+    rw = _cq(tmp_path, cq_size=100)
+    rw.recover()
+    assert rw.max_offset == 7 and not (tmp_path / "consumequeue" / "T" / "0" / "00000000000000000200").exists()
+    rw.close()
+
+
+def test_truncate_dirty(tmp_path):
+    cq = _cq(tmp_path, cq_size=100)
+    _put(cq, range(12), [i * 100 for i in range(12)])
+    cq.truncate_dirty(650)   # units with phy >= 650 go
+    assert (cq.max_offset, cq.max_physic_offset) == (7, 700)
+    assert len(cq.queue.files) == 2
+    assert not any(_files(tmp_path)["00000000000000000100"][40:])
+    cq.truncate_dirty(450)   # the whole second file goes
+    assert (cq.max_offset, cq.max_physic_offset) == (5, 500)
+    assert list(_files(tmp_path)) == ["00000000000000000000"]
+    cq.close()
+
+
+def test_new_queue_is_empty(tmp_path):
+    cq = _cq(tmp_path)
+    assert (cq.min_offset, cq.max_offset, cq.max_physic_offset) == (0, 0, -1)
+    assert cq.recover() == 0 and cq.get_unit(0) is None and cq.iterate_from(0) is None
+    assert not (tmp_path / "consumequeue").exists()
+    cq.close()
