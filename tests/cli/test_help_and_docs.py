@@ -1,0 +1,146 @@
+"""Every command has --help text and a CLI-reference entry with an example; the exit-code table
+and the documented --json shapes match what the commands do."""
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import click
+import pytest
+
+from rmqstore.cli.errors import EXIT_CODE_DOCS, ExitCode
+from rmqstore.cli.main import cli
+
+ROOT = Path(__file__).resolve().parents[2]
+WRITERS = {"send", "load", "recover", "clean", "demo", "rebuild", "spark rebuild", "spark export"}
+
+
+def reference_text() -> str:
+    """The CLI reference: README.md's "## CLI reference" section once merged, else docs/cli.md."""
+    readme = ROOT / "README.md"
+    if readme.exists():
+        text = readme.read_text(encoding="utf-8")
+        if "## CLI reference" in text:
+            section = text.split("## CLI reference", 1)[1]
+            nxt = re.search(r"^## (?!#)", section, flags=re.M)
+            return section[: nxt.start()] if nxt else section
+    return (ROOT / "docs" / "cli.md").read_text(encoding="utf-8")
+
+
+def all_commands(group: click.Group = cli, prefix: str = ""):
+    for name, cmd in sorted(group.commands.items()):
+        path = f"{prefix}{name}"
+        yield path, cmd
+        if isinstance(cmd, click.Group):
+            yield from all_commands(cmd, path + " ")
+
+
+COMMANDS = list(all_commands())
+LEAVES = [(p, c) for p, c in COMMANDS if not isinstance(c, click.Group)]
+
+
+def sections() -> dict[str, str]:
+    """``command path -> its section text`` from the ``### `rmqstore X``` headings."""
+    text = reference_text()
+    out = {}
+    parts = re.split(r"^### `rmqstore ([a-z -]+)`\s*$", text, flags=re.M)
+    for i in range(1, len(parts), 2):
+        out[parts[i].strip()] = parts[i + 1]
+    return out
+
+
+def test_the_contract_command_names_exist():
+    names = {p for p, _ in COMMANDS}
+    assert {"demo", "send", "load", "pull", "query-key", "query-id", "query-unique-key", "query-offset", "browse",
+            "topic-status", "offset-by-time", "print", "stats", "verify", "recover", "clean", "rebuild", "spark",
+            "spark rebuild", "spark verify", "spark export", "spark stats"} <= names
+
+
+@pytest.mark.parametrize("path, cmd", COMMANDS, ids=[p for p, _ in COMMANDS])
+def test_every_command_has_help(run, path, cmd):
+    assert (cmd.help or "").strip(), f"{path} has no help text"
+    r = run.ok(*path.split(), "--help")
+    assert f"Usage: cli {path}" in r.stdout or f"Usage: rmqstore {path}" in r.stdout
+    first = cmd.help.strip().split("\n")[0].split()[0]
+    assert first in r.stdout
+    if not isinstance(cmd, click.Group):
+        opts = {o for p in cmd.params for o in getattr(p, "opts", [])}
+        assert {"--store", "--config", "--json", "--debug"} <= opts, path
+        says_writes = "WRITES" in cmd.help or "writes" in cmd.help.lower()
+        assert says_writes == (path in WRITERS) or path == "verify", path
+    if path == "verify":
+        fix = next(p for p in cmd.params if "--fix" in p.opts)
+        assert "WRITES" in fix.help
+
+
+@pytest.mark.parametrize("path", [p for p, _ in COMMANDS], ids=[p for p, _ in COMMANDS])
+def test_every_command_is_in_the_reference_with_an_example(path):
+    sec = sections()
+    assert path in sec, f"no '### `rmqstore {path}`' section in the CLI reference"
+    if path == "spark":
+        return
+    blocks = re.findall(r"```[a-z]*\n(.*?)```", sec[path], flags=re.S)
+    examples = [line for b in blocks for line in b.splitlines() if line.startswith(f"rmqstore {path} ")]
+    assert examples, f"no example `rmqstore {path} ...` in its section"
+
+
+def test_exit_code_table_matches_the_code():
+    text = reference_text()
+    rows = dict(re.findall(r"^\|\s*(\d+)\s*\|\s*([^|]+?)\s*\|", text, flags=re.M))
+    assert {int(k) for k in rows} == {int(c) for c in ExitCode}
+    for code, meaning, _ in EXIT_CODE_DOCS:
+        assert rows[str(int(code))].replace("`", "") == meaning.replace("`", ""), code
+    assert {c for c, _, _ in EXIT_CODE_DOCS} == set(ExitCode)
+
+
+def _doc_json(path: str) -> dict | None:
+    m = re.search(r"```json\n(.*?)```", sections()[path], flags=re.S)
+    return json.loads(m.group(1)) if m else None
+
+
+def _same_shape(doc, got, where):
+    if isinstance(doc, dict) and isinstance(got, dict):
+        assert set(doc) == set(got), f"{where}: documented {sorted(doc)} vs printed {sorted(got)}"
+        for k in doc:
+            if k in ("properties", "summary", "spark_stats"):  # open-ended maps
+                continue
+            _same_shape(doc[k], got[k], f"{where}.{k}")
+    elif isinstance(doc, list) and doc and isinstance(got, list) and got:
+        _same_shape(doc[0], got[0], f"{where}[0]")
+
+
+def test_documented_json_shapes_are_what_commands_print(run, truth, tmp_path):
+    t = truth("basic")
+    s = t.store
+    r = t.rows[4]
+    record_doc = json.loads(re.search(r"### The message object.*?```json\n(.*?)```", reference_text(), flags=re.S).group(1))
+    store = tmp_path / "w"
+    conf = tmp_path / "c.conf"
+    conf.write_text("mappedFileSizeCommitLog=65536\n")
+    jsonl = tmp_path / "m.jsonl"
+    jsonl.write_text(json.dumps({"topic": "T", "body": "x"}) + "\n")
+    produced = {
+        "send": run.json("send", "T", "x", "--create", "--store", store),
+        "load": run.json("load", jsonl, "--store", store),
+        "pull": run.json("pull", r["topic"], "-q", r["queue_id"], "--store", s),
+        "query-key": run.json("query-key", r["topic"], "order-4", "--store", s),
+        "query-unique-key": run.json("query-unique-key", r["topic"], r["uniq_key"], "--store", s),
+        "topic-status": run.json("topic-status", "--store", s),
+        "offset-by-time": run.json("offset-by-time", r["topic"], r["store_ts"], "--store", s),
+        "stats": run.json("stats", "--store", s),
+        "recover": run.json("recover", "--dry-run", "--store", s),
+        "rebuild": run.json("rebuild", tmp_path / "rb", "--store", s),
+    }
+    for path, got in produced.items():
+        doc = _doc_json(path)
+        assert doc is not None, f"no ```json block in the {path} section"
+        _same_shape(doc, got, path)
+        for m in got["messages"] if isinstance(got.get("messages"), list) else []:
+            _same_shape(record_doc, m, f"{path}.messages[]")
+    for cmd in (["print", r["phy"]], ["query-id", r["msg_id"]], ["query-offset", r["phy"]]):
+        _same_shape(record_doc, run.json(*cmd, "--store", s), cmd[0])
+    line = run.json_lines("browse", r["topic"], "--limit", 1, "--store", s)[0]
+    _same_shape(record_doc, line, "browse")
+    no_body = run.json_lines("browse", r["topic"], "--limit", 1, "--no-body", "--store", s)[0]
+    assert set(record_doc) - set(no_body) == {"body", "body_encoding"}
