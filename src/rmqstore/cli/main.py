@@ -50,9 +50,12 @@ def demo(store_dir: str, messages: int, config: str | None, no_spark: bool, mast
     on the result and print a short report. Exit 12 if a check fails."""
     from ..demo import run_demo
 
+    from ..config import MessageStoreConfig
+
     cmd = StoreCommand(store_dir, config, json_mode)
-    cfg = cmd.config() if config else None
-    with cmd.out.progress("producing", messages) as bar:
+    # the directory is recreated: its old files say nothing about the new store's segment sizes
+    cfg = MessageStoreConfig.from_properties(cmd.broker_properties()) if config else None
+    with cmd.out.progress("producing (then pulling and querying)", messages) as bar:
         rep = run_demo(store_dir, messages, cfg=cfg, progress=bar.advance)
     spark_stats = None
     if not no_spark:
