@@ -1,0 +1,129 @@
+"""Dispatch field extraction: the scalar form and the numpy form on the same records, and both
+against upstream property parsing (FORMAT.md §2.4, §4.1, §6.5)."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from rmqstore.engine.dispatch import extract_dispatch_columns, extract_dispatch_fields, iter_record_batches
+from rmqstore.format import message as M
+from rmqstore.format.hashes import abs_key_hash, java_hash
+from rmqstore.format.msgid import parse_host
+from rmqstore.format.properties import parse_properties, split_keys
+from rmqstore.io.mapped_file_queue import MappedFileQueue
+from rmqstore.types import tags_code_of
+
+DELAYS = tuple(1000 * (i + 1) for i in range(18))
+T0 = 1_700_000_000_000
+
+CASES = [
+    ("T", b""),
+    ("T", b"TAGS\x01TagA\x02KEYS\x01k1 k2\x02UNIQ_KEY\x01ABC\x02"),
+    ("T", b"TAGS\x01\x02"),                                   # empty TAGS: tagsCode 0
+    ("T", b"TAGS\x01first\x02TAGS\x01second\x02"),            # the last one wins
+    ("T", b"TAGS\x01first\x02TAGS\x01\x02"),                  # an empty duplicate is dropped
+    ("T", b"TAGS\x01noSeparatorAtTheEnd"),
+    ("T", b"XTAGS\x01no\x02A\x01TAGS\x01no\x02"),            # not the TAGS property
+    ("T", "TAGS\x01中文\x02KEYS\x01订单-7 😀\x02".encode()),
+    ("T", b"KEYS\x01  a  b \x02"),                            # empty tokens dropped
+    ("T", b"KEYS\x01a\tb c\x02"),                             # only spaces split
+    ("T", b"KEYS\x01dup dup\x02UNIQ_KEY\x01dup\x02"),         # duplicates are all indexed
+    ("T", b"KEYS\x01\xff\xfe bad\x02"),                       # malformed UTF-8 -> U+FFFD
+    ("T", b"KEYS\x01k\x01v\x02"),                             # value holding 0x01
+    ("Other", b"UNIQ_KEY\x01U1\x02KEYS\x01x\x02"),
+    ("t" * 200, b"TAGS\x01long\x02KEYS\x01y\x02"),
+    ("SCHEDULE_TOPIC_XXXX", b"DELAY\x013\x02TAGS\x01TagA\x02"),
+    ("SCHEDULE_TOPIC_XXXX", b"TAGS\x01TagA\x02DELAY\x0199\x02"),
+    ("SCHEDULE_TOPIC_XXXX", b"DELAY\x010\x02TAGS\x01TagA\x02"),
+    ("SCHEDULE_TOPIC_XXXX", b"TAGS\x01TagA\x02"),
+    ("T", b"DELAY\x013\x02TAGS\x01TagB\x02"),
+]
+
+
+def _records(cases):
+    buf = bytearray()
+    born, store = parse_host("1.2.3.4:5"), parse_host("6.7.8.9:10")
+    for i, (topic, props) in enumerate(cases):
+        tb = topic.encode()
+        buf += M.encode_record(topic=tb, body=b"x", props=props, queue_id=0, flag=0, sys_flag=0,
+                               born_timestamp=T0, born_host=born, store_timestamp=T0 + i, store_host=store,
+                               reconsume_times=0, prepared_transaction_offset=0, v2=len(topic) > 127,
+                               phy_offset=len(buf))
+    buf = bytes(buf)
+    u8 = np.frombuffer(buf, dtype=np.uint8)
+    starts, _, _ = M.walk_records(buf, 0, len(buf))
+    batch = M.decode_batch(u8, starts)
+    assert batch.valid.all() and len(batch) == len(cases)
+    return buf, u8, batch
+
+
+def _upstream(topic, props, ts):
+    """What upstream's checkMessageAndReturnSize derives: tagsCode and index keys."""
+    p = parse_properties(props)
+    keys = ([p["UNIQ_KEY"]] if "UNIQ_KEY" in p else []) + split_keys(p.get("KEYS"))
+    return tags_code_of(topic, p, ts, DELAYS), [abs_key_hash(java_hash(f"{topic}#{k}")) for k in keys]
+
+
+def test_scalar_and_numpy_extraction_agree_with_upstream_parsing():
+    buf, u8, batch = _records(CASES)
+    topics, tags, key_lists = extract_dispatch_fields(buf, batch, DELAYS, {})
+    cols = extract_dispatch_columns(u8, batch, DELAYS, {})
+    for i, (topic, props) in enumerate(CASES):
+        want_tags, want_keys = _upstream(topic, props, T0 + i)
+        assert topics[i] == cols.topics[cols.topic_ids[i]] == topic
+        assert int(tags[i]) == int(cols.tags_codes[i]) == want_tags, CASES[i]
+        assert [abs_key_hash(java_hash(s)) for s in key_lists[i]] == want_keys, CASES[i]
+        assert cols.item_hash[cols.item_rec == i].tolist() == want_keys, CASES[i]
+    assert np.all(np.diff(cols.item_rec) >= 0)
+
+
+def test_expected_values_of_some_cases():
+    buf, u8, batch = _records(CASES)
+    cols = extract_dispatch_columns(u8, batch, DELAYS, {})
+    assert int(cols.tags_codes[1]) == 2598919 and int(cols.tags_codes[2]) == 0
+    assert int(cols.tags_codes[3]) == java_hash("second") and int(cols.tags_codes[4]) == java_hash("first")
+    assert int(cols.tags_codes[6]) == 0
+    assert int(cols.tags_codes[15]) == T0 + 15 + 3000           # DELAY 3 with these levels
+    assert int(cols.tags_codes[16]) == T0 + 16 + 18000          # clamped to level 18
+    assert int(cols.tags_codes[17]) == int(cols.tags_codes[18]) == 2598919
+    assert int(cols.tags_codes[19]) == java_hash("TagB")        # DELAY ignored on other topics
+    assert cols.item_hash[cols.item_rec == 1].tolist() == [abs_key_hash(java_hash(f"T#{k}")) for k in ("ABC", "k1", "k2")]
+
+
+def test_empty_batch():
+    buf, u8, batch = _records([("T", b"")])
+    cols = extract_dispatch_columns(u8, batch.take(0), DELAYS, {})
+    assert cols.item_rec.size == 0 and cols.tags_codes.size == 0
+
+
+def test_iter_record_batches_follows_blanks(tmp_path):
+    q = MappedFileQueue(str(tmp_path / "cl"), 512)
+    born = parse_host("1.2.3.4:5")
+    phys = []
+    for i in range(7):
+        mf = q.get_last_mapped_file(0)
+        rec = M.encode_record(topic=b"T", body=b"z" * 150, props=b"", queue_id=0, flag=0, sys_flag=0,
+                              born_timestamp=T0, born_host=born, store_timestamp=T0, store_host=born,
+                              reconsume_times=0, prepared_transaction_offset=0, v2=False)
+        if len(rec) + 8 > mf.remaining:
+            mf.append(M.encode_blank(mf.remaining))
+            mf.wrote_position = mf.file_size  # the blank fills the rest of the segment
+            mf = q.get_last_mapped_file(0)
+        phys.append(mf.file_from_offset + mf.wrote_position)
+        M.patch_offsets(rec, 0, i, phys[-1])
+        mf.append(rec)
+    end = phys[-1] + 242
+    gen = iter_record_batches(q, 0, end, batch_records=2)
+    got = []
+    try:
+        while True:
+            mf, b = next(gen)
+            got += [mf.file_from_offset + int(s) for s in b.starts]
+    except StopIteration as stop:
+        assert stop.value == (end, "end")
+    assert got == phys == [0, 242, 512, 754, 1024, 1266, 1536]
+    gen = iter_record_batches(q, 0, 600)  # stops before a record that would end past `end`
+    assert [mf.file_from_offset + int(s) for mf, b in gen for s in b.starts] == [0, 242]
+    gen = iter_record_batches(q, 242, 754)
+    assert [mf.file_from_offset + int(s) for mf, b in gen for s in b.starts] == [242, 512]
+    q.close()

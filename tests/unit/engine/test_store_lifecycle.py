@@ -1,0 +1,187 @@
+"""MessageStore open/close, lock, read-only mode, faults, and its configuration."""
+from __future__ import annotations
+
+import dataclasses
+import os
+import subprocess
+import sys
+
+import pytest
+
+from rmqstore import (ConfigError, CorruptRecordError, Message, MessageStore, MessageStoreConfig, OffsetError,
+                      PutMessageStatus, ReadOnlyStoreError, RmqStoreError, StoreClosedError, StoreLockedError,
+                      StoreNotFoundError)
+
+
+def msg(topic="T", body=b"b", props=None, **kw) -> Message:
+    return Message(topic=topic, body=body, properties=props, **kw)
+
+
+def test_second_writer_in_the_same_process_is_refused(open_store, store_dir):
+    st = open_store()
+    with pytest.raises(StoreLockedError) as ei:
+        MessageStore.open(store_dir, st.cfg)
+    assert ei.value.path == os.path.join(str(store_dir), "lock")
+    assert isinstance(ei.value, RuntimeError) and isinstance(ei.value, RmqStoreError)
+    assert st.put_message(msg()).status is PutMessageStatus.PUT_OK  # the first writer is unaffected
+    with MessageStore.open(store_dir, st.cfg, read_only=True) as ro:  # readers take no lock
+        assert ro.read_only
+
+
+def test_second_writer_in_another_process_is_refused(open_store, store_dir):
+    open_store()
+    code = ("import sys\nfrom rmqstore import MessageStore, MessageStoreConfig\n"
+            "try:\n    MessageStore.open(sys.argv[1], MessageStoreConfig(mapped_file_size_commit_log=4096))\n"
+            "except Exception as e:\n    print(type(e).__name__)\n")
+    out = subprocess.run([sys.executable, "-c", code, str(store_dir)], capture_output=True, text=True, timeout=60)
+    assert out.stdout.strip() == "StoreLockedError", out.stderr
+
+
+def test_lock_abort_and_reopen(store_dir, small_config):
+    st = MessageStore.open(store_dir, small_config)
+    assert (store_dir / "abort").exists()
+    with open(store_dir / "lock", "rb") as fh:
+        assert fh.read() == b"lock"
+    r = [st.put_message(msg("A", f"{i}".encode(), queue_id=i % 2)) for i in range(5)]
+    st.close()
+    st.close()  # idempotent
+    assert not (store_dir / "abort").exists()
+    with MessageStore.open(store_dir, small_config) as again:
+        assert again.recovery_report.mode == "normal"
+        assert (again.get_max_offset_in_queue("A", 0), again.get_max_offset_in_queue("A", 1)) == (3, 2)
+        nxt = again.put_message(msg("A", b"5", queue_id=1))
+        assert (nxt.queue_offset, nxt.phy_offset) == (2, r[-1].phy_offset + r[-1].wrote_bytes)
+        again.wait_dispatched()
+        assert [m.body for m in again.get_message("g", "A", 1, 0).messages] == [b"1", b"3", b"5"]
+
+
+def test_closed_store_refuses_work(store_dir, small_config):
+    st = MessageStore.open(store_dir, small_config)
+    st.close()
+    for call in (lambda: st.put_message(msg()), lambda: st.get_message("g", "T", 0, 0),
+                 lambda: st.look_message_by_offset(0), lambda: st.query_message("T", "k"),
+                 lambda: st.wait_dispatched()):
+        with pytest.raises(StoreClosedError):
+            call()
+
+
+def test_read_only_mode(open_store, store_dir, small_config):
+    with MessageStore.open(store_dir, small_config) as st:
+        st.put_message(msg())
+    before = {p: os.path.getmtime(store_dir / p) for p in ("checkpoint", "lock")}
+    ro = open_store(read_only=True)
+    with pytest.raises(ReadOnlyStoreError) as ei:
+        ro.put_message(msg())
+    assert isinstance(ei.value, PermissionError)
+    with pytest.raises(ReadOnlyStoreError):
+        ro.put_messages([msg()])
+    ro.wait_dispatched()  # nothing to wait for
+    assert ro.get_max_offset_in_queue("T", 0) == 1
+    assert not (store_dir / "abort").exists()
+    assert before == {p: os.path.getmtime(store_dir / p) for p in before}
+
+
+def test_read_only_open_of_something_that_is_not_a_store(tmp_path, small_config):
+    with pytest.raises(StoreNotFoundError):
+        MessageStore.open(tmp_path / "missing", small_config, read_only=True)
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(StoreNotFoundError) as ei:
+        MessageStore.open(tmp_path / "empty", small_config, read_only=True)
+    assert isinstance(ei.value, FileNotFoundError)
+    assert not os.listdir(tmp_path / "empty")
+
+
+def test_wrong_segment_size_config_is_reported(store_dir, small_config):
+    with MessageStore.open(store_dir, small_config) as st:
+        st.put_message(msg())
+    with pytest.raises(CorruptRecordError) as ei:
+        MessageStore.open(store_dir, small_config.replace(mapped_file_size_commit_log=8192))
+    assert ei.value.path.endswith(os.path.join("commitlog", "00000000000000000000"))
+    with MessageStore.open(store_dir, small_config) as st:  # the failed open released the lock
+        assert st.get_max_offset_in_queue("T", 0) == 1
+
+
+def test_corrupt_bytes_raise_with_path_and_offset(open_store, store_dir):
+    st = open_store()
+    rs = [st.put_message(msg(body=f"body{i}".encode())) for i in range(3)]
+    st.wait_dispatched()
+    seg = str(store_dir / "commitlog" / "00000000000000000000")
+    with pytest.raises(CorruptRecordError) as ei:
+        st.look_message_by_offset(rs[1].phy_offset + 1)  # not a record start
+    assert (ei.value.path, ei.value.offset) == (seg, rs[1].phy_offset + 1)
+    assert f"offset={rs[1].phy_offset + 1}" in str(ei.value) and seg in str(ei.value)
+    fd = os.open(seg, os.O_RDWR)
+    try:
+        os.pwrite(fd, b"\x12\x34\x56\x78", rs[2].phy_offset + 4)  # the magic code of the third record
+    finally:
+        os.close(fd)
+    with pytest.raises(CorruptRecordError) as ei:
+        st.look_message_by_offset(rs[2].phy_offset)
+    assert (ei.value.path, ei.value.offset) == (seg, rs[2].phy_offset)
+    assert st.look_message_by_offset(rs[0].phy_offset).body == b"body0"  # the rest still reads
+
+
+def test_view_message_by_bad_id(open_store):
+    st = open_store()
+    r = st.put_message(msg())
+    with pytest.raises(CorruptRecordError):
+        st.view_message_by_id("zz")
+    assert st.view_message_by_id(r.msg_id[:-16] + f"{r.wrote_bytes:016X}") is None  # past the data
+    with pytest.raises(CorruptRecordError) as ei:
+        st.view_message_by_id(r.msg_id[:-1] + "5")  # offset 5 is inside the first record
+    assert ei.value.offset == 5
+    with pytest.raises(OffsetError):
+        st.commit_log.read_record(10**6)
+
+
+# ------------------------------------------------------------------------------------------------
+# Configuration
+# ------------------------------------------------------------------------------------------------
+
+def test_config_defaults_are_upstream():
+    c = MessageStoreConfig()
+    assert (c.mapped_file_size_commit_log, c.mapped_file_size_consume_queue, c.max_hash_slot_num,
+            c.max_index_num, c.max_msgs_num_batch, c.max_message_size, c.flush_disk_type) == (
+        1073741824, 6000000, 5000000, 20000000, 64, 4194304, "ASYNC_FLUSH")
+    assert c.cq_file_size == 6000000 and c.index_file_size == 420000040
+    assert c.delay_levels_ms[0] == 1000 and c.delay_levels_ms[-1] == 7_200_000 and len(c.delay_levels_ms) == 18
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        c.max_index_num = 5
+
+
+def test_config_from_mapping_with_camel_case_strings():
+    c = MessageStoreConfig.from_properties({
+        "mappedFileSizeCommitLog": "65536", "mappedFileSizeConsumeQueue": 1000, "maxHashSlotNum": "64",
+        "maxIndexNum": "256", "enabledAppendPropCRC": "true", "checkCRCOnRecover": False,
+        "flushDiskType": "SYNC_FLUSH", "enableCompaction": "false", "brokerIP1": "10.0.0.9",
+        "listenPort": "10999", "someUnknownKey": "ignored",
+    })
+    assert (c.mapped_file_size_commit_log, c.cq_file_size, c.max_hash_slot_num, c.max_index_num) == (
+        65536, 1000, 64, 256)
+    assert c.enabled_append_prop_crc is True and c.check_crc_on_recover is False and c.sync_flush
+    assert c.store_host == "10.0.0.9:10999"
+
+
+def test_config_from_broker_conf_file(tmp_path):
+    p = tmp_path / "broker.conf"
+    p.write_text("# comment\n! also a comment\nmappedFileSizeCommitLog = 8192\n"
+                 "maxIndexNum: 40\nmessageDelayLevel=1s 2m\n\ndeleteWhen=04;05\n", encoding="utf-8")
+    c = MessageStoreConfig.from_properties(str(p), max_hash_slot_num=10)
+    assert (c.mapped_file_size_commit_log, c.max_index_num, c.max_hash_slot_num) == (8192, 40, 10)
+    assert c.delay_levels_ms == (1000, 120_000) and c.delete_when == "04;05"
+
+
+@pytest.mark.parametrize("bad", [
+    {"mappedFileSizeCommitLog": "big"}, {"enabledAppendPropCRC": "yes"}, {"maxIndexNum": "1"},
+    {"flushDiskType": "SOMETIMES"}, {"mappedFileSizeCommitLog": "0"}, {"messageDelayLevel": "1x"},
+    {"enableConsumeQueueExt": "true"}, {"maxHashSlotNum": True},
+])
+def test_config_rejects_bad_values(bad):
+    with pytest.raises(ConfigError):
+        MessageStoreConfig.from_properties(bad)
+
+
+def test_config_file_missing(tmp_path):
+    with pytest.raises(ConfigError) as ei:
+        MessageStoreConfig.from_properties(str(tmp_path / "nope.conf"))
+    assert ei.value.path == str(tmp_path / "nope.conf")

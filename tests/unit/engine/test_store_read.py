@@ -1,0 +1,243 @@
+"""MessageStore read paths: pulls, key queries, offsets by time, lookups (FORMAT.md §5.7, §11)."""
+from __future__ import annotations
+
+import pytest
+
+from rmqstore import GetMessageStatus, Message, PutMessageStatus
+
+S = GetMessageStatus
+T0 = 1_700_000_000_000
+
+
+def msg(topic="T", body=b"b", props=None, **kw) -> Message:
+    return Message(topic=topic, body=body, properties=props, **kw)
+
+
+def _fill(st, n, topic="T", queue_id=0, tags=None, keys=None, ts=None):
+    out = []
+    for i in range(n):
+        props = []
+        if tags:
+            props.append(("TAGS", tags[i % len(tags)]))
+        if keys:
+            props.append(("KEYS", keys(i)))
+        r = st.put_message(msg(topic, f"{topic}-{queue_id}-{i}".encode(), props or None, queue_id=queue_id,
+                               store_timestamp=None if ts is None else ts(i)))
+        assert r.status is PutMessageStatus.PUT_OK
+        out.append(r)
+    st.wait_dispatched()
+    return out
+
+
+@pytest.fixture
+def big_store(open_store, make_config):
+    return open_store(cfg=make_config(mapped_file_size_commit_log=1 << 16))
+
+
+# ------------------------------------------------------------------------------------------------
+# Pulls
+# ------------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("n", [32, 20, 10])
+def test_pull_sizes(big_store, n):
+    rs = _fill(big_store, 32)
+    g = big_store.get_message("g", "T", 0, 0, n)
+    assert g.status is S.FOUND
+    assert [m.phy_offset for m in g.messages] == [r.phy_offset for r in rs[:n]]
+    assert (g.next_begin_offset, g.min_offset, g.max_offset) == (n, 0, 32)
+
+
+def test_pull_reads_one_cq_file_per_call(big_store):
+    rs = _fill(big_store, 60)  # 50 units per CQ file
+    g = big_store.get_message("g", "T", 0, 48, 32)
+    assert [m.queue_offset for m in g.messages] == [48, 49] and g.next_begin_offset == 50
+    g = big_store.get_message("g", "T", 0, 50, 32)
+    assert [m.phy_offset for m in g.messages] == [r.phy_offset for r in rs[50:]] and g.next_begin_offset == 60
+
+
+def test_pull_statuses(big_store):
+    assert (lambda g: (g.status, g.next_begin_offset, g.min_offset, g.max_offset))(
+        big_store.get_message("g", "T", 0, 0)) == (S.NO_MESSAGE_IN_QUEUE, 0, 0, 0)
+    rs = _fill(big_store, 5)
+    g = big_store.get_message("g", "T", 0, 5)
+    assert (g.status, g.next_begin_offset, g.messages) == (S.OFFSET_OVERFLOW_ONE, 5, [])
+    g = big_store.get_message("g", "T", 0, 10**9)
+    assert (g.status, g.next_begin_offset) == (S.OFFSET_OVERFLOW_BADLY, 5)
+    big_store.find_consume_queue("T", 0).correct_min_offset(rs[2].phy_offset)
+    g = big_store.get_message("g", "T", 0, 0)
+    assert (g.status, g.next_begin_offset, g.min_offset) == (S.OFFSET_TOO_SMALL, 2, 2)
+    g = big_store.get_message("g", "T", 0, 2)
+    assert g.status is S.FOUND and [m.queue_offset for m in g.messages] == [2, 3, 4]
+    assert big_store.get_message("g", "T", 1, 0).status is S.NO_MESSAGE_IN_QUEUE
+
+
+def test_pull_with_tag_filter(big_store):
+    only_a = _fill(big_store, 6, queue_id=1, tags=["TagA"])
+    g = big_store.get_message("g", "T", 1, 0, 32, subscription="TagB")
+    assert (g.status, g.messages, g.next_begin_offset) == (S.NO_MATCHED_MESSAGE, [], 6)
+    assert [m.phy_offset for m in big_store.get_message("g", "T", 1, 0, 32, "TagA").messages] == [
+        r.phy_offset for r in only_a]
+    mixed = _fill(big_store, 9, queue_id=2, tags=["TagA", "TagB", "TagC"])
+    g = big_store.get_message("g", "T", 2, 0, 32, subscription="TagB")
+    assert g.status is S.FOUND and [m.phy_offset for m in g.messages] == [mixed[i].phy_offset for i in (1, 4, 7)]
+    assert {m.tags for m in g.messages} == {"TagB"} and g.next_begin_offset == 9
+    g = big_store.get_message("g", "T", 2, 0, 32, subscription=" TagA || TagC ")
+    assert [m.tags for m in g.messages] == ["TagA", "TagC"] * 3
+    for everything in (None, "*", "", "TagA || *"):
+        assert len(big_store.get_message("g", "T", 2, 0, 32, everything).messages) == 9
+    g = big_store.get_message("g", "T", 2, 0, 2, subscription="TagC")
+    assert [m.queue_offset for m in g.messages] == [2, 5] and g.next_begin_offset == 6
+
+
+def test_tag_hash_collisions_are_dropped_by_the_exact_tag(big_store):
+    rs = _fill(big_store, 6, queue_id=3, tags=["Aa", "BB"])  # same Java hash
+    g = big_store.get_message("g", "T", 3, 0, 32, subscription="Aa")
+    assert [m.phy_offset for m in g.messages] == [rs[i].phy_offset for i in (0, 2, 4)]
+    assert g.filtered == 3
+
+
+# ------------------------------------------------------------------------------------------------
+# Key queries
+# ------------------------------------------------------------------------------------------------
+
+def test_exact_key_query_with_a_hash_collision(big_store):
+    ra = big_store.put_message(Message.create("Orders", b"aa", keys=["Aa"]))
+    rb = big_store.put_message(Message.create("Orders", b"bb", keys=["BB"]))
+    big_store.wait_dispatched()
+    assert [m.phy_offset for m in big_store.query_message("Orders", "Aa").messages] == [ra.phy_offset]
+    assert [m.phy_offset for m in big_store.query_message("Orders", "BB").messages] == [rb.phy_offset]
+    loose = big_store.query_message("Orders", "Aa", exact=False)
+    assert [m.phy_offset for m in loose.messages] == [ra.phy_offset, rb.phy_offset]
+
+
+def test_exact_query_checks_topic_and_whole_tokens(big_store):
+    r1 = big_store.put_message(msg("A", props=[("KEYS", "k1 k10")]))
+    big_store.put_message(msg("B", props=[("KEYS", "k1")]))
+    r3 = big_store.put_message(msg("A", props=[("KEYS", "k1 k1"), ("UNIQ_KEY", "k1")]))  # dups: one result
+    big_store.wait_dispatched()
+    assert [m.phy_offset for m in big_store.query_message("A", "k1").messages] == [r1.phy_offset, r3.phy_offset]
+    assert [m.phy_offset for m in big_store.query_message("A", "k10").messages] == [r1.phy_offset]
+    assert big_store.query_message("A", "k").messages == []
+    assert [m.phy_offset for m in big_store.query_message_by_unique_key("A", "k1").messages] == [r3.phy_offset]
+
+
+def test_exact_query_truncated_flag_keeps_the_newest(big_store):
+    rs = _fill(big_store, 5, keys=lambda i: "same")
+    phys = [r.phy_offset for r in rs]
+    for max_num, want, truncated in [(3, phys[2:], True), (5, phys, False), (10, phys, False),
+                                     (1, phys[4:], True), (0, [], True)]:
+        res = big_store.query_message("T", "same", max_num=max_num)
+        assert ([m.phy_offset for m in res.messages], res.truncated) == (want, truncated), max_num
+
+
+def test_exact_query_is_not_capped_at_64(big_store):
+    rs = _fill(big_store, 70, keys=lambda i: f"k{i} all")
+    res = big_store.query_message("T", "all", max_num=100)
+    assert [m.phy_offset for m in res.messages] == [r.phy_offset for r in rs] and not res.truncated
+    loose = big_store.query_message("T", "all", max_num=100, exact=False)
+    assert [m.phy_offset for m in loose.messages] == [r.phy_offset for r in rs[6:]]  # newest 64
+
+
+def test_key_query_time_window(big_store):
+    rs = _fill(big_store, 6, keys=lambda i: "w", ts=lambda i: T0 + i * 10_000)
+    res = big_store.query_message("T", "w", begin_ms=T0 + 15_000, end_ms=T0 + 40_000)
+    assert [m.phy_offset for m in res.messages] == [r.phy_offset for r in rs[2:5]]
+    assert big_store.query_message("T", "w", begin_ms=T0 + 60_000).messages == []
+
+
+def test_message_create_and_unique_key(big_store):
+    m = Message.create("U", b"payload", tags="TagX", keys=["a", "b"], queue_id=1, properties={"p": "q"})
+    assert list(m.properties) == ["TAGS", "KEYS", "UNIQ_KEY", "p"]
+    assert m.properties["KEYS"] == "a b" and len(m.properties["UNIQ_KEY"]) == 32
+    assert Message.create("U", b"", keys="x y").properties["KEYS"] == "x y"
+    r = big_store.put_message(m)
+    big_store.wait_dispatched()
+    rec = big_store.look_message_by_offset(r.phy_offset)
+    assert (rec.tags, rec.keys, rec.uniq_key, rec.properties["p"], rec.born_host) == (
+        "TagX", ["a", "b"], m.properties["UNIQ_KEY"], "q", "127.0.0.1:0")
+    assert [x.phy_offset for x in big_store.query_message_by_unique_key("U", rec.uniq_key).messages] == [r.phy_offset]
+    assert [x.phy_offset for x in big_store.query_message("U", rec.uniq_key).messages] == [r.phy_offset]
+    assert big_store.query_message_by_unique_key("U", "a").messages == []  # a KEYS token is not a UNIQ_KEY
+
+
+# ------------------------------------------------------------------------------------------------
+# Offsets by time and store times
+# ------------------------------------------------------------------------------------------------
+
+def test_offset_by_time_ten_messages_10ms_apart(big_store):
+    rs = _fill(big_store, 10, ts=lambda i: T0 + 10 * i)
+    for i, r in enumerate(rs):
+        assert big_store.get_offset_in_queue_by_time("T", 0, r.store_timestamp) == i
+        assert big_store.get_offset_in_queue_by_time("T", 0, r.store_timestamp - 2) == i
+        assert big_store.get_message_store_timestamp("T", 0, i) == r.store_timestamp
+    assert big_store.get_offset_in_queue_by_time("T", 0, T0 - 20_000) == 0
+    assert big_store.get_offset_in_queue_by_time("T", 1, T0) == 0           # wrong queue
+    for off in (-1, 0, 5):
+        assert big_store.get_message_store_timestamp("T", 1, off) == -1
+    assert big_store.get_message_store_timestamp("T", 0, 10) == -1
+
+
+@pytest.mark.parametrize("cq_size", [1000, 60])  # one CQ file, or 3 units per file
+def test_offset_by_time_with_ties(open_store, make_config, cq_size):
+    st = open_store(cfg=make_config(mapped_file_size_consume_queue=cq_size, mapped_file_size_commit_log=8192))
+    times = [1000, 2000, 2000, 2000, 3000, 3000, 5000]
+    _fill(st, len(times), ts=lambda i: T0 + times[i])
+    cases = {  # ts: (lower, upper)
+        T0 + 500: (0, 0),      # before everything: LOWER 0, UPPER 0
+        T0 + 1000: (0, 0),
+        T0 + 1500: (1, 0),
+        T0 + 2000: (1, 3),     # ties: first / last equal entry
+        T0 + 2500: (4, 3),
+        T0 + 3000: (4, 5),
+        T0 + 4000: (6, 5),
+        T0 + 5000: (6, 6),
+        T0 + 9000: (7, 6),     # past the end: LOWER max, UPPER the last
+    }
+    for ts, (lower, upper) in cases.items():
+        got = (st.get_offset_in_queue_by_time("T", 0, ts, "lower"), st.get_offset_in_queue_by_time("T", 0, ts, "upper"))
+        assert got == (lower, upper), ts - T0
+        assert st.get_offset_in_queue_by_time("T", 0, ts) == lower
+        assert st.get_offset_in_queue_by_time("T", 0, ts, "UPPER") == upper
+
+
+def test_earliest_message_time(big_store):
+    assert big_store.get_earliest_message_time() == -1
+    _fill(big_store, 2, queue_id=1, ts=lambda i: T0 + 7 + i)
+    _fill(big_store, 2, queue_id=0, ts=lambda i: T0 + 100 + i)
+    assert big_store.get_earliest_message_time() == T0 + 7
+    assert big_store.get_earliest_message_time("T", 0) == T0 + 100
+    assert big_store.get_earliest_message_time("T", 1) == T0 + 7
+    assert big_store.get_earliest_message_time("T", 2) == -1
+
+
+# ------------------------------------------------------------------------------------------------
+# Lookups
+# ------------------------------------------------------------------------------------------------
+
+def test_look_first_last_and_past_the_end(big_store):
+    rs = _fill(big_store, 10)
+    rs += [big_store.put_message(msg("T", f"T-0-{10 + i}".encode(), born_host="[::1]:1", store_host="[::1]:2"))
+           for i in range(10)]
+    big_store.wait_dispatched()
+    for q in range(20):
+        assert big_store.get_message("g", "T", 0, q, 1).messages[0].body == f"T-0-{q}".encode()
+    first, last = rs[0], rs[-1]
+    assert big_store.look_message_by_offset(first.phy_offset).body == b"T-0-0"
+    assert big_store.look_message_by_offset(last.phy_offset).body == b"T-0-19"
+    assert big_store.view_message_by_id(last.msg_id).body == b"T-0-19" and len(last.msg_id) == 56
+    assert big_store.look_message_by_offset(last.phy_offset + last.wrote_bytes) is None
+    assert big_store.max_phy_offset == last.phy_offset + last.wrote_bytes
+
+
+def test_max_offset_committed_and_uncommitted(big_store):
+    _fill(big_store, 3)
+    assert big_store.get_max_offset_in_queue("T", 0) == 3
+    with big_store.reput.lock:  # the dispatcher cannot run while we hold its lock
+        for i in range(2):
+            assert big_store.put_message(msg("T")).status is PutMessageStatus.PUT_OK
+        assert big_store.get_max_offset_in_queue("T", 0) == 3
+        assert big_store.get_max_offset_in_queue("T", 0, committed=False) == 5
+        assert big_store.get_message("g", "T", 0, 3).status is S.OFFSET_OVERFLOW_ONE
+    big_store.wait_dispatched()
+    assert big_store.get_max_offset_in_queue("T", 0) == 5
+    assert big_store.get_message("g", "T", 0, 3).status is S.FOUND
