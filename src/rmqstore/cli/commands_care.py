@@ -12,7 +12,7 @@ from rich.text import Text
 
 from .common import TIME, StoreCommand, store_options
 from .errors import ProblemsFoundError
-from .render import fmt_bytes, fmt_ts, kv_table, render_mapping, to_jsonable, tz_note
+from .render import NARROW, TIME_MIN_WIDTH, fmt_bytes, fmt_ts, kv_table, render_mapping, to_jsonable, tz_note
 from .commands_read import require_topic
 
 
@@ -87,22 +87,26 @@ def stats(cmd: StoreCommand, topic: str | None) -> None:
         ("messages", f"{totals['messages']:,}"),
         ("message bytes", fmt_bytes(totals["bytes"])),
     ]))
+    narrow = cmd.out.console.width < NARROW  # then only the last store time, no offsets column
     for title, rows, per_queue in (("topics", topic_rows, False), ("queues", queues, True)):
         tb = Table(title=title, caption=tz_note() if per_queue else None)
         tb.add_column("topic")
         tb.add_column("queue" if per_queue else "queues", justify="right")
-        if per_queue:
+        if per_queue and not narrow:
             tb.add_column("offsets", justify="right")
         for c in ("messages", "bytes"):
             tb.add_column(c, justify="right")
-        tb.add_column("first store time")
-        tb.add_column("last store time")
+        if not narrow:
+            tb.add_column("first store time", min_width=TIME_MIN_WIDTH)
+        tb.add_column("last store time", min_width=TIME_MIN_WIDTH)
         for r in rows:
             cells = [escape(r["topic"]), str(r["queue_id"] if per_queue else r["queues"])]
-            if per_queue:
+            if per_queue and not narrow:
                 cells.append(f"[{r['min_offset']}, {r['max_offset']})")
-            cells += [f"{r['messages']:,}", fmt_bytes(r["bytes"]), fmt_ts(r["first_store_timestamp"]),
-                      fmt_ts(r["last_store_timestamp"])]
+            cells += [f"{r['messages']:,}", fmt_bytes(r["bytes"])]
+            if not narrow:
+                cells.append(fmt_ts(r["first_store_timestamp"]))
+            cells.append(fmt_ts(r["last_store_timestamp"]))
             tb.add_row(*cells)
         cmd.out.print(tb)
 

@@ -13,7 +13,7 @@ from rich.text import Text
 
 from .common import KEY_VALUE, TIME, StoreCommand, store_options
 from .errors import CliError, ExitCode, MessageNotFoundError, UnknownTopicError, UsageProblem
-from .render import body_preview, fmt_ts, record_detail, record_dict, records_table, tz_note
+from .render import TIME_MIN_WIDTH, body_preview, fmt_ts, record_detail, record_dict, records_table, tz_note
 
 CLI_GROUP = "rmqstore-cli"
 MAX_TIME = 2**63 - 1
@@ -51,7 +51,8 @@ def iter_queue(store, topic: str, queue_id: int, start: int, stop: int, subscrip
                 return
             yield m
         nxt = g.next_begin_offset
-        if g.status.value not in _CONTINUE and g.status.value != "OFFSET_TOO_SMALL" or nxt <= off:
+        keeps_going = g.status.value in _CONTINUE or g.status.value == "OFFSET_TOO_SMALL"  # (jump to min)
+        if not keeps_going or nxt <= off:
             return
         off = nxt
 
@@ -69,7 +70,7 @@ def _records_out(cmd: StoreCommand, header: dict, records: list, title: str, inc
     if cmd.json:
         cmd.out.emit({**header, "messages": [record_dict(r, include_body=include_body) for r in records]})
     elif records:
-        cmd.out.print(records_table(records, title=title, caption=tz_note()))
+        cmd.out.print(records_table(records, width=cmd.out.console.width, title=title, caption=tz_note()))
     else:
         cmd.out.print(Text(f"{title} (none)"))
 
@@ -404,7 +405,8 @@ def topic_status(cmd: StoreCommand, topic: str | None) -> None:
         return
     tb = Table(title=f"topic status of {st.path}", caption=tz_note())
     for c in ("topic", "queue", "min offset", "max offset", "messages", "last store time"):
-        tb.add_column(c, justify="left" if c in ("topic", "last store time") else "right")
+        tb.add_column(c, justify="left" if c in ("topic", "last store time") else "right",
+                      min_width=TIME_MIN_WIDTH if "time" in c else None)
     for r in rows:
         tb.add_row(escape(r["topic"]), str(r["queue_id"]), str(r["min_offset"]), str(r["max_offset"]),
                    str(r["messages"]), fmt_ts(r["last_store_timestamp"]))
@@ -440,7 +442,8 @@ def offset_by_time(cmd: StoreCommand, topic: str, timestamp: int, queues: tuple[
         return
     tb = Table(title=f"{topic}: {boundary} offset at {fmt_ts(timestamp)}", caption=tz_note())
     for c in ("queue", "offset", "min offset", "max offset", "store time at offset"):
-        tb.add_column(c, justify="left" if c.startswith("store") else "right")
+        tb.add_column(c, justify="left" if c.startswith("store") else "right",
+                      min_width=TIME_MIN_WIDTH if "time" in c else None)
     for r in rows:
         tb.add_row(str(r["queue_id"]), str(r["offset"]), str(r["min_offset"]), str(r["max_offset"]),
                    fmt_ts(r["store_timestamp"]))

@@ -26,6 +26,8 @@ from rich.rule import Rule
 from rich.table import Table
 from rich.text import Text
 
+#: a time cell wraps between the local time and the epoch ms, never inside the local time
+TIME_MIN_WIDTH = 23
 TX_TYPES = {0: "not a transaction", 0x4: "prepared", 0x8: "commit", 0xC: "rollback"}
 
 
@@ -249,22 +251,31 @@ class Output:
 # ---------------------------------------------------------------------------------------------
 # Tables
 # ---------------------------------------------------------------------------------------------
-def records_table(records: Iterable, *, title: str | None = None, show_header: bool = True,
-                  caption: str | None = None) -> Table:
-    t = Table(title=title, caption=caption, show_header=show_header)
-    t.add_column("topic", no_wrap=True)
-    t.add_column("queue", justify="right")
-    t.add_column("queue offset", justify="right")
-    t.add_column("phy offset", justify="right")
-    t.add_column("store time", no_wrap=True)
+NARROW = 170  # below this many columns, tables drop or merge columns instead of squeezing them
+
+
+def records_table(records: Iterable, *, width: int, title: str | None = None, caption: str | None = None) -> Table:
+    """Messages as a table: every column on a wide console; on a narrow one the position columns
+    are merged and the msg id left out (``print`` and ``--json`` show everything)."""
+    t = Table(title=title, caption=caption)
+    wide = width >= NARROW
+    if wide:
+        for c in ("topic", "queue", "queue offset", "phy offset"):
+            t.add_column(c, justify="left" if c == "topic" else "right", no_wrap=True)
+    else:
+        t.add_column("message")  # topic:queue:queue offset, then the phy offset
+    t.add_column("store time", min_width=TIME_MIN_WIDTH)
     t.add_column("tags")
     t.add_column("keys")
-    t.add_column("msg id", no_wrap=True)
-    t.add_column("body", overflow="ellipsis", no_wrap=True, max_width=60)
+    if wide:
+        t.add_column("msg id", no_wrap=True)
+    t.add_column("body", overflow="fold", min_width=10)
+    preview = 60 if wide else max(8, min(60, width - 75))  # what is left after the other columns
     for r in records:
-        t.add_row(escape(r.topic), str(r.queue_id), str(r.queue_offset), str(r.phy_offset),
-                  fmt_ts(r.store_timestamp), escape(r.tags or ""), escape(" ".join(r.keys)), r.msg_id,
-                  Text(body_preview(bytes(r.body))))
+        where = ([escape(r.topic), str(r.queue_id), str(r.queue_offset), str(r.phy_offset)] if wide else
+                 [Text(f"{r.topic}:{r.queue_id}:{r.queue_offset}\nphy {r.phy_offset}")])
+        t.add_row(*where, fmt_ts(r.store_timestamp), escape(r.tags or ""), escape(" ".join(r.keys)),
+                  *([r.msg_id] if wide else []), Text(body_preview(bytes(r.body), preview)))
     return t
 
 
