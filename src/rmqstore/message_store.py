@@ -9,10 +9,12 @@ put the would-be recovery in :attr:`recovery_report` instead of applying it.
 """
 from __future__ import annotations
 
+import dataclasses
 import errno
 import fcntl
 import logging
 import os
+import struct
 import threading
 import time
 from typing import Iterable
@@ -21,11 +23,17 @@ import numpy as np
 
 from .config import MessageStoreConfig
 from .engine import recovery as R
+from .engine import retention as RT
+from .engine import verify as V
 from .engine.checkpoint import StoreCheckpoint
 from .engine.commit_log import CommitLog, now_ms
 from .engine.consume_queue import ConsumeQueue
-from .engine.dispatch import ReputMessageService
-from .engine.index import IndexService
+from .engine.dispatch import ReputMessageService, dispatch_batch
+from .engine.index import IndexFile, IndexService
+from .format import consume_queue as CQF
+from .format import index_file as IF
+from .format import message as M
+from .io.mapped_file import fsync_dir
 from .errors import (CorruptRecordError, OffsetError, ReadOnlyStoreError, StoreClosedError, StoreIOError,
                      StoreLockedError, StoreNotFoundError)
 from .format.hashes import java_hash_cached
@@ -35,6 +43,8 @@ from .types import (GetMessageResult, GetMessageStatus, Message, MessageRecord, 
 
 log = logging.getLogger(__name__)
 
+#: Seconds a mapping of a file deleted by retention stays open for readers that still hold it.
+RETIRE_GRACE_S = 5.0
 _LOCKED_PATHS: set[str] = set()
 _LOCKED_GUARD = threading.Lock()
 MAX_PULL_SIZE = 128 * 1024 * 1024
@@ -45,6 +55,25 @@ def _total_ram() -> int:
         return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
     except (ValueError, OSError):  # pragma: no cover
         return 8 << 30
+
+
+def _first_unit_at_or_after(cq: ConsumeQueue, phy: int) -> int:
+    """Queue offset of the first unit (in the queue's written files) whose phy offset is >= ``phy``."""
+    files = cq.queue.files
+    for mf in reversed(files):
+        n = mf.wrote_position // CQF.UNIT_SIZE
+        if n == 0:
+            continue
+        p = np.frombuffer(mf.mm, dtype=CQF.UNIT_DTYPE, count=n)["phy_offset"].astype(np.int64)
+        if int(p[0]) < phy or mf is files[0]:
+            idx = np.flatnonzero(p >= phy)
+            return mf.file_from_offset // CQF.UNIT_SIZE + (int(idx[0]) if idx.size else n)
+    return files[0].file_from_offset // CQF.UNIT_SIZE if files else 0
+
+
+def _disk_full_result() -> PutMessageResult:
+    return PutMessageResult(PutMessageStatus.SERVICE_NOT_AVAILABLE,
+                            error="disk full: usage is past diskSpaceWarningLevelRatio (retention frees space)")
 
 
 def parse_subscription(expr: str | None) -> tuple[frozenset[str], frozenset[int]] | None:
@@ -78,6 +107,13 @@ class MessageStore:
         self._flusher: threading.Thread | None = None
         self._stop = threading.Event()
         self._ram = _total_ram()
+        self._retired: list[tuple[float, object]] = []
+        self._refresh_lock = threading.RLock()
+        self._maintenance_lock = threading.RLock()
+        self._reput_restarted_at = 0.0
+        #: upstream's DISK_FULL running flag: set by retention's space check past
+        #: diskSpaceWarningLevelRatio; puts are refused with SERVICE_NOT_AVAILABLE while set
+        self.disk_full = False
 
     # ==========================================================================================
     # Opening and closing
@@ -133,12 +169,25 @@ class MessageStore:
         dropped_index = self.index_service.load(last_exit_ok)
         self._recover(last_exit_ok, dropped_index)
         if not self.read_only:
-            with open(abort_path, "w") as fh:
-                fh.write(str(os.getpid()))
+            self._write_abort(abort_path)
             self.commit_log.on_append = self._on_append
             self.reput.start()
             self._flusher = threading.Thread(target=self._flush_loop, name="rmqstore-flush", daemon=True)
             self._flusher.start()
+
+    def _write_abort(self, abort_path: str) -> None:
+        """``abort`` holds the writer's PID while the store is open; it is fsync'd (file and
+        directory) so that a crash after open is always recovered as abnormal."""
+        try:
+            fd = os.open(abort_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+            try:
+                os.write(fd, str(os.getpid()).encode())
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        except OSError as e:
+            raise StoreIOError(f"cannot write the abort file: {e.strerror}", path=abort_path) from e
+        fsync_dir(self.path)
 
     def _load_consume_queues(self) -> None:
         root = os.path.join(self.path, "consumequeue")
@@ -149,31 +198,45 @@ class MessageStore:
             if not os.path.isdir(tdir):
                 continue
             for q in sorted(os.listdir(tdir)):
-                if not q.isdigit():
+                if not q.isdigit() or (topic, int(q)) in self.consume_queues:
                     continue
                 cq = ConsumeQueue(self.path, topic, int(q), self.cfg, read_only=self.read_only)
                 cq.load()
                 self.consume_queues[(topic, int(q))] = cq
 
     def _recover(self, last_exit_ok: bool, dropped_index: list) -> None:
+        """FORMAT.md §9 with the changes described in :mod:`.engine.recovery`.
+
+        Normal (clean shutdown): scan from the start segment, cut a torn tail, truncate consume
+        queues beyond the end, dispatch what the queues miss. Abnormal (``abort`` present): the
+        same scan; then every consume queue and the index files newer than the checkpoint are cut
+        back to the recovery point and rebuilt from the commitlog (a crash can leave a half-written
+        unit or index item at their ends). Read-only: all of it computed, nothing written; the
+        reader's consume-queue views end at the last unit that matches its record."""
         t0 = R.now()
         cl = self.commit_log
         files = cl.queue.files
+        cfg = self.cfg
         applied = not self.read_only
         for cq in self.consume_queues.values():
             cq.recover()
+        before = {k: cq.max_offset for k, cq in self.consume_queues.items()}
         dispatch_from = max((cq.max_physic_offset for cq in self.consume_queues.values()), default=-1)
         mode = "empty" if not files else ("normal" if last_exit_ok else "abnormal")
         report = R.RecoveryReport(mode=mode, applied=applied)
+        start_phy = end = 0
         if files:
             cp = self.checkpoint.values
-            start_i = R.choose_start_segment(files, self.cfg, normal=last_exit_ok, dispatch_from_phy=dispatch_from,
+            start_i = R.choose_start_segment(files, cfg, normal=last_exit_ok, dispatch_from_phy=dispatch_from,
                                              min_timestamp=cp.min_timestamp, index_msg_timestamp=cp.index_msg_timestamp)
-            end, last_valid, nrec, reason = R.scan_valid(files, start_i, self.cfg)
-            report.start_offset, report.end_offset = files[start_i].file_from_offset, end
-            report.last_valid_offset, report.records_scanned = last_valid, nrec
-            extents = R.tail_extents(files, end, self.cfg.max_message_size + 65536 + 4096)
-            report.cuts = R.save_cuts(self.path, extents, reason, applied)
+            start_phy = files[start_i].file_from_offset
+            scan = R.scan_log(files, start_phy, cfg, check_crc=cfg.check_crc_on_recover)
+            end = scan.end
+            report.start_offset, report.end_offset = start_phy, end
+            report.last_valid_offset, report.records_scanned = scan.last_valid, scan.records
+            report.corrupt_records = scan.corrupt
+            extents = R.tail_extents(files, end, R.max_record_size(cfg) + 4096)
+            report.cuts = R.save_cuts(self.path, extents, scan.reason, applied)
             if applied:
                 for mf, pos, stop in extents:
                     mf.zero_from(pos, stop)
@@ -182,57 +245,225 @@ class MessageStore:
                 for mf in cl.queue.files:
                     mf.flushed_position = mf.wrote_position
             else:
-                for mf in files:
-                    if mf.file_from_offset <= end < mf.file_from_offset + mf.file_size:
-                        mf.wrote_position = mf.flushed_position = end - mf.file_from_offset
-                    elif mf.file_from_offset >= end:
-                        mf.wrote_position = mf.flushed_position = 0
+                self._set_read_positions(end)
             cl.confirm_offset = cl.flushed_offset = end
-            if last_valid >= 0:
-                self.checkpoint.values.confirm_phy_offset = last_valid
+            if scan.last_valid >= 0:
+                self.checkpoint.values.confirm_phy_offset = scan.last_valid
+            # what has to be dispatched again
+            redispatch = min(max(dispatch_from, 0), end) if last_exit_ok else min(start_phy, end)
+            cut_to = end if last_exit_ok else redispatch
             for cq in self.consume_queues.values():
-                if cq.max_physic_offset >= end:
-                    before = cq.max_offset
-                    cq.truncate_dirty(end)
-                    if cq.max_offset != before:
-                        report.consume_queues_truncated.append(f"{cq.topic}/{cq.queue_id}")
+                if cq.max_physic_offset > cut_to or (last_exit_ok and cq.max_physic_offset >= end):
+                    if applied or last_exit_ok:
+                        cq.truncate_dirty(cut_to)
+            if not applied and not last_exit_ok:
+                self._validate_read_views(from_phy=redispatch)
         else:
             for cq in self.consume_queues.values():
                 if applied:
                     cq.destroy()
             if applied:
                 self.consume_queues.clear()
-        # what has to be dispatched again
-        end = cl.confirm_offset
-        redispatch = min(max(dispatch_from, 0), end) if last_exit_ok else min(report.start_offset, end)
+            redispatch = 0
         if dropped_index:
-            report.index_files_rebuilt = [f.name for f in dropped_index]
-            kept = self.index_service.files
-            rebuild_from = kept[-1].end_phy if kept else cl.min_offset
-            redispatch = min(redispatch, rebuild_from)
-            if applied:
-                self.index_service.destroy_files(dropped_index)
-            else:
-                for f in dropped_index:
-                    f.close()
+            self._recover_index(dropped_index, redispatch, applied, report)
         redispatch = max(redispatch, cl.min_offset)
         report.redispatch_from = redispatch
         self.reput = ReputMessageService(self, redispatch)
-        if applied:
-            self.reput.do_reput(end)
+        if applied and files:
+            report.records_redispatched = self._redispatch(redispatch, end)
+            self.reput.reput_from = max(self.reput.reput_from, end)
             for cq in self.consume_queues.values():
                 cq.flush(0)
+            self.index_service.flush()
             self.checkpoint.flush()
         else:
             self.reput.reput_from = end
-        for cq in self.consume_queues.values():
+        for key, cq in self.consume_queues.items():
             cl.topic_queue_table[(cq.topic, cq.queue_id)] = cq.max_offset
             cq.correct_min_offset(cl.min_offset)
+            if cq.max_offset < before.get(key, 0):
+                report.consume_queues_truncated.append(f"{cq.topic}/{cq.queue_id}")
         report.seconds = R.now() - t0
         self.recovery_report = report
         if report.mode != "empty" and (not report.clean or report.mode == "abnormal"):
             log.warning("%s: %s", self.path, report.summary())
 
+    def _recover_index(self, dropped: list, redispatch: int, applied: bool, report: R.RecoveryReport) -> None:
+        """Index files newer than the checkpoint after a crash: upstream deletes them (and loses
+        their entries for records before the recovery point). Here they are cut back to the
+        recovery point and kept; the re-dispatch adds the rest. Read-only: kept as they are (every
+        query result is checked against its record)."""
+        svc = self.index_service
+        kept = sorted(svc.files + list(dropped), key=lambda f: f.name)
+        if applied:
+            ts_at = R.store_ts_reader(self.commit_log.queue.files)
+            prev_end = (0, 0)
+            out = []
+            for f in kept:
+                if f in dropped:
+                    # a record whose keys spill from the previous file into this one keeps them here
+                    limit = max(redispatch, prev_end[0] + 1) if out else redispatch
+                    R.truncate_index_file(f, limit, ts_at, prev_end)
+                    report.index_files_rebuilt.append(f.name)
+                    if f.index_count <= 1 and (out or f is not kept[-1]):
+                        f.destroy()
+                        continue
+                    f.flush()
+                out.append(f)
+                prev_end = (f.end_phy, f.end_ts)
+            kept = out
+        else:
+            report.index_files_rebuilt = [f.name for f in dropped]
+        with svc.lock:
+            svc.files = kept
+            if kept:
+                svc._last_name = max(getattr(svc, "_last_name", ""), kept[-1].name)
+
+    def _redispatch(self, start: int, end: int) -> int:
+        """Dispatch the records in ``[start, end)`` to the consume queues and the index. Corrupt
+        records whose framing is intact get their unit (reads refuse them); a record lost to
+        corruption leaves a queue-offset gap, which is filled with units pointing at the corrupt
+        bytes so that the queue's later units keep their offsets."""
+        if start >= end:
+            return 0
+        cl = self.commit_log
+        topic_cache: dict[bytes, str] = {}
+        spans: list[R.CorruptSpan] = []
+        count = 0
+
+        def on_batch(mf, batch) -> None:
+            nonlocal count
+            if spans:
+                V._pad_gaps(self, mf, batch, spans, topic_cache, self.consume_queues.get)
+            dispatch_batch(mf.u8, batch, cq_for=self.find_consume_queue, index_service=self.index_service,
+                           delay_levels_ms=self.delay_levels_ms, topic_cache=topic_cache,
+                           build_index=self.cfg.message_index_enable)
+            self.on_dispatched(int(batch.store_timestamp[-1]))
+            count += len(batch)
+
+        def on_corrupt(span) -> None:
+            if span.kind == "record_invalid":
+                spans.append(span)
+
+        R.scan_log(cl.queue.files, start, self.cfg, check_crc=False, limit_phy=end, on_batch=on_batch,
+                   dispatchable=True, on_corrupt=on_corrupt)
+        return count
+
+    # ------------------------------------------------------------------------------------------
+    # Read-only views
+    # ------------------------------------------------------------------------------------------
+    def _set_read_positions(self, end: int) -> None:
+        """Read-only: segment positions (in memory) for valid data ending at ``end``."""
+        for mf in self.commit_log.queue.files:
+            if mf.file_from_offset + mf.file_size <= end:
+                mf.wrote_position = mf.flushed_position = mf.file_size
+            elif mf.file_from_offset <= end:
+                mf.wrote_position = mf.flushed_position = end - mf.file_from_offset
+            else:
+                mf.wrote_position = mf.flushed_position = 0
+
+    def _validate_read_views(self, from_phy: int | None = None, cqs=None) -> None:
+        """Read-only: each consume queue's view ends after its last unit that matches its record
+        in the commitlog view (units with phy offsets from ``from_phy``, or from the current view
+        end, are checked; earlier ones are trusted as a writer's recovery would)."""
+        cl = self.commit_log
+        files = cl.queue.files
+        for cq in (cqs if cqs is not None else list(self.consume_queues.values())):
+            if not cq.queue.files:
+                continue
+            if from_phy is not None:
+                from_q = _first_unit_at_or_after(cq, from_phy)
+            else:
+                from_q = cq.max_offset
+            # let the check see every written unit after from_q
+            for mf in cq.queue.files:
+                if mf.file_from_offset + mf.file_size > from_q * 20:
+                    mf.wrote_position = mf.file_size
+            view_end = R.validated_unit_end(cq, files, cl.confirm_offset, from_q)
+            for mf in cq.queue.files:
+                pos = min(max(view_end * 20 - mf.file_from_offset, 0), mf.file_size)
+                mf.wrote_position = mf.flushed_position = pos
+
+    def refresh(self) -> int:
+        """Follow a writer in another process (read-only stores; a no-op for a writer).
+
+        New commitlog segments are mapped and scanned from the current end with CRC checks: the
+        view grows only by complete, valid records. Consume queues grow only by units that match
+        their records inside that view; new queues and index files appear; files deleted by
+        retention leave the view (min offsets move). Returns the new end of valid data."""
+        self._check_open()
+        cl = self.commit_log
+        if not self.read_only:
+            return cl.confirm_offset
+        with self._refresh_lock:
+            self._close_retired()
+            added, removed = cl.queue.refresh()
+            for mf in removed:
+                self._retire(mf)
+            files = cl.queue.files
+            if files:
+                start = min(max(cl.confirm_offset, files[0].file_from_offset),
+                            files[-1].file_from_offset + files[-1].file_size)
+                scan = R.scan_log(files, start, self.cfg, check_crc=True)
+                end = max(scan.end, start)
+                for s in scan.corrupt:
+                    log.error("%s: %s (kept, never served)", s.segment, s.reason)
+            else:
+                end = 0
+            self._set_read_positions(end)
+            cl.confirm_offset = cl.flushed_offset = end
+            # consume queues: new queues, new files, units that match their records
+            known = set(self.consume_queues)
+            self._load_consume_queues()
+            fresh = [cq for k, cq in self.consume_queues.items() if k not in known]
+            for cq in fresh:
+                for mf in cq.queue.files:
+                    mf.wrote_position = mf.flushed_position = 0
+            for key, cq in list(self.consume_queues.items()):
+                if key in known:
+                    added_q, removed_q = cq.queue.refresh()
+                    for mf in removed_q:
+                        self._retire(mf)
+            self._validate_read_views()
+            for cq in self.consume_queues.values():
+                cl.topic_queue_table[(cq.topic, cq.queue_id)] = cq.max_offset
+                cq.correct_min_offset(cl.min_offset)
+            self._refresh_index()
+            return end
+
+    def _refresh_index(self) -> None:
+        svc = self.index_service
+        d = svc.dir
+        size = self.cfg.index_file_size
+        with svc.lock:
+            while svc.files and not os.path.exists(svc.files[0].path):
+                self._retire(svc.files.pop(0))
+            have = {f.name for f in svc.files}
+            last = svc.files[-1].name if svc.files else ""
+            try:
+                names = sorted(os.listdir(d))
+            except FileNotFoundError:
+                names = []
+            for name in names:
+                p = os.path.join(d, name)
+                if name in have or name <= last or not name.isdigit():
+                    continue
+                try:
+                    if os.path.getsize(p) != size:
+                        continue
+                    svc.files.append(IndexFile(p, self.cfg.max_hash_slot_num, self.cfg.max_index_num, read_only=True))
+                except (FileNotFoundError, StoreIOError, CorruptRecordError):
+                    continue
+            for f in svc.files[-2:]:
+                h = IF.HEADER.unpack_from(f.mf.mm, 0)
+                if 0 <= h[5] <= f.index_num:
+                    f.begin_ts, f.end_ts, f.begin_phy, f.end_phy, f.slot_count = h[:5]
+                    f.index_count = max(1, h[5])
+
+    # ------------------------------------------------------------------------------------------
+    # Background work
+    # ------------------------------------------------------------------------------------------
     def dispatch_end(self) -> int:
         cl = self.commit_log
         return cl.flushed_offset if self.cfg.sync_flush else cl.confirm_offset
@@ -245,25 +476,89 @@ class MessageStore:
         self.checkpoint.values.logics_msg_timestamp = store_ts
 
     def _flush_loop(self) -> None:
+        """The flusher thread: commitlog (ASYNC_FLUSH: every ``flushIntervalCommitLog`` when at
+        least ``flushCommitLogLeastPages`` pages are dirty, everything at least every
+        ``flushCommitLogThoroughInterval``; SYNC_FLUSH: put_message flushes, this catches the
+        rest), consume queues (every ``flushIntervalConsumeQueue``, ``flushConsumeQueueLeastPages``,
+        thorough every ``flushConsumeQueueThoroughInterval``) and the checkpoint after them; it
+        also restarts a dispatcher stopped by an I/O error (a full disk), runs retention
+        (``cleanResourceInterval``) and unmaps files deleted by retention."""
         cfg = self.cfg
-        last_thorough = last_cq = time.monotonic()
-        while not self._stop.wait(cfg.flush_interval_commit_log / 1000):
+        last_thorough = last_cq = last_cq_thorough = time.monotonic()
+        next_clean = time.monotonic() + RT.FIRST_CLEAN_DELAY_S
+        tick = min(cfg.flush_interval_commit_log, cfg.flush_interval_consume_queue, 1000) / 1000
+        last_cl = 0.0
+        while not self._stop.wait(tick):
             try:
                 now = time.monotonic()
-                thorough = (now - last_thorough) * 1000 >= cfg.flush_commit_log_thorough_interval
-                self.commit_log.flush(0 if thorough else cfg.flush_commit_log_least_pages)
-                if thorough:
-                    last_thorough = now
-                    self.checkpoint.values.physic_msg_timestamp = self.commit_log.flushed_store_timestamp
-                if self.cfg.sync_flush:
-                    self.reput.wake()
+                if (now - last_cl) * 1000 >= cfg.flush_interval_commit_log:
+                    last_cl = now
+                    thorough = (now - last_thorough) * 1000 >= cfg.flush_commit_log_thorough_interval
+                    self.commit_log.flush(0 if thorough else cfg.flush_commit_log_least_pages)
+                    if thorough:
+                        last_thorough = now
+                    if self.cfg.sync_flush:
+                        self.reput.wake()
                 if (now - last_cq) * 1000 >= cfg.flush_interval_consume_queue:
                     last_cq = now
-                    for cq in list(self.consume_queues.values()):
-                        cq.flush(cfg.flush_consume_queue_least_pages)
-                    self.checkpoint.flush()
+                    cq_thorough = (now - last_cq_thorough) * 1000 >= cfg.flush_consume_queue_thorough_interval
+                    if cq_thorough:
+                        last_cq_thorough = now
+                    self._flush_queues_and_checkpoint(0 if cq_thorough else cfg.flush_consume_queue_least_pages)
+                self._supervise_reput(now)
+                self._close_retired()
+                if now >= next_clean:
+                    next_clean = now + RT.CLEAN_INTERVAL_S
+                    RT.run_periodic(self)
             except Exception:  # noqa: BLE001 - a background thread must not die silently
-                log.exception("flush failed")
+                log.exception("background flush/clean failed in %s", self.path)
+
+    def _flush_queues_and_checkpoint(self, least_pages: int) -> None:
+        """Consume queues, then the checkpoint with values captured *before* the flushes (so the
+        checkpoint never claims more than is on disk)."""
+        cp = self.checkpoint.values
+        logics = cp.logics_msg_timestamp
+        physic = self.commit_log.flushed_store_timestamp
+        for cq in list(self.consume_queues.values()):
+            cq.flush(least_pages)
+        if physic:
+            cp.physic_msg_timestamp = physic
+        self.checkpoint.flush(dataclasses.replace(cp, logics_msg_timestamp=logics))
+
+    def _supervise_reput(self, now: float) -> None:
+        """Restart the dispatcher after an I/O error (e.g. a full disk while creating a consume
+        queue or index file), at most once a second; duplicates are dropped by the queues."""
+        r = self.reput
+        if r is None or r.error is None:
+            return
+        t = getattr(r, "_thread", None)
+        if t is not None and t.is_alive():
+            return
+        if now - self._reput_restarted_at < 1.0:
+            return
+        self._reput_restarted_at = now
+        log.warning("restarting the dispatcher after: %s", r.error)
+        r.error = None
+        r.start()
+
+    def _retire(self, obj) -> None:
+        """Close a mapping later (readers may still hold it); its file is already deleted."""
+        self._retired.append((time.monotonic(), obj))
+
+    def _close_retired(self, force: bool = False) -> None:
+        if not self._retired:
+            return
+        now = time.monotonic()
+        keep = []
+        for t, obj in self._retired:
+            if force or now - t >= RETIRE_GRACE_S:
+                try:
+                    obj.close()
+                except Exception:  # noqa: BLE001
+                    log.exception("closing a retired mapping failed")
+            else:
+                keep.append((t, obj))
+        self._retired = keep
 
     def _check_open(self) -> None:
         if self._closed:
@@ -279,8 +574,9 @@ class MessageStore:
             try:
                 self.commit_log.flush(0)
                 self.reput.wake()
+                self._supervise_reput(time.monotonic() + 10)
                 self.reput.wait_until(self.commit_log.confirm_offset, timeout=60)
-            except Exception:  # noqa: BLE001
+            except Exception:  # noqa: BLE001 - a failed flush keeps abort: the next open recovers
                 log.exception("flush at close failed")
                 clean = False
             clean = clean and self.reput.error is None and self.reput.behind_bytes() == 0
@@ -302,17 +598,19 @@ class MessageStore:
                     self.checkpoint.values.physic_msg_timestamp
                 self.index_service.flush()
                 self.checkpoint.flush()
-            except Exception:  # noqa: BLE001
+            except Exception:  # noqa: BLE001 - the next open recovers
                 log.exception("final flush failed; the next open will recover")
                 abort_clean = False
         self.index_service.close()
         for cq in self.consume_queues.values():
             cq.close()
         self.commit_log.close()
+        self._close_retired(force=True)
         if self._lock_fd is not None:
             if abort_clean:
                 try:
                     os.unlink(os.path.join(self.path, "abort"))
+                    fsync_dir(self.path)
                 except FileNotFoundError:
                     pass
             with _LOCKED_GUARD:
@@ -335,13 +633,22 @@ class MessageStore:
             raise ReadOnlyStoreError("store is open read-only", path=self.path)
 
     def put_message(self, msg: Message) -> PutMessageResult:
-        """Append one message (``putMessage``)."""
+        """Append one message (``putMessage``). Under SYNC_FLUSH, PUT_OK means the record is on
+        disk (group commit); FLUSH_DISK_TIMEOUT means it was appended but not confirmed durable
+        within ``syncFlushTimeout``. A full disk gives CREATE_MAPPED_FILE_FAILED (no segment could
+        be created) or SERVICE_NOT_AVAILABLE (past ``diskSpaceWarningLevelRatio``); nothing is
+        half-written either way."""
         self._check_writable()
+        if self.disk_full:
+            return _disk_full_result()
         return self.commit_log.put_message(msg)
 
     def put_messages(self, msgs: Iterable[Message]) -> PutMessageResult:
-        """Append a batch for one topic and queue (``putMessages``)."""
+        """Append a batch for one topic and queue (``putMessages``); all of it or none of it
+        becomes visible, also across a crash."""
         self._check_writable()
+        if self.disk_full:
+            return _disk_full_result()
         return self.commit_log.put_messages(list(msgs))
 
     def wait_dispatched(self, timeout: float | None = None) -> None:
@@ -425,12 +732,56 @@ class MessageStore:
     # ==========================================================================================
     def look_message_by_offset(self, phy_offset: int) -> MessageRecord | None:
         """The record at a commitlog offset; None when nothing is stored there, and
-        :class:`CorruptRecordError` (path, offset) when the bytes there are not a valid record."""
+        :class:`CorruptRecordError` (path, offset) when the bytes there are not a complete, valid
+        record (every read checks the CRC: a damaged message is never served)."""
         self._check_open()
         cl = self.commit_log
         if phy_offset < cl.min_offset or phy_offset >= cl.confirm_offset:
             return None
-        return cl.read_record(phy_offset)
+        return self._read_checked(phy_offset)
+
+    def _read_checked(self, phy: int) -> MessageRecord:
+        """The record at ``phy`` if its framing, PHYSICALOFFSET, CRC (body, or properties CRC under
+        ``forceVerifyPropCRC``) and completeness (no zero-filled end) hold; else
+        :class:`CorruptRecordError` with the segment path and the phy offset."""
+        cl = self.commit_log
+        rec = cl.read_record(phy, check_crc=True)
+        mf = cl.queue.find(phy)
+        pos = phy - mf.file_from_offset
+        try:
+            lay = M.read_layout(mf.mm, pos, mf.file_size)
+        except (ValueError, struct.error) as e:  # pragma: no cover - read_record parsed it already
+            raise CorruptRecordError(f"invalid commitlog record: {e}", path=mf.path, offset=phy) from e
+        mm = mf.mm
+        if (lay.topic_len > 0 and mm[pos + lay.topic_pos + lay.topic_len - 1] == 0) or \
+                (lay.props_len > 0 and mm[pos + lay.props_pos + lay.props_len - 1] == 0):
+            raise CorruptRecordError("incomplete commitlog record (its end is zero-filled: a torn write)",
+                                     path=mf.path, offset=phy)
+        return rec
+
+    def _read_unit(self, cq: ConsumeQueue, q: int, phy: int, size: int) -> MessageRecord:
+        """The record consume-queue unit ``q`` points at, if it is that unit's record (size, topic,
+        queue id, queue offset) and passes :meth:`_read_checked`."""
+        cl = self.commit_log
+        if size <= 0 or phy + size > cl.confirm_offset:
+            raise self._unit_error(cq, q, f"unit {q} points at [{phy}, {phy + size}), outside the commitlog data "
+                                          f"[{cl.min_offset}, {cl.confirm_offset})")
+        try:
+            rec = self._read_checked(phy)
+        except OffsetError as e:
+            raise self._unit_error(cq, q, f"unit {q}: {e}") from e
+        if rec.store_size != size or rec.topic != cq.topic or rec.queue_id != cq.queue_id or rec.queue_offset != q:
+            raise self._unit_error(cq, q, f"unit {q} of {cq.topic}/{cq.queue_id} points at a record of "
+                                          f"{rec.topic}/{rec.queue_id} offset {rec.queue_offset} size {rec.store_size} "
+                                          f"(unit size {size})")
+        return rec
+
+    @staticmethod
+    def _unit_error(cq: ConsumeQueue, q: int, msg: str) -> CorruptRecordError:
+        mf = cq.queue.find(q * CQF.UNIT_SIZE)
+        if mf is None:
+            return CorruptRecordError(f"consume queue: {msg}", path=cq.queue.directory, offset=q * CQF.UNIT_SIZE)
+        return CorruptRecordError(f"consume queue: {msg}", path=mf.path, offset=q * CQF.UNIT_SIZE - mf.file_from_offset)
 
     def view_message_by_id(self, offset_msg_id: str) -> MessageRecord | None:
         """Decode an offsetMsgId and read the record it points to."""
@@ -506,12 +857,18 @@ class MessageStore:
                         if total_bytes == 0:
                             status = GetMessageStatus.NO_MATCHED_MESSAGE
                         continue
-                if cl.get_data(phy, size) is None:
+                if phy < cl.min_offset:
                     if total_bytes == 0:
                         status = GetMessageStatus.MESSAGE_WAS_REMOVING
                     next_phy_file_start = cl.roll_next_file(phy)
                     continue
-                rec = cl.read_record(phy)
+                try:
+                    rec = self._read_unit(cq, q - 1, phy, size)
+                except CorruptRecordError:
+                    if messages:  # hand out what precedes the damaged message; the next pull raises
+                        next_begin = q - 1
+                        break
+                    raise
                 if sub is not None and rec.tags not in sub[0]:
                     filtered += 1
                     continue
@@ -584,6 +941,26 @@ class MessageStore:
         """Messages whose UNIQ_KEY equals ``uniq_key`` (broker default maxNum 32)."""
         self._check_open()
         return self._query_exact(topic, uniq_key, self.cfg.default_query_max_num, begin_ms, end_ms, uniq_only=True)
+
+    # ==========================================================================================
+    # Care: verify, retention
+    # ==========================================================================================
+    def verify(self, fix: bool = False, progress=None) -> list[V.Finding]:
+        """Check the store (every record's CRC, consume queues and index against the commitlog,
+        checkpoint, tail) and return what is wrong as :class:`~rmqstore.engine.verify.Finding`
+        objects (empty when sound); never raises for damage found. ``fix=True`` (writers only)
+        rebuilds what the commitlog can regenerate and marks those findings ``fixed``.
+        ``progress(bytes_done)`` is called while the commitlog is scanned."""
+        self._check_open()
+        return V.verify_store(self, fix=fix, progress=progress)
+
+    def clean_expired(self, now_ms: int | None = None, dry_run: bool = True, force: bool = False) -> RT.CleanResult:
+        """One retention run (``fileReservedTime``, ``deleteWhen``, disk-usage ratios,
+        ``deleteFileBatchMax``, never the last segment; consume-queue and index files whose data
+        is gone follow). ``dry_run`` (default) only plans; ``force`` runs whatever the hour
+        (upstream's manual trigger). See :mod:`rmqstore.engine.retention`."""
+        self._check_open()
+        return RT.clean_expired(self, now_ms=now_ms, dry_run=dry_run, force=force)
 
     # ==========================================================================================
     # Introspection

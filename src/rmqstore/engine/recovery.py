@@ -1,15 +1,31 @@
-"""Startup recovery of the commitlog (mirrors ``CommitLog#recoverNormally``/``recoverAbnormally``).
+"""Startup recovery of the commitlog (mirrors ``CommitLog#recoverNormally``/``recoverAbnormally``),
+and the log-scanning primitives that recovery, :mod:`.verify` and read-only refresh share.
 
 1. Choose the start segment (FORMAT.md §9.2).
-2. Scan records with CRC checks until the first invalid one: that is the end of valid data ``E``.
+2. Scan records with CRC checks (:func:`scan_log`) to the end of valid data ``E``.
 3. Keep the evidence: bytes after ``E`` (the torn or corrupt tail, and later segments) are copied to
    ``recovery/<segment>.<n>.cut`` before the commitlog is cut; a :class:`RecoveryReport` says what
    was cut, where and why.
-4. Consume queues are truncated to ``E``; everything after the dispatch point is re-dispatched.
+4. Consume queues are truncated; everything after the recovery point is re-dispatched.
 
-Beyond upstream: after a crash the index is not left without the entries of the current file
-(upstream drops it, quirk 15.14): the dropped files are rebuilt from the commitlog. A read-only
-open runs steps 1-2 in memory and reports what a recovery would do without touching a byte.
+What a valid record is (stricter than upstream, which checks magic, the length formula and the
+body CRC): also ``PHYSICALOFFSET`` equal to the record's position, and, when present, a non-zero
+last byte of TOPIC and of PROPERTIES. A record torn by a crash or a lost page keeps its header but
+has zeros where its last bytes should be; upstream's checks miss a tear that falls after the body.
+
+Beyond upstream:
+
+* **Corruption in the middle is not a tail.** Upstream stops at the first bad record and deletes
+  everything after it. Here a bad record is skipped when an intact record follows it (found by its
+  magic and ``PHYSICALOFFSET`` within one maximal record length, or at the next segment start):
+  the bad bytes stay in place, are reported (:class:`CorruptSpan`) and are never served; the
+  acknowledged messages after them survive. Only a bad region with nothing valid after it is a torn
+  tail and is cut.
+* **The index keeps its entries.** After a crash upstream deletes the index files newer than the
+  checkpoint (quirk 15.14); here their tail beyond the recovery point is cut
+  (:func:`truncate_index_file`) and rebuilt by the re-dispatch.
+* A read-only open runs steps 1-2 in memory and reports what a recovery would do without touching a
+  byte.
 """
 from __future__ import annotations
 
@@ -17,12 +33,21 @@ import logging
 import os
 import time
 from dataclasses import dataclass, field
+from typing import Callable
 
 import numpy as np
 
+from ..errors import StoreIOError
+from ..format import index_file as IF
 from ..format import message as M
 
 log = logging.getLogger(__name__)
+
+#: Records decoded per numpy batch while scanning.
+SCAN_BATCH = 65536
+#: Candidate positions examined per resynchronisation attempt (pathological data guard).
+MAX_RESYNC_CANDIDATES = 100_000
+_MAGIC_BYTES = (M.I32.pack(M.MAGIC_V1), M.I32.pack(M.MAGIC_V2), M.I32.pack(M.BLANK_MAGIC))
 
 
 @dataclass
@@ -35,6 +60,17 @@ class TailCut:
 
 
 @dataclass
+class CorruptSpan:
+    """Bytes inside the valid data that do not form a valid record (kept in place, never served)."""
+
+    segment: str         # path of the commitlog segment
+    offset: int          # phy offset of the first bad byte
+    length: int          # bytes up to the next valid record (or the segment end)
+    kind: str            # "record_crc" (framing intact, CRC or completeness check failed) / "record_invalid"
+    reason: str
+
+
+@dataclass
 class RecoveryReport:
     mode: str                      # "normal" (clean shutdown) / "abnormal" (abort file) / "empty"
     applied: bool                  # False for a read-only open (nothing was changed)
@@ -43,36 +79,296 @@ class RecoveryReport:
     last_valid_offset: int = -1    # start of the last valid record
     records_scanned: int = 0
     cuts: list[TailCut] = field(default_factory=list)
+    corrupt_records: list[CorruptSpan] = field(default_factory=list)
     consume_queues_truncated: list[str] = field(default_factory=list)
     index_files_rebuilt: list[str] = field(default_factory=list)
     redispatch_from: int = 0
+    records_redispatched: int = 0
     seconds: float = 0.0
 
     @property
     def clean(self) -> bool:
-        return not self.cuts and not self.consume_queues_truncated
+        return not self.cuts and not self.consume_queues_truncated and not self.corrupt_records
 
     def summary(self) -> str:
         s = (f"{self.mode} recovery{'' if self.applied else ' (dry run, read-only)'}: valid data "
              f"[{self.start_offset}, {self.end_offset}), {self.records_scanned} records scanned")
         for c in self.cuts:
             s += f"; cut {c.length} bytes at {c.offset} in {c.segment} ({c.reason})"
+        for c in self.corrupt_records:
+            s += f"; kept {c.length} corrupt bytes at {c.offset} in {os.path.basename(c.segment)} ({c.reason})"
         if self.consume_queues_truncated:
             s += f"; {len(self.consume_queues_truncated)} consume queues truncated"
         if self.index_files_rebuilt:
-            s += f"; {len(self.index_files_rebuilt)} index files rebuilt"
+            s += f"; tail of {len(self.index_files_rebuilt)} index files rebuilt"
+        if self.records_redispatched:
+            s += f"; {self.records_redispatched} records re-dispatched from {self.redispatch_from}"
         return s
 
 
-def _first_record_ok(mf, cfg) -> tuple[bool, int, int]:
-    """(parsed with CRC, STORETIMESTAMP, PHYSICALOFFSET) of a segment's first record."""
-    size, ok, _ = M.check_record(mf.mm, 0, mf.file_size, check_crc=cfg.check_crc_on_recover,
-                                 force_verify_prop_crc=cfg.force_verify_prop_crc)
-    if not ok or size <= 0:
-        return False, 0, 0
-    (_, _, _, _, _, _, phy, sys_flag, _) = M.HEAD.unpack_from(mf.mm, 0)
-    ts = M.I64.unpack_from(mf.mm, M.store_timestamp_pos(sys_flag))[0]
-    return ts != 0, ts, phy
+# ------------------------------------------------------------------------------------------------
+# Record validity
+# ------------------------------------------------------------------------------------------------
+
+def batch_checks(mf, batch: M.RecordBatch, cfg, *, check_crc: bool) -> tuple[np.ndarray, np.ndarray]:
+    """For records whose framing ``decode_batch`` accepted: ``(structure_ok, crc_ok)``.
+
+    ``structure_ok``: PHYSICALOFFSET equals the position, the last TOPIC byte and the last
+    PROPERTIES byte (when there are properties) are not zero. ``crc_ok``: body CRC, or the
+    properties CRC under ``forceVerifyPropCRC`` (all True when ``check_crc`` is off)."""
+    u8 = mf.u8
+    n = len(batch)
+    ok = batch.valid.copy()
+    if n == 0:
+        return ok, ok.copy()
+    idx = np.flatnonzero(ok)
+    if idx.size:
+        phy_ok = batch.phy_offset[idx] == mf.file_from_offset + batch.starts[idx]
+        tl = batch.topic_len[idx]
+        tp = batch.topic_pos[idx]
+        has_t = tl > 0
+        last_t = u8[np.where(has_t, tp + tl - 1, 0)]
+        pl = batch.props_len[idx]
+        pp = batch.props_pos[idx]
+        has_p = pl > 0
+        last_p = u8[np.where(has_p, pp + pl - 1, 0)]
+        ok[idx] = phy_ok & (~has_t | (last_t != 0)) & (~has_p | (last_p != 0))
+    crc = np.ones(n, dtype=bool)
+    if check_crc and idx.size:
+        if cfg.force_verify_prop_crc:
+            for i in idx.tolist():
+                crc[i] = M.check_record(mf.mm, int(batch.starts[i]), mf.file_size, check_crc=True,
+                                        force_verify_prop_crc=True)[1]
+        else:
+            crc[idx] = M.body_crc_ok(mf.mm, _take_idx(batch, idx))
+    return ok, crc
+
+
+def _take_idx(batch: M.RecordBatch, idx: np.ndarray) -> M.RecordBatch:
+    return M.RecordBatch(**{k: v[idx] for k, v in batch.__dict__.items()})
+
+
+def record_ok_at(mf, pos: int, cfg, *, check_crc: bool = True) -> bool:
+    """Whether a complete, valid record starts at ``pos`` of segment ``mf``."""
+    if pos < 0 or pos + 91 > mf.file_size:
+        return False
+    batch = M.decode_batch(mf.u8, np.array([pos], dtype=np.int64))
+    if not batch.valid[0]:
+        return False
+    ok, crc = batch_checks(mf, batch, cfg, check_crc=check_crc)
+    return bool(ok[0] and crc[0])
+
+
+def _blank_ok_at(mf, pos: int) -> bool:
+    if pos + 8 > mf.file_size:
+        return False
+    total, magic = M.BLANK.unpack_from(mf.mm, pos)
+    return magic == M.BLANK_MAGIC and total == mf.file_size - pos
+
+
+def max_record_size(cfg) -> int:
+    return min(cfg.max_message_size + 65536, cfg.mapped_file_size_commit_log)
+
+
+def find_resync(files, i: int, bad_pos: int, cfg, *, check_crc: bool = True) -> tuple[int, int] | None:
+    """After bad bytes at ``files[i]`` position ``bad_pos``: where the next intact record (or the
+    end-of-segment blank) starts, as ``(segment index, position)``, or None when nothing valid
+    follows (a torn or corrupt tail). Records are written back to back, so an intact successor
+    starts within one maximal record length; past the segment end, the next segment must start
+    with an intact record."""
+    mf = files[i]
+    window_end = min(mf.file_size, bad_pos + max_record_size(cfg) + 8)
+    mm = mf.mm
+    cands: list[int] = []
+    for pat in _MAGIC_BYTES:
+        j = mm.find(pat, bad_pos + 5, window_end)
+        tried = 0
+        while j >= 0 and tried < MAX_RESYNC_CANDIDATES:
+            cands.append(j - 4)
+            tried += 1
+            j = mm.find(pat, j + 1, window_end)
+    for q in sorted(set(cands)):
+        if q <= bad_pos:
+            continue
+        if _blank_ok_at(mf, q) or record_ok_at(mf, q, cfg, check_crc=check_crc):
+            return i, q
+    if window_end >= mf.file_size and i + 1 < len(files) and record_ok_at(files[i + 1], 0, cfg, check_crc=check_crc):
+        return i + 1, 0
+    return None
+
+
+# ------------------------------------------------------------------------------------------------
+# Scanning the log
+# ------------------------------------------------------------------------------------------------
+
+@dataclass
+class ScanResult:
+    end: int                       # E: end of valid data
+    last_valid: int                # start of the last valid record (-1 if none)
+    records: int                   # valid records seen
+    reason: str                    # why the scan stopped at E
+    corrupt: list[CorruptSpan] = field(default_factory=list)
+    max_store_timestamp: int = 0
+    bytes_scanned: int = 0
+
+
+def scan_log(files, start_phy: int, cfg, *, check_crc: bool = True, limit_phy: int | None = None,
+             on_batch: Callable | None = None, dispatchable: bool = False,
+             progress: Callable[[int], None] | None = None,
+             on_corrupt: Callable[[CorruptSpan], None] | None = None) -> ScanResult:
+    """Walk the commitlog segments ``files`` from ``start_phy``.
+
+    Valid records are handed to ``on_batch(mf, batch)`` in order (numpy batches, no per-record
+    objects). Bad bytes followed by an intact record are recorded as a :class:`CorruptSpan` and
+    skipped; bad bytes with nothing valid after them end the scan. ``limit_phy`` bounds the scan
+    (records must end at or before it). With ``dispatchable`` the batches also include records
+    whose framing is intact but whose CRC or completeness check fails (what upstream's reput
+    dispatches: their consume-queue units keep queue offsets aligned; reads refuse them).
+    """
+    res = ScanResult(end=start_phy, last_valid=-1, records=0, reason="end of data")
+    if on_corrupt is not None:
+        res.corrupt = _NotifyingList(on_corrupt)
+    if not files:
+        res.end = 0
+        return res
+    first = files[0].file_from_offset
+    size = files[0].file_size
+    i = (start_phy - first) // size
+    if i < 0:
+        i, start_phy = 0, first
+    if i >= len(files):
+        res.end = start_phy
+        res.reason = "no segment holds the start offset"
+        return res
+    pos = start_phy - files[i].file_from_offset
+    limit_phy = (1 << 62) if limit_phy is None else limit_phy
+    while True:
+        mf = files[i]
+        base = mf.file_from_offset
+        seg_limit = min(mf.file_size, limit_phy - base)
+        if pos >= seg_limit:
+            res.end = base + pos
+            if seg_limit < mf.file_size:
+                res.reason = "limit"
+                return res
+            # exactly at a segment end (full segment without blank): go on with the next one
+            if i + 1 < len(files):
+                i, pos = i + 1, 0
+                continue
+            res.reason = "end of the last segment"
+            return res
+        starts, stop, stop_pos = M.walk_records(mf.mm, pos, seg_limit, SCAN_BATCH)
+        batch = M.decode_batch(mf.u8, starts)
+        ok, crc = batch_checks(mf, batch, cfg, check_crc=check_crc)
+        good = ok & crc
+        framing = batch.valid & (batch.phy_offset == base + batch.starts)
+        out_mask = framing if dispatchable else good
+        n_out = len(starts) if out_mask.all() else int(np.argmin(out_mask))
+        if n_out:
+            g = good[:n_out]
+            n_good = int(g.sum())
+            if n_good:
+                res.records += n_good
+                gi = np.flatnonzero(g)
+                res.last_valid = base + int(starts[gi[-1]])
+                res.max_store_timestamp = max(res.max_store_timestamp, int(batch.store_timestamp[gi].max()))
+            if n_good < n_out:  # dispatchable mode: framing intact, CRC or completeness failed
+                for j in np.flatnonzero(~g).tolist():
+                    p = base + int(starts[j])
+                    res.corrupt.append(CorruptSpan(mf.path, p, int(batch.total[j]), "record_crc",
+                                                   f"record at {p} fails its CRC or completeness check"))
+            if on_batch is not None:
+                on_batch(mf, batch.take(n_out) if n_out < len(starts) else batch)
+            pos = int(starts[n_out - 1] + batch.total[n_out - 1])
+        if progress is not None:
+            progress(base + pos)
+        if n_out < len(starts):
+            bad = int(starts[n_out])
+            if framing[n_out] and not crc[n_out]:
+                kind, reason = "record_crc", f"CRC mismatch in the record at {base + bad}"
+            elif framing[n_out]:
+                kind, reason = "record_crc", f"record at {base + bad} is incomplete (its end is zero-filled)"
+            elif batch.valid[n_out]:
+                kind, reason = "record_invalid", (f"record at {base + bad} says PHYSICALOFFSET "
+                                                  f"{int(batch.phy_offset[n_out])}")
+            else:
+                kind, reason = "record_invalid", f"invalid record at {base + bad}"
+            nxt = _resync_or_end(res, files, i, bad, kind, reason, cfg, check_crc, limit_phy)
+            if nxt is None:
+                return res
+            i, pos = nxt
+            continue
+        if stop == "limit" and len(starts) == SCAN_BATCH:
+            continue
+        nxt = _handle_stop(res, files, i, pos, stop, stop_pos, seg_limit, cfg, check_crc)
+        if nxt is None:
+            return res
+        i, pos = nxt
+
+
+class _NotifyingList(list):
+    def __init__(self, callback):
+        super().__init__()
+        self._callback = callback
+
+    def append(self, item) -> None:
+        super().append(item)
+        self._callback(item)
+
+
+def _handle_stop(res: ScanResult, files, i: int, pos: int, stop: str, stop_pos: int, seg_limit: int, cfg,
+                 check_crc: bool) -> tuple[int, int] | None:
+    """What to do where ``walk_records`` stopped after the last valid record (at ``pos``)."""
+    mf = files[i]
+    if stop == "blank":
+        if i + 1 < len(files):
+            return i + 1, 0
+        # the last segment is full: data ends at its end (the next append opens a new segment)
+        res.end = mf.file_from_offset + mf.file_size
+        res.reason = "end of data (last segment full)"
+        return None
+    if stop == "end":
+        res.end = mf.file_from_offset + pos
+        res.reason = "end of data"
+        return None
+    if stop == "limit" and seg_limit < mf.file_size and (seg_limit - pos < 8 or _runs_past(mf, pos, seg_limit)):
+        res.end = mf.file_from_offset + pos
+        res.reason = "limit"
+        return None
+    if stop == "limit" and mf.file_size - pos < 8:
+        if i + 1 < len(files):
+            return i + 1, 0
+        res.end = mf.file_from_offset + pos
+        res.reason = "end of the last segment"
+        return None
+    # "invalid" header, or a record running past the segment end
+    bad = stop_pos if stop == "invalid" else pos
+    reason = (f"invalid record header at {mf.file_from_offset + bad}" if stop == "invalid"
+              else f"record at {mf.file_from_offset + bad} runs past the end of its segment")
+    return _resync_or_end(res, files, i, bad, "record_invalid", reason, cfg, check_crc, None)
+
+
+def _runs_past(mf, pos: int, seg_limit: int) -> bool:
+    total, magic = M.BLANK.unpack_from(mf.mm, pos)
+    return magic in (M.MAGIC_V1, M.MAGIC_V2) and pos + total > seg_limit and pos + total <= mf.file_size
+
+
+def _resync_or_end(res: ScanResult, files, i: int, bad: int, kind: str, reason: str, cfg, check_crc: bool,
+                   limit_phy: int | None) -> tuple[int, int] | None:
+    mf = files[i]
+    nxt = find_resync(files, i, bad, cfg, check_crc=check_crc)
+    if nxt is not None and limit_phy is not None and files[nxt[0]].file_from_offset + nxt[1] > limit_phy:
+        nxt = None
+    if nxt is None:
+        res.end = mf.file_from_offset + bad
+        res.reason = reason
+        return None
+    j, q = nxt
+    length = (q - bad) if j == i else (mf.file_size - bad)
+    res.corrupt.append(CorruptSpan(mf.path, mf.file_from_offset + bad, length, kind, reason))
+    log.error("%s: %s; %d bytes skipped, valid data continues at %d", mf.path, reason, length,
+              files[j].file_from_offset + q)
+    return j, q
 
 
 def choose_start_segment(files, cfg, *, normal: bool, dispatch_from_phy: int, min_timestamp: int,
@@ -83,8 +379,12 @@ def choose_start_segment(files, cfg, *, normal: bool, dispatch_from_phy: int, mi
     safe = cfg.message_index_enable and cfg.message_index_safe
     lowest = 1 if normal else 0
     for i in range(len(files) - 1, lowest - 1, -1):
-        ok, ts, phy = _first_record_ok(files[i], cfg)
-        if not ok or (safe and ts > index_msg_timestamp):
+        mf = files[i]
+        if not record_ok_at(mf, 0, cfg, check_crc=cfg.check_crc_on_recover):
+            continue
+        (_, _, _, _, _, _, phy, sys_flag, _) = M.HEAD.unpack_from(mf.mm, 0)
+        ts = M.I64.unpack_from(mf.mm, M.store_timestamp_pos(sys_flag))[0]
+        if ts == 0 or (safe and ts > index_msg_timestamp):
             continue
         if normal and phy <= dispatch_from_phy:
             return i
@@ -93,59 +393,9 @@ def choose_start_segment(files, cfg, *, normal: bool, dispatch_from_phy: int, mi
     return 0
 
 
-def scan_valid(files, start_index: int, cfg) -> tuple[int, int, int, str]:
-    """Scan from ``files[start_index]`` with CRC checks. Returns ``(E, last_valid_start, records,
-    reason)``, reason being why the scan stopped at E."""
-    records = 0
-    last_valid = -1
-    reason = "end of data"
-    i = start_index
-    pos = 0
-    while i < len(files):
-        mf = files[i]
-        stop_here = False
-        while True:
-            starts, stop, stop_pos = M.walk_records(mf.mm, pos, mf.file_size, 65536)
-            batch = M.decode_batch(mf.u8, starts)
-            k = batch.first_invalid()
-            if cfg.check_crc_on_recover and k:
-                head = batch.take(k)
-                if cfg.force_verify_prop_crc:
-                    ok = np.array([M.check_record(mf.mm, int(s), mf.file_size, check_crc=True,
-                                                  force_verify_prop_crc=True)[1] for s in head.starts])
-                else:
-                    ok = M.body_crc_ok(mf.mm, head)
-                bad = np.flatnonzero(~ok)
-                if bad.size:
-                    k = int(bad[0])
-                    reason = f"CRC mismatch at {mf.file_from_offset + int(starts[k])}"
-                    stop_here = True
-            if k:
-                records += k
-                last_valid = mf.file_from_offset + int(starts[k - 1])
-                pos = int(starts[k - 1] + batch.total[k - 1])
-            if stop_here:
-                return mf.file_from_offset + pos, last_valid, records, reason
-            if k < len(starts):
-                reason = f"invalid record at {mf.file_from_offset + int(starts[k])}"
-                return mf.file_from_offset + pos, last_valid, records, reason
-            if stop == "limit" and len(starts) == 65536:
-                continue
-            if stop == "blank":
-                if i + 1 < len(files):
-                    i += 1
-                    pos = 0
-                    break
-                return mf.file_from_offset + stop_pos, last_valid, records, "blank record ends the last segment"
-            if stop == "end":
-                return mf.file_from_offset + pos, last_valid, records, "end of data"
-            if stop == "invalid":
-                return mf.file_from_offset + pos, last_valid, records, f"invalid record header at {mf.file_from_offset + pos}"
-            # "limit": the next record runs past the segment end, or the segment is exhausted
-            return mf.file_from_offset + pos, last_valid, records, (
-                "torn record at the end of the segment" if pos < mf.file_size else "end of segment")
-    return (files[-1].file_from_offset + pos) if files else 0, last_valid, records, reason
-
+# ------------------------------------------------------------------------------------------------
+# Tails
+# ------------------------------------------------------------------------------------------------
 
 def tail_extents(files, end: int, zero_window: int) -> list[tuple[object, int, int]]:
     """(segment, start pos, end pos of non-zero data) of the non-zero bytes at or after ``end``.
@@ -177,26 +427,172 @@ def tail_extents(files, end: int, zero_window: int) -> list[tuple[object, int, i
 
 
 def save_cuts(store_dir: str, extents, reason: str, applied: bool) -> list[TailCut]:
+    """Describe (and, when ``applied``, copy to ``recovery/<segment>.<n>.cut``, fsync'd) the bytes
+    about to be cut."""
     cuts = []
     rdir = os.path.join(store_dir, "recovery")
     for mf, pos, stop in extents:
         cut = TailCut(os.path.basename(mf.path), mf.file_from_offset + pos, stop - pos, reason)
         if applied:
-            os.makedirs(rdir, exist_ok=True)
-            n = 0
-            while os.path.exists(os.path.join(rdir, f"{cut.segment}.{n}.cut")):
-                n += 1
-            path = os.path.join(rdir, f"{cut.segment}.{n}.cut")
-            with open(path, "wb") as fh:
-                fh.write(mf.mm[pos:stop])
-                fh.flush()
-                os.fsync(fh.fileno())
+            try:
+                os.makedirs(rdir, exist_ok=True)
+                n = 0
+                while os.path.exists(os.path.join(rdir, f"{cut.segment}.{n}.cut")):
+                    n += 1
+                path = os.path.join(rdir, f"{cut.segment}.{n}.cut")
+                with open(path, "wb") as fh:
+                    fh.write(mf.mm[pos:stop])
+                    fh.flush()
+                    os.fsync(fh.fileno())
+            except OSError as e:
+                raise StoreIOError(f"cannot save the {stop - pos} bytes about to be cut: {e.strerror}",
+                                   path=rdir, offset=cut.offset) from e
             cut.saved_to = path
             log.warning("recovery: cut %d bytes at commitlog offset %d (%s), saved to %s",
                         cut.length, cut.offset, reason, path)
         cuts.append(cut)
         reason = "after the end of valid data"
     return cuts
+
+
+# ------------------------------------------------------------------------------------------------
+# Consume-queue units against the commitlog
+# ------------------------------------------------------------------------------------------------
+
+def units_match(files, end: int, phys: np.ndarray, sizes: np.ndarray, queue_offsets: np.ndarray,
+                topic: str, queue_id: int) -> np.ndarray:
+    """Per consume-queue unit: does it point at a record (below ``end``) of its size, topic, queue
+    and queue offset, whose framing is intact? (Tags and CRC are not checked here.)"""
+    n = phys.size
+    out = np.zeros(n, dtype=bool)
+    if n == 0 or not files:
+        return out
+    phys = phys.astype(np.int64)
+    sizes = sizes.astype(np.int64)
+    tb = np.frombuffer(topic.encode("utf-8"), dtype=np.uint8)
+    first = files[0].file_from_offset
+    fsize = files[0].file_size
+    seg = np.where(phys >= first, (phys - first) // fsize, -1)
+    in_range = (phys >= first) & (seg < len(files)) & (sizes >= 91) & (phys + sizes <= end)
+    for s in np.unique(seg[in_range]).tolist():
+        mf = files[s]
+        sel = np.flatnonzero(in_range & (seg == s))
+        rel = phys[sel] - mf.file_from_offset
+        fits = rel + sizes[sel] <= mf.file_size
+        sel, rel = sel[fits], rel[fits]
+        if not sel.size:
+            continue
+        b = M.decode_batch(mf.u8, rel)
+        ok = (b.valid & (b.total == sizes[sel]) & (b.phy_offset == phys[sel]) & (b.queue_id == queue_id)
+              & (b.queue_offset == queue_offsets[sel]) & (b.topic_len == tb.size))
+        idx = np.flatnonzero(ok)
+        if idx.size and tb.size:
+            pos = b.topic_pos[idx][:, None] + np.arange(tb.size)
+            same = (mf.u8[pos] == tb).all(axis=1)
+            ok[idx] = same
+        out[sel] = ok
+    return out
+
+
+def validated_unit_end(cq, files, end: int, from_q: int) -> int:
+    """Consume-queue view end for a reader: units from ``from_q`` are checked against the
+    commitlog (up to ``end``); the view ends after the last unit that matches its record. A unit
+    being written (torn) never matches and anything after it is not written yet; a non-matching
+    unit followed by matching ones is corruption in the middle and stays (reads refuse it)."""
+    out = from_q
+    for mf in list(cq.queue.files):
+        n_units = mf.wrote_position // 20
+        q_first = mf.file_from_offset // 20
+        if q_first + n_units <= from_q:
+            continue
+        lo = max(0, from_q - q_first)
+        units = np.frombuffer(mf.mm, dtype=[("p", ">i8"), ("s", ">i4"), ("t", ">i8")], count=n_units - lo,
+                              offset=lo * 20)
+        qs = np.arange(q_first + lo, q_first + n_units, dtype=np.int64)
+        ok = units_match(files, end, units["p"].astype(np.int64), units["s"].astype(np.int64), qs,
+                         cq.topic, cq.queue_id)
+        good = np.flatnonzero(ok)
+        if good.size:
+            out = int(qs[good[-1]]) + 1
+    return out
+
+
+# ------------------------------------------------------------------------------------------------
+# Index tail
+# ------------------------------------------------------------------------------------------------
+
+def truncate_index_file(f, phy_limit: int, store_ts_at: Callable[[int], int], prev_end: tuple[int, int]) -> int:
+    """Cut an index file back to its items for records below ``phy_limit`` (the re-dispatch start).
+
+    Items are in commitlog order, so the kept items are a prefix. Slots that point at a cut item
+    (or past the header's item count: a crash between the slot writes and the header write) are
+    set to the newest kept item of their chain, which is the ``prevIndex`` of the oldest cut item
+    in the slot. Header counts and end offsets are recomputed from the kept items. ``prev_end`` is
+    ``(endPhyOffset, endTimestamp)`` of the previous file (a file left empty starts from there).
+    Returns the number of items cut."""
+    mm = f.mf.mm
+    slots_n, cap = f.slot_num, f.index_num
+    count = max(1, min(int(f.index_count), cap))
+    slots = np.frombuffer(mm, dtype=">i4", count=slots_n, offset=IF.HEADER_SIZE)
+    items = np.frombuffer(mm, dtype=IF.ITEM_DTYPE, count=cap, offset=IF.item_pos(slots_n, 0))
+    upper = max(count, min(cap, int(slots.max(initial=0)) + 1))
+    phys = items["phy_offset"][1:count].astype(np.int64)
+    cut_at = np.flatnonzero(phys >= phy_limit)
+    new_count = 1 + int(cut_at[0]) if cut_at.size else count
+    if new_count == count and upper == count:
+        return 0
+    removed = items[new_count:upper]
+    slot_of = (removed["key_hash"].astype(np.int64) % slots_n)
+    if removed.size:
+        uniq, first = np.unique(slot_of, return_index=True)
+        prev = removed["prev_index"][first].astype(np.int64)
+        prev = np.where((prev > 0) & (prev < new_count), prev, 0)
+        slots_w = np.frombuffer(mm, dtype=">i4", count=slots_n, offset=IF.HEADER_SIZE)
+        cur = slots_w[uniq].astype(np.int64)
+        slots_w[uniq] = np.where(cur >= new_count, prev, cur).astype(np.int32)
+        del slots_w
+    stale = np.flatnonzero(slots.astype(np.int64) >= new_count)
+    if stale.size:
+        slots_w = np.frombuffer(mm, dtype=">i4", count=slots_n, offset=IF.HEADER_SIZE)
+        slots_w[stale] = 0
+        del slots_w
+    start = IF.item_pos(slots_n, new_count)
+    mm[start:start + (upper - new_count) * IF.ITEM_SIZE] = bytes((upper - new_count) * IF.ITEM_SIZE)
+    f.index_count = new_count
+    f.slot_count = int(np.count_nonzero(slots))
+    if new_count > 1:
+        first_item = items[1]
+        f.begin_phy = int(first_item["phy_offset"])
+        if f.begin_ts <= 0:
+            f.begin_ts = store_ts_at(f.begin_phy)
+        last = items[new_count - 1]
+        f.end_phy = int(last["phy_offset"])
+        ts = store_ts_at(f.end_phy)
+        f.end_ts = ts if ts > 0 else f.begin_ts + int(last["time_diff"]) * 1000
+    else:
+        f.begin_phy = f.end_phy = max(prev_end[0], 0)
+        f.begin_ts = f.end_ts = max(prev_end[1], 0)
+    del slots, items, removed
+    f.write_header()
+    return upper - new_count
+
+
+def store_ts_reader(files) -> Callable[[int], int]:
+    """``phy -> STORETIMESTAMP`` of the record there (-1 when no record header is readable)."""
+    def at(phy: int) -> int:
+        if not files:
+            return -1
+        first, size = files[0].file_from_offset, files[0].file_size
+        i = (phy - first) // size
+        if phy < first or i >= len(files):
+            return -1
+        mf = files[i]
+        pos = phy - mf.file_from_offset
+        if pos + 64 > mf.file_size:
+            return -1
+        sys_flag = M.I32.unpack_from(mf.mm, pos + M.SYSFLAG_POS)[0]
+        return M.I64.unpack_from(mf.mm, pos + M.store_timestamp_pos(sys_flag))[0]
+    return at
 
 
 def now() -> float:

@@ -1,11 +1,25 @@
 """One fixed-size memory-mapped segment file (mirrors ``DefaultMappedFile``).
 
-The file always has exactly ``file_size`` bytes on disk (created sparse, zero-filled). Positions
+The file always has exactly ``file_size`` bytes on disk, zero-filled. Positions
 (``wrote_position``, ``flushed_position``) are kept in memory; recovery sets them. A read-only
 file is mapped with ``ACCESS_READ`` and can never be modified through this object.
+
+Durability rules kept here (beyond upstream, which creates sparse files):
+
+* **Created whole, atomically.** A new segment is sized and its blocks reserved
+  (``posix_fallocate``) under a temporary name beside its directory, then renamed into place and
+  the directory fsync'd. Other processes never see a short file, and a full disk shows up as a
+  :class:`StoreIOError` when a segment is created, never as a ``SIGBUS`` when a mapped page is
+  first written (writing a hole of a mapped file on a full disk kills the process).
+* **Published last.** :meth:`append` writes everything but the first 8 bytes (TOTALSIZE and
+  MAGIC of a commitlog record, the phy offset of a consume-queue unit) first, then those 8 bytes.
+  A process killed in the middle, or a reader in another process, sees either nothing (a zero
+  header = end of data) or the whole append.
 """
 from __future__ import annotations
 
+import errno
+import logging
 import mmap
 import os
 import threading
@@ -14,8 +28,46 @@ import numpy as np
 
 from ..errors import CorruptRecordError, ReadOnlyStoreError, StoreIOError
 
+log = logging.getLogger(__name__)
+
 PAGE = mmap.PAGESIZE
 OS_PAGE_SIZE = 4096
+#: First bytes of an append written last (TOTALSIZE + MAGIC of a record).
+PUBLISH_BYTES = 8
+
+
+def fsync_dir(path: str) -> None:
+    """fsync a directory so that entries created, renamed or removed in it survive a power loss."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:  # pragma: no cover - some filesystems refuse fsync on directories
+        pass
+    finally:
+        os.close(fd)
+
+
+def temp_path_for(path: str) -> str:
+    """Where a new segment is prepared: the parent of its directory, under a hidden name that no
+    loader takes for a segment (``commitlog/X`` -> ``.commitlog.X.creating`` in the store root)."""
+    seg_dir = os.path.dirname(path)
+    return os.path.join(os.path.dirname(seg_dir), f".{os.path.basename(seg_dir)}.{os.path.basename(path)}.creating")
+
+
+def preallocate(fd: int, size: int, path: str) -> None:
+    """Reserve the blocks of ``[0, size)`` (:class:`StoreIOError` on ENOSPC and other faults;
+    filesystems that cannot preallocate are left sparse)."""
+    try:
+        os.posix_fallocate(fd, 0, size)
+    except OSError as e:
+        if e.errno in (errno.EOPNOTSUPP, errno.EINVAL, errno.ENOSYS):
+            return
+        err = StoreIOError(f"cannot reserve {size} bytes for a segment: {e.strerror}", path=path)
+        err.errno = e.errno
+        raise err from e
 
 
 class MappedFile:
@@ -36,17 +88,23 @@ class MappedFile:
         self.closed = False
         self._lock = threading.Lock()
         self._u8 = None
-        try:
-            if read_only:
-                self._fd = os.open(path, os.O_RDONLY)
-            else:
-                self._fd = os.open(path, os.O_RDWR | (os.O_CREAT if create else 0), 0o644)
-        except OSError as e:
-            raise StoreIOError(f"cannot open segment: {e.strerror}", path=path) from e
+        if create and not read_only and not os.path.exists(path):
+            self._fd = self._create(path, file_size)
+        else:
+            try:
+                if read_only:
+                    self._fd = os.open(path, os.O_RDONLY)
+                else:
+                    self._fd = os.open(path, os.O_RDWR | (os.O_CREAT if create else 0), 0o644)
+            except OSError as e:
+                err = StoreIOError(f"cannot open segment: {e.strerror}", path=path)
+                err.errno = e.errno
+                raise err from e
         try:
             size = os.fstat(self._fd).st_size
             if create and size == 0:
                 os.ftruncate(self._fd, file_size)
+                preallocate(self._fd, file_size, path)
                 size = file_size
             if size != file_size:
                 raise CorruptRecordError(f"segment is {size} bytes, expected the configured {file_size}", path=path)
@@ -57,6 +115,37 @@ class MappedFile:
         except Exception:
             os.close(self._fd)
             raise
+
+    @staticmethod
+    def _create(path: str, file_size: int) -> int:
+        """Create ``path`` at full size with its blocks reserved, atomically (see module doc)."""
+        tmp = temp_path_for(path)
+        fd = -1
+        try:
+            try:
+                os.unlink(tmp)  # a leftover of a crash during an earlier creation
+            except FileNotFoundError:
+                pass
+            fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
+            os.ftruncate(fd, file_size)
+            preallocate(fd, file_size, path)
+            os.rename(tmp, path)
+        except BaseException as e:
+            if fd >= 0:
+                os.close(fd)
+            try:
+                os.unlink(tmp)
+            except OSError:
+                pass
+            if isinstance(e, StoreIOError):
+                raise
+            if isinstance(e, OSError):
+                err = StoreIOError(f"cannot create segment: {e.strerror}", path=path)
+                err.errno = e.errno
+                raise err from e
+            raise
+        fsync_dir(os.path.dirname(path))
+        return fd
 
     # --- views -------------------------------------------------------------------------------
     @property
@@ -81,6 +170,23 @@ class MappedFile:
     def mtime(self) -> float:
         return os.fstat(self._fd).st_mtime
 
+    def same_file_on_disk(self) -> bool:
+        """True while ``path`` still names the file this object maps."""
+        try:
+            return os.stat(self.path).st_ino == os.fstat(self._fd).st_ino
+        except (FileNotFoundError, OSError):
+            return False
+
+    def ensure_allocated(self) -> None:
+        """Reserve this file's blocks if it was created sparse (by upstream or an older rmqstore),
+        so that writes through the mapping cannot hit a full disk. Best effort: logs on failure."""
+        if self.read_only:
+            return
+        try:
+            preallocate(self._fd, self.file_size, self.path)
+        except StoreIOError as e:
+            log.warning("cannot preallocate %s (writes into holes may fail when the disk fills): %s", self.path, e)
+
     # --- writing -----------------------------------------------------------------------------
     def _check_writable(self) -> None:
         if self.read_only:
@@ -97,7 +203,13 @@ class MappedFile:
         n = len(data)
         if pos + n > self.file_size:
             raise StoreIOError(f"append of {n} bytes at {pos} overflows the segment", path=self.path, offset=pos)
-        self.mm[pos:pos + n] = data
+        mm = self.mm
+        if n > PUBLISH_BYTES:
+            mv = memoryview(data)
+            mm[pos + PUBLISH_BYTES:pos + n] = mv[PUBLISH_BYTES:]
+            mm[pos:pos + PUBLISH_BYTES] = mv[:PUBLISH_BYTES]
+        else:
+            mm[pos:pos + n] = data
         self.wrote_position = pos + n
         return pos
 
@@ -126,14 +238,16 @@ class MappedFile:
         self.flushed_position = min(self.flushed_position, pos)
 
     def zero_from(self, pos: int, end: int | None = None) -> None:
+        """Zero ``[pos, end)``, touching (and dirtying) only the chunks that hold non-zero bytes."""
         self._check_writable()
         end = self.file_size if end is None else end
         step = 1 << 20
         zeros = bytes(step)
+        u8 = self.u8
         p = pos
         while p < end:
             n = min(step, end - p)
-            if any(self.mm[p:p + n]):
+            if u8[p:p + n].any():
                 self.mm[p:p + n] = zeros[:n]
             p += n
 
@@ -151,6 +265,11 @@ class MappedFile:
 
     def destroy(self) -> None:
         self.close()
+        self.unlink()
+
+    def unlink(self) -> None:
+        """Remove the file from its directory but keep the mapping (readers holding this object
+        keep reading valid bytes; :meth:`close` later releases the space)."""
         try:
             os.unlink(self.path)
         except FileNotFoundError:

@@ -26,30 +26,94 @@ class MappedFileQueue:
         self._lock = threading.RLock()
 
     # --- loading -----------------------------------------------------------------------------
+    def _names(self) -> list[str]:
+        try:
+            return sorted(n for n in os.listdir(self.directory) if n.isdigit() and len(n) == 20)
+        except FileNotFoundError:
+            return []
+
     def load(self) -> None:
         """Map every segment in the directory; a zero-length *last* file is dropped (deleted unless
-        read-only), any other wrong-sized file is a :class:`CorruptRecordError`."""
+        read-only), any other wrong-sized file is a :class:`CorruptRecordError`. A read-only queue
+        also skips a wrong-sized last file (a writer in another process may be creating it).
+        A writer reserves the blocks of the last segment (see :mod:`.mapped_file`) and removes
+        leftovers of segment creations interrupted by a crash."""
         if not os.path.isdir(self.directory):
             return
-        names = sorted(n for n in os.listdir(self.directory) if n.isdigit() and len(n) == 20)
+        if not self.read_only:
+            self._remove_creation_leftovers()
+        names = self._names()
         for i, name in enumerate(names):
             path = os.path.join(self.directory, name)
             size = os.path.getsize(path)
-            if size == 0 and i == len(names) - 1:
+            last = i == len(names) - 1
+            if size == 0 and last:
                 if not self.read_only:
                     os.unlink(path)
                 continue
             if size != self.file_size:
+                if last and self.read_only:
+                    continue
                 raise CorruptRecordError(
                     f"segment is {size} bytes but the configured segment size is {self.file_size} "
                     "(check mappedFileSize* in the config)", path=path)
             mf = MappedFile(path, self.file_size, read_only=self.read_only)
             mf.wrote_position = mf.flushed_position = self.file_size
             if self.files and mf.file_from_offset != self.files[-1].file_from_offset + self.file_size:
+                mf.close()
                 raise CorruptRecordError(
                     f"segment does not follow {self.files[-1].path} (expected start "
                     f"{self.files[-1].file_from_offset + self.file_size})", path=path)
             self.files.append(mf)
+        if not self.read_only and self.files:
+            self.files[-1].ensure_allocated()
+
+    def _remove_creation_leftovers(self) -> None:
+        parent = os.path.dirname(self.directory)
+        prefix = f".{os.path.basename(self.directory)}."
+        try:
+            names = os.listdir(parent)
+        except FileNotFoundError:
+            return
+        for n in names:
+            if n.startswith(prefix) and n.endswith(".creating"):
+                try:
+                    os.unlink(os.path.join(parent, n))
+                except OSError:
+                    pass
+
+    def refresh(self) -> tuple[list[MappedFile], list[MappedFile]]:
+        """Read-only: follow a writer in another process. Segments created since the last look are
+        mapped (only at their full size, in sequence); leading segments deleted by retention are
+        dropped from the list (their mappings stay valid until closed). Returns ``(added, removed)``."""
+        added: list[MappedFile] = []
+        removed: list[MappedFile] = []
+        with self._lock:
+            while self.files and not os.path.exists(self.files[0].path):
+                removed.append(self.files.pop(0))
+            # trailing segments a writer's recovery deleted (and may have created again)
+            while self.files and not self.files[-1].same_file_on_disk():
+                removed.append(self.files.pop())
+            have = {os.path.basename(mf.path) for mf in self.files}
+            for name in self._names():
+                if name in have:
+                    continue
+                start = int(name)
+                if self.files and start <= self.files[-1].file_from_offset:
+                    continue
+                if self.files and start != self.files[-1].file_from_offset + self.file_size:
+                    break
+                path = os.path.join(self.directory, name)
+                try:
+                    if os.path.getsize(path) != self.file_size:
+                        break
+                    mf = MappedFile(path, self.file_size, read_only=self.read_only)
+                except (FileNotFoundError, StoreIOError):
+                    break
+                mf.wrote_position = mf.flushed_position = 0
+                self.files.append(mf)
+                added.append(mf)
+        return added, removed
 
     # --- lookup ------------------------------------------------------------------------------
     @property
@@ -146,11 +210,16 @@ class MappedFileQueue:
             self.files = keep
         return removed
 
-    def delete_first(self, mf: MappedFile) -> None:
+    def delete_first(self, mf: MappedFile, *, keep_mapped: bool = False) -> None:
+        """Remove the first segment from the queue and its file from disk. ``keep_mapped`` leaves
+        the mapping open for readers still holding it; the caller closes it later."""
         self._check_writable()
         with self._lock:
             self.files.remove(mf)
-        mf.destroy()
+        if keep_mapped:
+            mf.unlink()
+        else:
+            mf.destroy()
 
     def destroy(self) -> None:
         with self._lock:
