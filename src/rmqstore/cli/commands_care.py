@@ -167,6 +167,22 @@ def verify(cmd: StoreCommand, fix: bool) -> None:
 # ---------------------------------------------------------------------------------------------
 # recover
 # ---------------------------------------------------------------------------------------------
+def recovery_dict(path: str, rep) -> dict:
+    """The stable JSON form of a RecoveryReport (documented in the CLI reference)."""
+    span = lambda c: {"segment": c.segment, "offset": c.offset, "length": c.length, "reason": c.reason}  # noqa: E731
+    return {
+        "store": path, "mode": rep.mode, "applied": rep.applied, "clean": rep.clean,
+        "start_offset": rep.start_offset, "end_offset": rep.end_offset, "last_valid_offset": rep.last_valid_offset,
+        "records_scanned": rep.records_scanned,
+        "cuts": [{**span(c), "saved_to": c.saved_to} for c in rep.cuts],
+        "corrupt_records": [span(c) for c in getattr(rep, "corrupt_records", [])],
+        "consume_queues_truncated": list(rep.consume_queues_truncated),
+        "index_files_rebuilt": list(rep.index_files_rebuilt),
+        "redispatch_from": rep.redispatch_from, "records_redispatched": getattr(rep, "records_redispatched", None),
+        "seconds": round(rep.seconds, 6), "summary": rep.summary(),
+    }
+
+
 @click.command()
 @click.option("--dry-run", is_flag=True, help="Only say what recovery would do (read-only open).")
 @store_options
@@ -177,14 +193,15 @@ def recover(cmd: StoreCommand, dry_run: bool) -> None:
         with (cmd.open_read() if dry_run else cmd.open_write()) as st:
             rep = st.recovery_report
             path = st.path
-    d = {"store": path, **to_jsonable(rep), "clean": rep.clean, "summary": rep.summary()}
+    d = recovery_dict(path, rep)
     if cmd.json:
         cmd.out.emit(d)
         return
     cmd.out.print(kv_table(f"recovery of {path}", [
         ("mode", rep.mode), ("applied", rep.applied), ("summary", rep.summary()),
         ("valid data", f"[{rep.start_offset}, {rep.end_offset})"), ("last valid record at", rep.last_valid_offset),
-        ("records scanned", rep.records_scanned), ("re-dispatched from", rep.redispatch_from),
+        ("records scanned", rep.records_scanned),
+        ("re-dispatched", f"{d['records_redispatched']} records from {rep.redispatch_from}"),
         ("consume queues truncated", ", ".join(rep.consume_queues_truncated) or "-"),
         ("index files rebuilt", ", ".join(rep.index_files_rebuilt) or "-"), ("seconds", f"{rep.seconds:.3f}"),
     ]))
@@ -194,6 +211,13 @@ def recover(cmd: StoreCommand, dry_run: bool) -> None:
             tb.add_column(c, overflow="fold")
         for c in rep.cuts:
             tb.add_row(c.segment, str(c.offset), str(c.length), Text(c.reason), Text(c.saved_to or "-"))
+        cmd.out.print(tb)
+    if d["corrupt_records"]:
+        tb = Table(title="corrupt records kept in place (never served)")
+        for c in ("segment", "offset", "length", "reason"):
+            tb.add_column(c, overflow="fold")
+        for c in d["corrupt_records"]:
+            tb.add_row(Text(str(c["segment"])), str(c["offset"]), str(c["length"]), Text(str(c["reason"])))
         cmd.out.print(tb)
 
 
@@ -215,8 +239,21 @@ def clean(cmd: StoreCommand, dry_run: bool, force: bool, now_ms: int | None) -> 
     d = {"store": path, **to_jsonable(res)}
     if cmd.json:
         cmd.out.emit(d)
-    else:
-        render_mapping(cmd.out, f"clean {path}" + (" (dry run: nothing deleted)" if dry_run else ""), d)
+        return
+    files = [(kind, f) for kind, key in (("commitlog", "commitlog_files"), ("consume queue", "consume_queue_files"),
+                                         ("index", "index_files")) for f in d.get(key) or []]
+    lists = ("commitlog_files", "consume_queue_files", "index_files", "retained_files", "unconsumed_deleted")
+    rows = [(k.replace("_", " "), v) for k, v in d.items() if k not in lists]
+    rows += [(k.replace("_", " "), ", ".join(map(str, d[k]))) for k in ("retained_files", "unconsumed_deleted") if d.get(k)]
+    what = "files to delete (dry run: nothing deleted)" if dry_run else "files deleted"
+    cmd.out.print(kv_table(f"clean {path}: {len(files)} {what}", rows))
+    if files:
+        tb = Table(title=what)
+        tb.add_column("kind")
+        tb.add_column("file", overflow="fold")
+        for kind, f in files:
+            tb.add_row(kind, Text(str(f)))
+        cmd.out.print(tb)
 
 
 # ---------------------------------------------------------------------------------------------

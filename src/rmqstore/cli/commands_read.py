@@ -40,12 +40,30 @@ def require_topic(store, topic: str, queue: int | None = None) -> list[int]:
     return topics[topic]
 
 
-def iter_queue(store, topic: str, queue_id: int, start: int, stop: int, subscription: str | None = None
-               ) -> Iterator:
-    """Messages of one queue with queue offsets in [start, stop), pulled page by page."""
+def iter_queue(store, topic: str, queue_id: int, start: int, stop: int, subscription: str | None = None,
+               on_corrupt=None) -> Iterator:
+    """Messages of one queue with queue offsets in [start, stop), pulled page by page.
+
+    With ``on_corrupt(queue_offset, error)`` a record the store refuses to serve
+    (:class:`~rmqstore.errors.CorruptRecordError`) is reported and skipped instead of ending the
+    stream: the page is pulled again one message at a time to find it."""
+    from ..errors import CorruptRecordError
+
     off = start
+    single = False
     while off < stop:
-        g = store.get_message(CLI_GROUP, topic, queue_id, off, 32, subscription)
+        try:
+            g = store.get_message(CLI_GROUP, topic, queue_id, off, 1 if single else 32, subscription)
+        except CorruptRecordError as e:
+            if on_corrupt is None:
+                raise
+            if not single:
+                single = True  # find the damaged one
+                continue
+            on_corrupt(off, e)
+            off += 1
+            continue
+        single = False
         for m in g.messages:
             if m.queue_offset >= stop:
                 return
@@ -331,7 +349,8 @@ def browse(cmd: StoreCommand, topic: str | None, begin: int | None, end: int | N
     filtered by tag, key, body text or property; read-only.
 
     Messages come in commitlog (write) order, one per line; nothing is held in memory, so there
-    is no result cap. --json prints JSON Lines (one message object per line).
+    is no result cap. --json prints JSON Lines (one message object per line). A damaged record is
+    skipped with a warning on stderr.
     """
     needles = [g.encode("utf-8") for g in greps]
     want_keys = set(keys)
@@ -355,7 +374,16 @@ def browse(cmd: StoreCommand, topic: str | None, begin: int | None, end: int | N
         b = begin if begin is not None else -(2**63)
         e = end if end is not None else MAX_TIME
         total = sum(stop - start for _, _, start, stop in ranges)
-        streams = [iter_queue(st, t, q, start, stop, subscription) for t, q, start, stop in ranges]
+        skipped: list[str] = []
+
+        def corrupt(t: str, q: int):
+            def report(qoff: int, e: Exception) -> None:
+                skipped.append(f"{t}:{q}:{qoff}")
+                cmd.out.warn(f"skipped {t}:{q}:{qoff}: {e}")
+            return report
+
+        streams = [iter_queue(st, t, q, start, stop, subscription, on_corrupt=corrupt(t, q))
+                   for t, q, start, stop in ranges]
         matched = scanned = 0
         with cmd.out.progress("browsing", total) as bar:
             for rec in heapq.merge(*streams, key=lambda r: r.phy_offset):
@@ -377,7 +405,8 @@ def browse(cmd: StoreCommand, topic: str | None, begin: int | None, end: int | N
                 if limit and matched >= limit:
                     break
         if not cmd.json:
-            cmd.out.print(Text(f"{matched} messages matched, {scanned} read ({tz_note()})", style="dim"))
+            note = f", {len(skipped)} damaged records skipped" if skipped else ""
+            cmd.out.print(Text(f"{matched} messages matched, {scanned} read{note} ({tz_note()})", style="dim"))
 
 
 # ---------------------------------------------------------------------------------------------

@@ -181,11 +181,12 @@ def store_options(f: Callable) -> Callable:
 # Errors -> one line + exit code
 # ---------------------------------------------------------------------------------------------
 class _EchoHandler(logging.Handler):
-    """Store warnings (e.g. "abnormal recovery") on stderr as ``warning: ...`` lines."""
+    """The store's own log lines (e.g. "abnormal recovery", "corrupt record skipped") on stderr as
+    ``store warning: ...`` / ``store error: ...``, apart from the CLI's final ``Error:`` line."""
 
     def emit(self, record: logging.LogRecord) -> None:
         try:
-            click.echo(f"{record.levelname.lower()}: {record.getMessage()}", err=True)
+            click.echo(f"store {record.levelname.lower()}: {record.getMessage()}", err=True)
         except Exception:  # noqa: BLE001 - logging must never break a command
             pass
 

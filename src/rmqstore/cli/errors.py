@@ -37,7 +37,7 @@ EXIT_CODE_DOCS: list[tuple[ExitCode, str, str]] = [
     (ExitCode.USAGE, "bad usage or input (option, argument, time, msgId, JSONL line)", "see the command's --help"),
     (ExitCode.STORE_NOT_FOUND, "store directory missing or not a message store", "point --store at the directory holding commitlog/"),
     (ExitCode.STORE_LOCKED, "another process holds the store's lock", "stop the broker/writer, or use a read-only command"),
-    (ExitCode.CORRUPT, "corrupt record or file", "run `rmqstore verify`, then `rmqstore recover` or `verify --fix`"),
+    (ExitCode.CORRUPT, "corrupt record or file", "run `rmqstore verify` to see the damage"),
     (ExitCode.READ_ONLY, "write refused: the store is read-only", "use a command that opens the store for writing"),
     (ExitCode.CONFIG, "bad configuration (--config file or a value in it)", "fix the named key in broker.conf"),
     (ExitCode.OFFSET, "offset outside the stored data", "check the range with `rmqstore stats`/`topic-status`"),
@@ -99,7 +99,8 @@ _STORE_ERRORS: list[tuple[type[BaseException], ExitCode, str]] = [
     (E.StoreLockedError, ExitCode.STORE_LOCKED,
      "stop the broker or the other writer first; read-only commands work on a locked store"),
     (E.CorruptRecordError, ExitCode.CORRUPT,
-     "run `rmqstore verify` to list damage, then `rmqstore recover` or `rmqstore verify --fix`"),
+     "`rmqstore verify` lists the damage (`verify --fix` repairs consume queues and index; a damaged "
+     "commitlog record can only come back from a copy); `browse` reads around damaged records"),
     (E.ReadOnlyStoreError, ExitCode.READ_ONLY, "use a command that opens the store for writing"),
     (E.ConfigError, ExitCode.CONFIG, "fix the named key in the --config file (RocketMQ broker.conf names)"),
     (E.OffsetError, ExitCode.OFFSET,
