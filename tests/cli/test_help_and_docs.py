@@ -64,6 +64,10 @@ def test_every_command_has_help(run, path, cmd):
     assert f"Usage: cli {path}" in r.stdout or f"Usage: rmqstore {path}" in r.stdout
     first = cmd.help.strip().split("\n")[0].split()[0]
     assert first in r.stdout
+    short = cmd.get_short_help_str(limit=200)
+    assert short and short in run.ok(*path.split()[:-1], "--help").stdout.replace("\n" + " " * 20, " ")
+    if path in WRITERS - {"rebuild", "spark rebuild", "spark export"}:
+        assert "writes" in short.lower(), path
     if not isinstance(cmd, click.Group):
         opts = {o for p in cmd.params for o in getattr(p, "opts", [])}
         assert {"--store", "--config", "--json", "--debug"} <= opts, path

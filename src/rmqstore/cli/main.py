@@ -92,6 +92,35 @@ for _mod in (commands_write, commands_read, commands_care, commands_spark):
     for _c in _mod.COMMANDS:
         cli.add_command(_c)
 
+#: one line each for `rmqstore --help` (the full text is each command's own --help)
+SHORT_HELP = {
+    "demo": "The main job: workload, reads, Spark stats (writes).",
+    "send": "Append one message (writes).",
+    "load": "Bulk-import a JSON Lines file, reproducibly (writes).",
+    "pull": "Pull messages of a queue, like a consumer.",
+    "query-key": "Messages of a topic by business key (KEYS).",
+    "query-unique-key": "Messages of a topic by UNIQ_KEY (client message id).",
+    "query-id": "One message by offsetMsgId (the broker's msg id).",
+    "query-offset": "One message by commitlog offset.",
+    "print": "Every field of one message, body as text or hex.",
+    "browse": "Stream messages in a time window, with filters.",
+    "topic-status": "Min/max offset and last store time per queue.",
+    "offset-by-time": "Queue offset at a store time, per queue.",
+    "stats": "Messages, bytes, store times per topic and queue.",
+    "verify": "Check CRCs, consume queues and index (--fix writes).",
+    "recover": "Run recovery and report it (writes; not with --dry-run).",
+    "clean": "Delete expired files (writes; not with --dry-run).",
+    "rebuild": "Rebuild consume queues and index into a new directory.",
+    "spark": "Spark jobs: rebuild, verify, export, stats.",
+}
+for _name, _text in SHORT_HELP.items():
+    cli.commands[_name].short_help = _text
+for _name, _text in {"rebuild": "Rebuild consume queues and index with Spark into a new directory.",
+                     "verify": "Check every record, consume queues and index with Spark.",
+                     "export": "Export every message to Parquet with Spark.",
+                     "stats": "Full-scan statistics with Spark."}.items():
+    commands_spark.spark.commands[_name].short_help = _text
+
 
 def main() -> None:
     cli(prog_name="rmqstore")
