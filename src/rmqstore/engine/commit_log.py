@@ -15,6 +15,8 @@ import time
 import zlib
 from dataclasses import dataclass
 
+import numpy as np
+
 from ..config import MessageStoreConfig
 from ..errors import CorruptRecordError, OffsetError, StoreIOError
 from ..format import message as M
@@ -29,6 +31,16 @@ TOPIC_RE = re.compile(r"^[%|a-zA-Z0-9_-]+\Z")  # \Z: "$" would accept a trailing
 _DEFAULT_BORN_HOST = "127.0.0.1:0"
 _MAX_TOTAL_EXTRA = 65536
 _INNER_BATCH_FLAG = 0x80
+
+
+_SLOW_SYSFLAGS = M.SYSFLAG_TX_MASK | _INNER_BATCH_FLAG | M.SYSFLAG_BORNHOST_V6 | M.SYSFLAG_STOREHOST_V6
+_MAX_PROPS = P.MAX_PROPERTIES_SIZE
+_PACK_V4 = M.FIXED_V4.pack
+_I16_PACK = M.I16.pack
+_MAGIC_V1 = M.MAGIC_V1
+_PUT_OK = PutMessageStatus.PUT_OK
+_crc32 = zlib.crc32
+_time_ns = time.time_ns
 
 
 def now_ms() -> int:
@@ -70,6 +82,10 @@ class CommitLog:
         self.flushed_offset = 0
         self.flushed_store_timestamp = 0
         self._plans: dict = {}
+        self._max_body = cfg.max_message_size
+        # a record must fit the segment with room for the 8-byte blank, and the upstream total limit
+        self._max_record = min(cfg.max_message_size + _MAX_TOTAL_EXTRA, cfg.mapped_file_size_commit_log - 8)
+        self._sync = cfg.sync_flush
 
     # ------------------------------------------------------------------------------------------
     # Encoding and validation (outside the lock)
@@ -174,37 +190,43 @@ class CommitLog:
         return plan
 
     def put_message(self, msg: Message) -> PutMessageResult:
-        plan = self._fast_plan(msg)
-        if plan is None or msg.sys_flag & (M.SYSFLAG_TX_MASK | _INNER_BATCH_FLAG | 0x30) or msg.queue_id < 0:
-            return self._put_general(msg)
+        """Append one message. The common shape (IPv4 hosts, V1 topic, no properties CRC, not
+        transactional) takes a fast path: everything but the 88-byte header is built outside the
+        lock, the header is packed under it with the final offsets, and both go straight into the
+        mapped segment. Anything else goes through :meth:`_put_general` (same bytes, more checks)."""
+        plan = self._plans.get((msg.topic, msg.born_host, msg.store_host)) or self._fast_plan(msg)
         body = msg.body
-        if not isinstance(body, bytes):
+        if plan is None or msg.sys_flag & _SLOW_SYSFLAGS or type(body) is not bytes or msg.queue_id < 0:
             return self._put_general(msg)
-        props = msg.encoded_properties()
-        if len(props) > P.MAX_PROPERTIES_SIZE or len(body) > self.cfg.max_message_size or b"INNER_NUM\x01" in props:
-            return self._put_general(msg)
+        p = msg.properties
+        if type(p) is dict:
+            props = "".join([f"{k}\x01{v}\x02" for k, v in p.items() if v is not None]).encode()
+        else:
+            props = msg.encoded_properties()
         topic_tail, born_a, born_p, store_a, store_p, overhead, store_hex = plan
-        total = overhead + len(body) + len(props)
-        if total + M.END_FILE_MIN_BLANK_LENGTH > self.cfg.mapped_file_size_commit_log:
+        blen, plen = len(body), len(props)
+        total = overhead + blen + plen
+        if plen > _MAX_PROPS or blen > self._max_body or total > self._max_record or b"INNER_NUM\x01" in props:
             return self._put_general(msg)
-        tail = b"".join((body, topic_tail, M.I16.pack(len(props)), props))
-        crc = zlib.crc32(body) & 0x7FFFFFFF if body else 0
+        tail = b"".join((body, topic_tail, _I16_PACK(plen), props))
+        crc = _crc32(body) & 0x7FFFFFFF
         key = (msg.topic, msg.queue_id)
         fixed_ts = msg.store_timestamp
+        born_ts = msg.born_timestamp
         try:
             with self.put_lock:
-                store_ts = fixed_ts if fixed_ts is not None else time.time_ns() // 1_000_000
+                store_ts = fixed_ts if fixed_ts is not None else _time_ns() // 1_000_000
                 qoff = self.topic_queue_table.get(key, 0)
                 mf = self.queue.last
-                if mf is None or total + M.END_FILE_MIN_BLANK_LENGTH > mf.file_size - mf.wrote_position:
+                if mf is None or total + 8 > mf.file_size - mf.wrote_position:
                     mf = self._segment_for(total)
                 pos = mf.wrote_position
                 phy = mf.file_from_offset + pos
                 mm = mf.mm
-                mm[pos:pos + 88] = M.FIXED_V4.pack(
-                    total, M.MAGIC_V1, crc, msg.queue_id, msg.flag, qoff, phy, msg.sys_flag,
-                    store_ts if msg.born_timestamp is None else msg.born_timestamp, born_a, born_p,
-                    store_ts, store_a, store_p, msg.reconsume_times, msg.prepared_transaction_offset, len(body))
+                mm[pos:pos + 88] = _PACK_V4(
+                    total, _MAGIC_V1, crc, msg.queue_id, msg.flag, qoff, phy, msg.sys_flag,
+                    store_ts if born_ts is None else born_ts, born_a, born_p,
+                    store_ts, store_a, store_p, msg.reconsume_times, msg.prepared_transaction_offset, blen)
                 mm[pos + 88:pos + total] = tail
                 mf.wrote_position = pos + total
                 mf.last_store_timestamp = store_ts
@@ -215,12 +237,13 @@ class CommitLog:
         except (OSError, StoreIOError) as ex:
             log.error("append failed: %s", ex)
             return PutMessageResult(PutMessageStatus.CREATE_MAPPED_FILE_FAILED, error=str(ex))
-        if self.on_append is not None:
-            self.on_append(end)
-        status = PutMessageStatus.PUT_OK
-        if self.cfg.sync_flush and b"WAIT\x01false\x02" not in props and not self.sync_to(end):
-            status = PutMessageStatus.FLUSH_DISK_TIMEOUT
-        return PutMessageResult(status, f"{store_hex}{phy:016X}", phy, total, qoff, store_ts, 1)
+        on_append = self.on_append
+        if on_append is not None:
+            on_append(end)
+        if self._sync and b"WAIT\x01false\x02" not in props and not self.sync_to(end):
+            return PutMessageResult(PutMessageStatus.FLUSH_DISK_TIMEOUT, f"{store_hex}{phy:016X}", phy, total, qoff,
+                                    store_ts, 1)
+        return PutMessageResult(_PUT_OK, f"{store_hex}{phy:016X}", phy, total, qoff, store_ts, 1)
 
     def _put_general(self, msg: Message) -> PutMessageResult:
         e = self._encode(msg)
@@ -269,6 +292,9 @@ class CommitLog:
                     return _illegal("delayed messages cannot be batched")
         if sum(len(m.body or b"") for m in msgs) > self.cfg.max_message_size:
             return _illegal("message body size exceeded")
+        fast = self._put_batch_fast(msgs)
+        if fast is not None:
+            return fast
         enc = []
         for m in msgs:
             e = self._encode(m)
@@ -310,6 +336,67 @@ class CommitLog:
             ids.append(encode_offset_msg_id(e.store_host_raw, phy0 + pos))
             pos += e.total
         return PutMessageResult(status, ",".join(ids), phy0, total, qoff0, store_ts, len(enc))
+
+    def _put_batch_fast(self, msgs: list[Message]) -> PutMessageResult | None:
+        """Vectorised :meth:`put_messages` for batches of one shape (same hosts, IPv4, V1/V2 topic,
+        no properties CRC); None when the batch needs the general path."""
+        first = msgs[0]
+        plan = self._plans.get((first.topic, first.born_host, first.store_host)) or self._fast_plan(first)
+        if plan is None:
+            return None
+        bodies, props, born = [], [], []
+        for m in msgs:
+            if (m.born_host != first.born_host or m.store_host != first.store_host or type(m.body) is not bytes
+                    or m.sys_flag & _SLOW_SYSFLAGS):
+                return None
+            p = m.properties
+            pb = ("".join([f"{k}\x01{v}\x02" for k, v in p.items() if v is not None]).encode()
+                  if type(p) is dict else m.encoded_properties())
+            if len(pb) > _MAX_PROPS or b"INNER_NUM\x01" in pb:
+                return None
+            bodies.append(m.body)
+            props.append(pb)
+            born.append(-1 if m.born_timestamp is None else m.born_timestamp)
+        topic_tail, born_a, born_p, store_a, store_p, overhead, store_hex = plan
+        born_ts = np.asarray(born, dtype=np.int64)
+        born_unset = born_ts == -1
+        buf, starts, totals = M.encode_batch_v4(
+            topic_tail, bodies, props, queue_id=first.queue_id, flags=[m.flag for m in msgs],
+            sys_flags=[m.sys_flag for m in msgs], born_timestamps=np.where(born_unset, 0, born_ts),
+            born_host=born_a + M.I32.pack(born_p), store_host=store_a + M.I32.pack(store_p),
+            reconsume_times=[m.reconsume_times for m in msgs],
+            prepared_offsets=[m.prepared_transaction_offset for m in msgs])
+        if int(totals.max()) > self._max_record:
+            return None
+        total = int(buf.size)
+        if total + M.END_FILE_MIN_BLANK_LENGTH > self.cfg.mapped_file_size_commit_log:
+            return _illegal(f"batch of {total} bytes cannot fit one commitlog segment")
+        key = (first.topic, first.queue_id)
+        try:
+            with self.put_lock:
+                store_ts = first.store_timestamp if first.store_timestamp is not None else _time_ns() // 1_000_000
+                qoff0 = self.topic_queue_table.get(key, 0)
+                mf = self._segment_for(total)
+                pos = mf.wrote_position
+                phy0 = mf.file_from_offset + pos
+                M.stamp_batch_v4(buf, starts, qoff0, phy0, store_ts, born_unset)
+                mf.mm[pos:pos + total] = buf
+                mf.wrote_position = pos + total
+                mf.last_store_timestamp = store_ts
+                self.topic_queue_table[key] = qoff0 + len(msgs)
+                end = phy0 + total
+                self.confirm_offset = end
+                self.last_store_timestamp = store_ts
+        except (OSError, StoreIOError) as ex:
+            log.error("append failed: %s", ex)
+            return PutMessageResult(PutMessageStatus.CREATE_MAPPED_FILE_FAILED, error=str(ex))
+        if self.on_append is not None:
+            self.on_append(end)
+        status = _PUT_OK
+        if self._sync and b"WAIT\x01false\x02" not in props[0] and not self.sync_to(end):
+            status = PutMessageStatus.FLUSH_DISK_TIMEOUT
+        ids = ",".join([f"{store_hex}{phy0 + s:016X}" for s in starts.tolist()])
+        return PutMessageResult(status, ids, phy0, total, qoff0, store_ts, len(msgs))
 
     # ------------------------------------------------------------------------------------------
     # Flushing
