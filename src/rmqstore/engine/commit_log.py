@@ -461,7 +461,7 @@ class CommitLog:
             return None
         return mf.read(pos, size)
 
-    def read_record(self, phy: int, *, check_crc: bool = False):
+    def read_record(self, phy: int, *, check_crc: bool = False, check_torn: bool = False):
         """Decode the record at ``phy`` (:class:`CorruptRecordError` when it is not one)."""
         if phy < self.min_offset or phy >= self.confirm_offset:
             raise OffsetError(f"commitlog offset {phy} is outside [{self.min_offset}, {self.confirm_offset})",
@@ -473,7 +473,7 @@ class CommitLog:
         limit = min(mf.file_size, self.confirm_offset - mf.file_from_offset)
         rec = M.decode_message(mf.mm, pos, limit, base_offset=mf.file_from_offset, path=mf.path,
                                check_crc=check_crc, delay_levels_ms=self._delay_levels,
-                               force_verify_prop_crc=self.cfg.force_verify_prop_crc)
+                               force_verify_prop_crc=self.cfg.force_verify_prop_crc, check_torn=check_torn)
         if rec.phy_offset != phy:
             raise CorruptRecordError(f"record at {phy} says PHYSICALOFFSET {rec.phy_offset}", path=mf.path, offset=pos)
         return rec

@@ -187,8 +187,9 @@ class ConsumeQueue:
             return None
         return F.UNIT.unpack_from(mf.mm, p)
 
-    def iterate_from(self, q: int) -> np.ndarray | None:
-        """Units from ``q`` to the end of the written part of the one file holding it (a copy)."""
+    def iterate_from(self, q: int, limit: int | None = None) -> np.ndarray | None:
+        """Units from ``q`` to the end of the written part of the one file holding it, at most
+        ``limit`` of them (a copy)."""
         pos = q * UNIT
         if q < 0 or pos < self.min_logic_offset:
             return None
@@ -198,7 +199,10 @@ class ConsumeQueue:
         p = pos - mf.file_from_offset
         if p >= mf.wrote_position:
             return None
-        return np.frombuffer(mf.mm, dtype=F.UNIT_DTYPE, count=(mf.wrote_position - p) // UNIT, offset=p).copy()
+        count = (mf.wrote_position - p) // UNIT
+        if limit is not None:
+            count = min(count, limit)
+        return np.frombuffer(mf.mm, dtype=F.UNIT_DTYPE, count=count, offset=p).copy()
 
     def correct_min_offset(self, min_phy: int) -> None:
         """Upstream ``correctMinOffset`` (FORMAT.md §5.5)."""

@@ -35,7 +35,9 @@ and batch (numpy gathers over a ``uint8`` view) for dispatch, recovery, verify a
 from __future__ import annotations
 
 import struct
+import zlib
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 
@@ -140,8 +142,7 @@ def encode_blank(remaining: int) -> bytes:
     return BLANK.pack(remaining, BLANK_MAGIC)
 
 
-@dataclass(frozen=True, slots=True)
-class RecordLayout:
+class RecordLayout(NamedTuple):
     """Positions (relative to the record start) of the variable parts of one record."""
 
     total: int
@@ -223,16 +224,32 @@ def check_record(buf, pos: int, limit: int, *, check_crc: bool, force_verify_pro
     except (ValueError, struct.error) as e:
         return (total if magic in (MAGIC_V1, MAGIC_V2) and 0 < total <= limit - pos else -1), False, str(e)
     if check_crc:
-        if force_verify_prop_crc:
-            reason = verify_prop_crc(buf, pos, lay)
-            if reason:
-                return -1, False, reason
-        elif lay.body_len > 0:
-            stored = I32.unpack_from(buf, pos + 8)[0]
-            actual = crc32(memoryview(buf)[pos + lay.body_pos:pos + lay.body_pos + lay.body_len])
-            if stored != actual:
-                return -1, False, f"body CRC {stored} != computed {actual}"
+        reason = crc_problem(buf, pos, lay, force_verify_prop_crc)
+        if reason:
+            return -1, False, reason
     return total, True, "ok"
+
+
+def crc_problem(buf, pos: int, lay: RecordLayout, force_verify_prop_crc: bool = False) -> str:
+    """'' when the record's CRC holds (the properties CRC under ``forceVerifyPropCRC``, else the
+    body CRC), otherwise what is wrong."""
+    if force_verify_prop_crc:
+        return verify_prop_crc(buf, pos, lay)
+    if lay.body_len > 0:
+        stored = I32.unpack_from(buf, pos + 8)[0]
+        actual = crc32(memoryview(buf)[pos + lay.body_pos:pos + lay.body_pos + lay.body_len])
+        if stored != actual:
+            return f"body CRC {stored} != computed {actual}"
+    return ""
+
+
+def torn_end(buf, pos: int, lay: RecordLayout) -> bool:
+    """True when the record's last field ends in a zero byte where a complete record cannot (the
+    tail of a torn write of a zero-filled segment): a non-empty topic or properties string never
+    ends with 0x00 (properties end with 0x02)."""
+    if lay.props_len > 0:
+        return buf[pos + lay.props_pos + lay.props_len - 1] == 0
+    return lay.topic_len > 0 and buf[pos + lay.topic_pos + lay.topic_len - 1] == 0
 
 
 def verify_prop_crc(buf, pos: int, lay: RecordLayout) -> str:
@@ -504,14 +521,22 @@ def body_crc_ok(buf, batch: RecordBatch) -> np.ndarray:
 # ------------------------------------------------------------------------------------------------
 
 def decode_message(buf, pos: int, limit: int, *, base_offset: int = 0, path: str | None = None,
-                   check_crc: bool = False, delay_levels_ms=(), force_verify_prop_crc: bool = False):
+                   check_crc: bool = False, delay_levels_ms=(), force_verify_prop_crc: bool = False,
+                   check_torn: bool = False):
     """Decode the record at ``buf[pos]`` into a :class:`~rmqstore.types.MessageRecord`.
 
     ``base_offset`` is the phy offset of ``buf[0]`` (used for errors only; the record's own
-    PHYSICALOFFSET field is returned). Raises :class:`CorruptRecordError` with path and offset.
+    PHYSICALOFFSET field is returned). ``check_crc`` verifies the CRC, ``check_torn`` rejects a
+    record whose end is zero-filled (:func:`torn_end`). Raises :class:`CorruptRecordError` with
+    path and offset.
     """
     from ..types import MessageRecord, tags_code_of
     from .msgid import encode_offset_msg_id, format_host
+
+    if limit - pos >= 91 and not check_crc_requires_layout(force_verify_prop_crc, check_crc):
+        rec = _decode_v4_v1(buf, pos, limit, check_crc, check_torn, delay_levels_ms, base_offset, path)
+        if rec is not None:
+            return rec
 
     try:
         lay = read_layout(buf, pos, limit)
@@ -519,9 +544,12 @@ def decode_message(buf, pos: int, limit: int, *, base_offset: int = 0, path: str
         raise CorruptRecordError(f"invalid commitlog record: {e}", path=path, offset=base_offset + pos) from e
     mv = memoryview(buf)
     if check_crc:
-        size, ok, reason = check_record(buf, pos, limit, check_crc=True, force_verify_prop_crc=force_verify_prop_crc)
-        if not ok:
+        reason = crc_problem(buf, pos, lay, force_verify_prop_crc)
+        if reason:
             raise CorruptRecordError(f"invalid commitlog record: {reason}", path=path, offset=base_offset + pos)
+    if check_torn and torn_end(buf, pos, lay):
+        raise CorruptRecordError("incomplete commitlog record (its end is zero-filled: a torn write)",
+                                 path=path, offset=base_offset + pos)
     (total, magic, body_crc, queue_id, flag, queue_offset, phy, sys_flag, born_ts) = HEAD.unpack_from(buf, pos)
     b = lay.born_len
     born_raw = bytes(mv[pos + 48:pos + 48 + b])
@@ -542,4 +570,68 @@ def decode_message(buf, pos: int, limit: int, *, base_offset: int = 0, path: str
         reconsume_times=reconsume, prepared_transaction_offset=prepared, body=body, properties=props,
         msg_id=encode_offset_msg_id(store_raw, phy), magic=magic,
         tags_code=tags_code_of(topic, props, store_ts, delay_levels_ms),
+    )
+
+
+def check_crc_requires_layout(force_verify_prop_crc: bool, check_crc: bool) -> bool:
+    """The properties-CRC check needs the general path."""
+    return check_crc and force_verify_prop_crc
+
+
+_HOSTS: dict = {}
+_TOPICS: dict = {}
+
+
+def _host4(addr: bytes, port: int) -> str:
+    key = (addr, port)
+    s = _HOSTS.get(key)
+    if s is None:
+        if len(_HOSTS) > 65536:
+            _HOSTS.clear()
+        s = _HOSTS[key] = f"{addr[0]}.{addr[1]}.{addr[2]}.{addr[3]}:{port}"
+    return s
+
+
+def _decode_v4_v1(buf, pos, limit, check_crc, check_torn, delay_levels_ms, base_offset, path):
+    """Fast path of :func:`decode_message` for a V1 record with IPv4 hosts (one unpack of the
+    fixed part); None when the record has another shape, so the general path decides."""
+    from ..types import MessageRecord, tags_code_of
+
+    (total, magic, body_crc, queue_id, flag, queue_offset, phy, sys_flag, born_ts, born_a, born_p, store_ts,
+     store_a, store_p, reconsume, prepared, body_len) = FIXED_V4.unpack_from(buf, pos)
+    if magic != MAGIC_V1 or sys_flag & (SYSFLAG_BORNHOST_V6 | SYSFLAG_STOREHOST_V6) or body_len < 0:
+        return None
+    end = pos + total
+    tp = pos + 88 + body_len
+    if total < 91 or end > limit or tp + 3 > end:
+        return None
+    topic_len = buf[tp]
+    if topic_len > 127:
+        return None
+    pp = tp + 1 + topic_len
+    if pp + 2 > end:
+        return None
+    props_len = I16.unpack_from(buf, pp)[0]
+    if props_len < 0 or pp + 2 + props_len != end:
+        return None
+    body = bytes(buf[pos + 88:tp])
+    if check_crc and body_len and (zlib.crc32(body) & 0x7FFFFFFF) != body_crc:
+        raise CorruptRecordError(f"invalid commitlog record: body CRC {body_crc} != computed "
+                                 f"{zlib.crc32(body) & 0x7FFFFFFF}", path=path, offset=base_offset + pos)
+    raw_props = bytes(buf[pp + 2:end])
+    if check_torn and ((props_len and raw_props[-1] == 0) or (not props_len and topic_len and buf[pp - 1] == 0)):
+        raise CorruptRecordError("incomplete commitlog record (its end is zero-filled: a torn write)",
+                                 path=path, offset=base_offset + pos)
+    tb = bytes(buf[tp + 1:pp])
+    topic = _TOPICS.get(tb)
+    if topic is None:
+        topic = tb.decode("utf-8", "replace")
+        if len(_TOPICS) < 65536:
+            _TOPICS[tb] = topic
+    props = P.parse_properties(raw_props) if props_len else {}
+    return MessageRecord(
+        phy, total, topic, queue_id, queue_offset, flag, sys_flag, body_crc, born_ts, _host4(born_a, born_p),
+        store_ts, _host4(store_a, store_p), reconsume, prepared, body, props,
+        f"{store_a.hex().upper()}{store_p & 0xFFFFFFFF:08X}{phy & 0xFFFFFFFFFFFFFFFF:016X}", magic,
+        tags_code_of(topic, props, store_ts, delay_levels_ms),
     )
