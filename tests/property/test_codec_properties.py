@@ -1,0 +1,252 @@
+"""Hypothesis round trips of the format codecs; scalar and numpy forms must agree."""
+from __future__ import annotations
+
+import ipaddress
+import os
+import tempfile
+
+import numpy as np
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from rmqstore.engine.dispatch import extract_dispatch_columns, extract_dispatch_fields
+from rmqstore.engine.index import IndexFile
+from rmqstore.format import consume_queue as CQ
+from rmqstore.format import index_file as IX
+from rmqstore.format import message as M
+from rmqstore.format import properties as P
+from rmqstore.format.hashes import abs_key_hash, crc32, java_hash, java_hash_many
+from rmqstore.format.msgid import decode_offset_msg_id, encode_offset_msg_id, format_host, parse_host
+from rmqstore.types import tags_code_of
+
+FAST = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+i32 = st.integers(-2**31, 2**31 - 1)
+i64 = st.integers(-2**63, 2**63 - 1)
+TOPIC_CHARS = "abcXYZ019_-%|"
+no_sep_text = st.text(st.characters(blacklist_characters="\x01\x02", blacklist_categories=("Cs",)), min_size=1,
+                      max_size=12)
+
+
+def reference_hash(s: str) -> int:
+    h = 0
+    for ch in s:
+        cp = ord(ch)
+        units = [cp] if cp < 0x10000 else [0xD800 + ((cp - 0x10000) >> 10), 0xDC00 + ((cp - 0x10000) & 0x3FF)]
+        for u in units:
+            h = (h * 31 + u) % 2**32
+    return h - 2**32 if h >= 2**31 else h
+
+
+# ------------------------------------------------------------------------------------------------
+# Java hash
+# ------------------------------------------------------------------------------------------------
+
+@FAST
+@given(st.lists(st.text(max_size=40), max_size=12))
+def test_java_hash_scalar_numpy_and_definition_agree(strings):
+    many = java_hash_many(strings).tolist()
+    assert many == [java_hash(s) for s in strings] == [reference_hash(s) for s in strings]
+
+
+@FAST
+@given(st.lists(st.text(st.characters(min_codepoint=0x10000), min_size=1, max_size=5), min_size=1, max_size=5))
+def test_java_hash_of_astral_strings(strings):
+    assert java_hash_many(strings).tolist() == [reference_hash(s) for s in strings]
+    for s in strings:
+        assert java_hash(s) == java_hash(s.encode("utf-16-be").decode("utf-16-be", "surrogatepass"))
+
+
+# ------------------------------------------------------------------------------------------------
+# Properties
+# ------------------------------------------------------------------------------------------------
+
+@FAST
+@given(st.dictionaries(no_sep_text, no_sep_text | st.just(""), max_size=8))
+def test_properties_round_trip(props):
+    raw = P.encode_properties(props)
+    assert P.parse_properties(raw) == {k: v for k, v in props.items() if v}  # empty values are dropped
+    assert raw.count(b"\x02") == len(props)
+    for name in props:
+        assert P.parse_properties(P.remove_property(raw, name)) == {k: v for k, v in props.items() if v and k != name}
+
+
+@FAST
+@given(st.dictionaries(no_sep_text, st.text(st.characters(blacklist_characters="\x02", blacklist_categories=("Cs",)),
+                                            min_size=1, max_size=12), max_size=6))
+def test_values_may_hold_the_name_separator(props):
+    assert P.parse_properties(P.encode_properties(props)) == props
+
+
+@FAST
+@given(st.integers(0, 2**31 - 1))
+def test_crc_digits_round_trip(c):
+    d = P.crc_digits(c)
+    assert len(d) == 10 and P.parse_crc_digits(d.decode()) == c and int(d[::-1]) == c
+
+
+# ------------------------------------------------------------------------------------------------
+# Records: encode -> scalar decode -> batch decode
+# ------------------------------------------------------------------------------------------------
+
+ipv4 = st.builds(lambda a, p: f"{ipaddress.IPv4Address(a)}:{p}", st.integers(0, 2**32 - 1), st.integers(0, 65535))
+ipv6 = st.builds(lambda a, p: f"[{ipaddress.IPv6Address(a)}]:{p}", st.integers(0, 2**128 - 1), st.integers(0, 65535))
+host = ipv4 | ipv6
+
+record_fields = st.fixed_dictionaries({
+    "topic": st.text(TOPIC_CHARS, min_size=1, max_size=200),
+    "body": st.binary(max_size=300),
+    "props": st.dictionaries(no_sep_text, no_sep_text, max_size=5),
+    "queue_id": i32, "flag": i32, "sys_flag": i32, "queue_offset": i64, "phy_offset": st.integers(0, 2**62),
+    "born_timestamp": i64, "store_timestamp": i64, "reconsume_times": i32, "prepared_transaction_offset": i64,
+    "born_host": host, "store_host": host,
+})
+
+
+def _encode(f) -> bytes:
+    born, store = parse_host(f["born_host"]), parse_host(f["store_host"])
+    sys_flag = (f["sys_flag"] & ~0x30) | (0x10 if len(born) == 20 else 0) | (0x20 if len(store) == 20 else 0)
+    f["sys_flag_stored"] = sys_flag - (1 << 32) if sys_flag >= 1 << 31 else sys_flag
+    return bytes(M.encode_record(
+        topic=f["topic"].encode(), body=f["body"], props=P.encode_properties(f["props"]), queue_id=f["queue_id"],
+        flag=f["flag"], sys_flag=f["sys_flag_stored"], born_timestamp=f["born_timestamp"], born_host=born,
+        store_timestamp=f["store_timestamp"], store_host=store, reconsume_times=f["reconsume_times"],
+        prepared_transaction_offset=f["prepared_transaction_offset"], v2=len(f["topic"]) > 127,
+        queue_offset=f["queue_offset"], phy_offset=f["phy_offset"]))
+
+
+@FAST
+@given(st.lists(record_fields, min_size=1, max_size=5))
+def test_record_encode_scalar_decode_batch_decode(fields):
+    recs = [_encode(f) for f in fields]
+    buf = b"".join(recs)
+    starts = np.cumsum([0] + [len(r) for r in recs[:-1]]).astype(np.int64)
+    walked, stop, pos = M.walk_records(buf, 0, len(buf))
+    assert walked.tolist() == starts.tolist() and pos == len(buf)
+    b = M.decode_batch(np.frombuffer(buf, dtype=np.uint8), walked)
+    assert b.valid.all() and M.body_crc_ok(buf, b).all()
+    for i, (f, s) in enumerate(zip(fields, starts.tolist())):
+        assert len(recs[i]) == M.record_length(len(f["body"]), len(f["topic"]), len(P.encode_properties(f["props"])),
+                                               f["sys_flag_stored"], len(f["topic"]) > 127)
+        assert M.check_record(buf, s, len(buf), check_crc=True) == (len(recs[i]), True, "ok")
+        m = M.decode_message(buf, s, len(buf), check_crc=True)
+        assert (m.topic, m.body, m.properties, m.queue_id, m.flag, m.sys_flag, m.queue_offset, m.phy_offset) == (
+            f["topic"], f["body"], f["props"], f["queue_id"], f["flag"], f["sys_flag_stored"], f["queue_offset"],
+            f["phy_offset"])
+        assert (m.born_timestamp, m.store_timestamp, m.reconsume_times, m.prepared_transaction_offset) == (
+            f["born_timestamp"], f["store_timestamp"], f["reconsume_times"], f["prepared_transaction_offset"])
+        assert parse_host(m.born_host) == parse_host(f["born_host"])
+        assert parse_host(m.store_host) == parse_host(f["store_host"])
+        assert m.body_crc == (crc32(f["body"]) if f["body"] else 0)
+        assert m.magic == (M.MAGIC_V2 if len(f["topic"]) > 127 else M.MAGIC_V1)
+        assert decode_offset_msg_id(m.msg_id) == (format_host(parse_host(f["store_host"])), f["phy_offset"])
+        assert m.msg_id == encode_offset_msg_id(parse_host(f["store_host"]), f["phy_offset"])
+        got = (int(b.total[i]), int(b.magic[i]), int(b.body_crc[i]), int(b.queue_id[i]), int(b.flag[i]),
+               int(b.queue_offset[i]), int(b.phy_offset[i]), int(b.sys_flag[i]), int(b.born_timestamp[i]),
+               int(b.store_timestamp[i]), int(b.reconsume_times[i]), int(b.prepared_transaction_offset[i]))
+        assert got == (m.store_size, m.magic, m.body_crc, m.queue_id, m.flag, m.queue_offset, m.phy_offset,
+                       m.sys_flag, m.born_timestamp, m.store_timestamp, m.reconsume_times,
+                       m.prepared_transaction_offset)
+        bp, tp, pp = int(b.body_pos[i]), int(b.topic_pos[i]), int(b.props_pos[i])
+        assert buf[bp:bp + int(b.body_len[i])] == f["body"]
+        assert buf[tp:tp + int(b.topic_len[i])] == f["topic"].encode()
+        assert buf[pp:pp + int(b.props_len[i])] == P.encode_properties(f["props"])
+        bh, sh = int(b.born_host_pos[i]), int(b.store_host_pos[i])
+        assert buf[bh:bh + int(b.born_host_len[i])] == parse_host(f["born_host"])
+        assert buf[sh:sh + int(b.store_host_len[i])] == parse_host(f["store_host"])
+
+
+# ------------------------------------------------------------------------------------------------
+# Dispatch extraction: scalar vs numpy vs upstream parsing, on arbitrary property strings
+# ------------------------------------------------------------------------------------------------
+
+prop_names = st.sampled_from(["TAGS", "KEYS", "UNIQ_KEY", "DELAY", "", "X", "TAGSX", "ATAGS", "KEYS "])
+prop_values = st.text(st.sampled_from("ab \x01中😀-"), max_size=8) | st.integers(-1, 25).map(str)
+segment = st.builds(lambda n, sep, v: n + ("\x01" if sep else "") + v, prop_names, st.booleans(), prop_values)
+raw_props = st.builds(lambda segs, tail: "\x02".join(segs) + ("\x02" if tail else ""),
+                      st.lists(segment, max_size=6), st.booleans())
+DELAYS = tuple(1000 * (i + 1) for i in range(18))
+
+
+@FAST
+@given(st.lists(st.tuples(st.sampled_from(["T", "Topic_B", "SCHEDULE_TOPIC_XXXX", "t" * 130]), raw_props),
+                min_size=1, max_size=6))
+def test_dispatch_extraction_forms_agree(records):
+    born = parse_host("1.2.3.4:5")
+    buf = bytearray()
+    for i, (topic, props) in enumerate(records):
+        buf += M.encode_record(topic=topic.encode(), body=b"", props=props.encode(), queue_id=0, flag=0, sys_flag=0,
+                               born_timestamp=0, born_host=born, store_timestamp=1000 * i, store_host=born,
+                               reconsume_times=0, prepared_transaction_offset=0, v2=len(topic) > 127)
+    buf = bytes(buf)
+    u8 = np.frombuffer(buf, dtype=np.uint8)
+    batch = M.decode_batch(u8, M.walk_records(buf, 0, len(buf))[0])
+    topics, tags, key_lists = extract_dispatch_fields(buf, batch, DELAYS, {})
+    cols = extract_dispatch_columns(u8, batch, DELAYS, {})
+    for i, (topic, props) in enumerate(records):
+        p = P.parse_properties(props)
+        keys = ([p["UNIQ_KEY"]] if "UNIQ_KEY" in p else []) + P.split_keys(p.get("KEYS"))
+        want_hashes = [abs_key_hash(java_hash(f"{topic}#{k}")) for k in keys]
+        assert topics[i] == cols.topics[cols.topic_ids[i]] == topic
+        assert int(tags[i]) == int(cols.tags_codes[i]) == tags_code_of(topic, p, 1000 * i, DELAYS)
+        assert [abs_key_hash(java_hash(s)) for s in key_lists[i]] == want_hashes
+        assert cols.item_hash[cols.item_rec == i].tolist() == want_hashes
+
+
+# ------------------------------------------------------------------------------------------------
+# Consume queue units and index files
+# ------------------------------------------------------------------------------------------------
+
+@FAST
+@given(st.lists(st.tuples(i64, i32, i64), max_size=20))
+def test_cq_units_scalar_and_numpy(units):
+    data = CQ.encode_units([u[0] for u in units], [u[1] for u in units], [u[2] for u in units])
+    assert data == b"".join(CQ.UNIT.pack(*u) for u in units)
+    arr = CQ.decode_units(data)
+    assert [(int(a["phy_offset"]), int(a["size"]), int(a["tags_code"])) for a in arr] == units
+
+
+@FAST
+@given(st.lists(st.tuples(st.integers(0, 2**45), st.integers(-2**40, 2**45)), min_size=1, max_size=20))
+def test_time_diff_scalar_and_numpy(pairs):
+    s = np.array([p[0] for p in pairs], dtype=np.int64)
+    b = np.array([p[1] for p in pairs], dtype=np.int64)
+    assert IX.time_diff_seconds(s, b).tolist() == [IX.time_diff_seconds(int(x), int(y)) for x, y in pairs]
+    for x, y in pairs:
+        want = 0 if y <= 0 or x < y else min((x - y) // 1000, 2**31 - 1)
+        assert IX.time_diff_seconds(x, y) == want
+
+
+T0 = 1_700_000_000_000
+index_items = st.lists(st.tuples(st.integers(0, 2**31 - 1), st.integers(0, 2**40), st.integers(-5_000, 10**7)),
+                       min_size=1, max_size=30)
+
+
+@settings(max_examples=40, deadline=None)
+@given(slots=st.integers(1, 8), items=st.integers(2, 20), batch=index_items, cuts=st.lists(st.integers(0, 30)),
+       prev_end=st.sampled_from([(0, 0), (777, T0 - 3_000)]))
+def test_index_put_batch_equals_put_key(slots, items, batch, cuts, prev_end):
+    """One put_batch call, several put_batch chunks and put_key one item at a time write the same
+    file (and accept the same number of items)."""
+    hashes = np.array([b[0] for b in batch], dtype=np.int64)
+    phys = np.cumsum([b[1] for b in batch]).astype(np.int64)
+    ts = T0 + np.array([b[2] for b in batch], dtype=np.int64)
+    with tempfile.TemporaryDirectory() as d:
+        def new(name):
+            return IndexFile(os.path.join(d, name), slots, items, read_only=False, create=True,
+                             prev_end_phy=prev_end[0], prev_end_ts=prev_end[1])
+        one, chunked, scalar = new("one"), new("chunked"), new("scalar")
+        n_one = one.put_batch(hashes, phys, ts)
+        n_chunked = 0
+        bounds = sorted({0, len(batch), *[c for c in cuts if c < len(batch)]})
+        for a, b in zip(bounds, bounds[1:]):
+            n_chunked += chunked.put_batch(hashes[a:b], phys[a:b], ts[a:b])
+        n_scalar = sum(scalar.put_key(int(h), int(p), int(t)) for h, p, t in zip(hashes, phys, ts))
+        assert n_one == n_chunked == n_scalar == min(len(batch), items - 1)
+        for f in (one, chunked, scalar):
+            f.flush()
+        data = [open(os.path.join(d, n), "rb").read() for n in ("one", "chunked", "scalar")]
+        for f in (one, chunked, scalar):
+            f.close()
+    assert data[0] == data[1] == data[2]
+    assert IX.HEADER.unpack_from(data[0], 0)[5] == n_one + 1
