@@ -358,3 +358,20 @@ def test_four_writer_threads_get_contiguous_queue_offsets(open_store, make_confi
     assert [st.get_commit_log_offset_in_queue("Threads", 0, r.queue_offset) for r in by_q] == [
         r.phy_offset for r in by_q]
     assert st.query_message("Threads", "t2-77").messages[0].body == b"2-77"
+
+
+def test_sync_flush_like_reput_message_service_test(open_store, make_config):
+    """ReputMessageServiceTest: 10 messages of 158 bytes; under SYNC_FLUSH a put returns once its
+    bytes are flushed, and dispatch follows the flushed offset."""
+    st = open_store(cfg=make_config(flush_disk_type="SYNC_FLUSH"))
+    props = [("TAGS", "TAG1"), ("KEYS", "1700000000000")]
+    for i in range(10):
+        r = st.put_message(msg("FooBar", b"x" * 32, props))
+        assert (r.status, r.wrote_bytes, r.phy_offset) == (OK, 158, 158 * i)
+        assert st.commit_log.flushed_offset >= r.phy_offset + 158
+    assert st.max_phy_offset == 1580
+    st.wait_dispatched()
+    assert st.get_max_offset_in_queue("FooBar", 0) == 10
+    assert len(st.get_message("g", "FooBar", 0, 0).messages) == 10
+    nowait = st.put_message(msg("FooBar", b"y", [("WAIT", "false")]))
+    assert nowait.status is OK
