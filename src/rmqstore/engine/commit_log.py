@@ -314,8 +314,7 @@ class CommitLog:
                 phy0 = mf.file_from_offset + mf.wrote_position
                 pos = 0
                 for i, e in enumerate(enc):
-                    self._stamp(e, buf, pos, e.store_timestamp if e.store_timestamp is not None else store_ts,
-                                qoff0 + i, phy0 + pos)
+                    self._stamp(e, buf, pos, store_ts, qoff0 + i, phy0 + pos)  # one store time per batch
                     pos += e.total
                 mf.append(buf)
                 mf.last_store_timestamp = store_ts
