@@ -375,3 +375,17 @@ def test_sync_flush_like_reput_message_service_test(open_store, make_config):
     assert len(st.get_message("g", "FooBar", 0, 0).messages) == 10
     nowait = st.put_message(msg("FooBar", b"y", [("WAIT", "false")]))
     assert nowait.status is OK
+
+
+@pytest.mark.parametrize("host", ["10.0.0.1:10911", "[::1]:10911"])
+def test_batch_has_one_store_time(open_store, make_config, host):
+    """Every record of a batch carries the batch's (first message's) store time, whichever path
+    encodes it (FORMAT.md §2.7)."""
+    st = open_store(cfg=make_config(mapped_file_size_commit_log=65536))
+    r = st.put_messages([msg(body=b"a", store_host=host, store_timestamp=T0),
+                         msg(body=b"b", store_host=host, store_timestamp=T0 + 5),
+                         msg(body=b"c", store_host=host)])
+    assert r.store_timestamp == T0
+    recs = [st.view_message_by_id(i) for i in r.msg_id.split(",")]
+    assert [m.store_timestamp for m in recs] == [T0] * 3
+    assert [m.born_timestamp for m in recs] == [T0] * 3  # born time unset: the store time
