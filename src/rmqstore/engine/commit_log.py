@@ -7,9 +7,11 @@ record is completely written, so readers and the dispatcher never see half a rec
 """
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import re
+import struct
 import threading
 import time
 import zlib
@@ -58,6 +60,35 @@ class _Encoded:
     born_unset: bool
     store_host_raw: bytes
     wait: bool
+
+
+_I32_FIELDS = ("queue_id", "flag", "sys_flag", "reconsume_times")
+_I64_FIELDS = ("born_timestamp", "store_timestamp", "prepared_transaction_offset")
+
+
+def _out_of_range(msgs) -> str | None:
+    for m in msgs:
+        for names, bits in ((_I32_FIELDS, 31), (_I64_FIELDS, 63)):
+            for name in names:
+                v = getattr(m, name, None)
+                if isinstance(v, int) and not -(1 << bits) <= v < (1 << bits):
+                    return f"{name}={v} does not fit its signed {bits + 1}-bit field"
+    return None
+
+
+def _range_checked(put):
+    """An out-of-range fixed-width field gives MESSAGE_ILLEGAL instead of a struct/numpy error
+    (looked for only once packing failed: the normal path pays nothing). No record is written."""
+    @functools.wraps(put)
+    def wrapper(self, arg):
+        try:
+            return put(self, arg)
+        except (struct.error, OverflowError):
+            reason = _out_of_range(arg if isinstance(arg, list) else [arg])
+            if reason is None:
+                raise
+            return _illegal(reason)
+    return wrapper
 
 
 class CommitLog:
@@ -189,6 +220,7 @@ class CommitLog:
                 self._plans[key] = plan
         return plan
 
+    @_range_checked
     def put_message(self, msg: Message) -> PutMessageResult:
         """Append one message. The common shape (IPv4 hosts, V1 topic, no properties CRC, not
         transactional) takes a fast path: everything but the 88-byte header is built outside the
@@ -274,6 +306,7 @@ class CommitLog:
             status = PutMessageStatus.FLUSH_DISK_TIMEOUT
         return PutMessageResult(status, encode_offset_msg_id(e.store_host_raw, phy), phy, e.total, qoff, store_ts, 1)
 
+    @_range_checked
     def put_messages(self, msgs: list[Message]) -> PutMessageResult:
         """A batch for one topic and queue: consecutive records and queue offsets, one store time,
         all in one segment (a blank rolls the whole batch to the next one)."""

@@ -501,9 +501,9 @@ def stamp_batch_v4(out: np.ndarray, starts: np.ndarray, queue_offset0: int, phy0
     n = starts.size
     _put_i64(out, starts + QUEUE_OFFSET_POS, queue_offset0 + np.arange(n))
     _put_i64(out, starts + PHY_OFFSET_POS, phy0 + starts)
-    _put_i64(out, starts + 56, np.full(n, store_timestamp))
+    _put_i64(out, starts + 56, np.full(n, store_timestamp, dtype=np.int64))  # int64: never wrap
     if born_unset is not None and born_unset.any():
-        _put_i64(out, starts[born_unset] + 40, np.full(int(born_unset.sum()), store_timestamp))
+        _put_i64(out, starts[born_unset] + 40, np.full(int(born_unset.sum()), store_timestamp, dtype=np.int64))
 
 
 def body_crc_ok(buf, batch: RecordBatch) -> np.ndarray:
