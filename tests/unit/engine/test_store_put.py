@@ -389,3 +389,20 @@ def test_batch_has_one_store_time(open_store, make_config, host):
     recs = [st.view_message_by_id(i) for i in r.msg_id.split(",")]
     assert [m.store_timestamp for m in recs] == [T0] * 3
     assert [m.born_timestamp for m in recs] == [T0] * 3  # born time unset: the store time
+
+
+@pytest.mark.parametrize("field,value", [
+    ("queue_id", 2**31), ("flag", 2**31), ("flag", -2**31 - 1), ("sys_flag", 2**31), ("reconsume_times", 2**31),
+    ("born_timestamp", 2**63), ("prepared_transaction_offset", -2**63 - 1), ("store_timestamp", 2**63),
+])
+@pytest.mark.parametrize("host", ["10.0.0.1:10911", "[::1]:10911"])
+@pytest.mark.parametrize("batch", [False, True])
+def test_out_of_range_fields_are_illegal(open_store, field, value, host, batch):
+    """Fields wider than their on-disk integer give MESSAGE_ILLEGAL (not a struct error); nothing
+    is written and the store stays usable."""
+    st = open_store()
+    bad = msg(store_host=host, **{field: value})
+    r = st.put_messages([bad]) if batch else st.put_message(bad)
+    assert r.status is ILLEGAL and field in r.error
+    assert st.max_phy_offset == 0 and st.get_max_offset_in_queue("T", 0, committed=False) == 0
+    _assert_nothing_written_then_usable(st)

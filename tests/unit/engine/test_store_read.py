@@ -241,3 +241,37 @@ def test_max_offset_committed_and_uncommitted(big_store):
     big_store.wait_dispatched()
     assert big_store.get_max_offset_in_queue("T", 0) == 5
     assert big_store.get_message("g", "T", 0, 3).status is S.FOUND
+
+
+def test_pull_scan_is_bounded_by_max_filter_message_size(open_store, make_config):
+    """A pull scans at most max(16000, maxMsgNums*20) bytes of consume queue (800 units)."""
+    st = open_store(cfg=make_config(mapped_file_size_commit_log=1 << 20, mapped_file_size_consume_queue=6000000))
+    _fill(st, 1000, tags=["TagA"])
+    g = st.get_message("g", "T", 0, 0, 32, subscription="TagB")
+    assert (g.status, g.next_begin_offset, g.messages) == (S.NO_MATCHED_MESSAGE, 800, [])
+    g = st.get_message("g", "T", 0, 800, 32, subscription="TagB")
+    assert (g.status, g.next_begin_offset) == (S.NO_MATCHED_MESSAGE, 1000)
+    g = st.get_message("g", "T", 0, 0, 1000, subscription="TagB")  # 1000*20 > 16000
+    assert (g.status, g.next_begin_offset) == (S.NO_MATCHED_MESSAGE, 1000)
+
+
+def test_pull_transfer_limits_in_memory(open_store, make_config):
+    """Hot data: at most 32 messages and 256 KiB per pull (the first message always goes)."""
+    st = open_store(cfg=make_config(mapped_file_size_commit_log=1 << 21, max_message_size=1 << 20))
+    rs = [st.put_message(msg("Big", b"x" * 10_000)) for _ in range(40)]
+    rs += [st.put_message(msg("Big", b"y" * 300_000))]
+    _fill(st, 40, topic="Small")
+    assert len(st.get_message("g", "Small", 0, 0, 64).messages) == 32
+    size = rs[0].wrote_bytes
+    assert len(st.get_message("g", "Big", 0, 0, 64).messages) == 262144 // size
+    g = st.get_message("g", "Big", 0, 40, 64)  # one message larger than the byte limit
+    assert [m.phy_offset for m in g.messages] == [rs[40].phy_offset] and g.next_begin_offset == 41
+
+
+def test_pull_transfer_limits_on_disk(open_store, monkeypatch):
+    """Cold data (further than 40% of RAM behind the end): at most 8 messages / 64 KiB."""
+    st = open_store()
+    _fill(st, 20)
+    monkeypatch.setattr(st, "_ram", 0)  # nothing counts as "in memory"
+    g = st.get_message("g", "T", 0, 0, 32)
+    assert len(g.messages) == 8 and g.next_begin_offset == 8
