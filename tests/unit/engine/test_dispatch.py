@@ -3,7 +3,6 @@ against upstream property parsing (FORMAT.md §2.4, §4.1, §6.5)."""
 from __future__ import annotations
 
 import numpy as np
-import pytest
 
 from rmqstore.engine.dispatch import extract_dispatch_columns, extract_dispatch_fields, iter_record_batches
 from rmqstore.format import message as M

@@ -223,7 +223,8 @@ def test_tags_code(open_store, props, want):
     st = open_store()
     r = st.put_message(msg("T", props=props, store_timestamp=T0))
     st.wait_dispatched()
-    assert st.find_consume_queue("T", 0).get_unit(0)[2] == want
+    assert st.find_consume_queue("T", 0).get_unit(0) == (r.phy_offset, r.wrote_bytes, want)
+    assert st.look_message_by_offset(r.phy_offset).tags_code == want
 
 
 # ------------------------------------------------------------------------------------------------
