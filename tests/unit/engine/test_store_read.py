@@ -65,6 +65,10 @@ def test_pull_statuses(big_store):
     assert (g.status, g.next_begin_offset, g.messages) == (S.OFFSET_OVERFLOW_ONE, 5, [])
     g = big_store.get_message("g", "T", 0, 10**9)
     assert (g.status, g.next_begin_offset) == (S.OFFSET_OVERFLOW_BADLY, 5)
+    g = big_store.get_message("g", "T", 0, -1)
+    assert (g.status, g.next_begin_offset) == (S.OFFSET_TOO_SMALL, 0)
+    g = big_store.get_message("g", "T", 0, 1, 0)  # the first message always goes
+    assert [m.queue_offset for m in g.messages] == [1]
     big_store.find_consume_queue("T", 0).correct_min_offset(rs[2].phy_offset)
     g = big_store.get_message("g", "T", 0, 0)
     assert (g.status, g.next_begin_offset, g.min_offset) == (S.OFFSET_TOO_SMALL, 2, 2)
@@ -321,3 +325,17 @@ def test_pulls_and_queries_while_writing(open_store, make_config):
         w, j = m.body.decode().split("-")
         by_writer.setdefault(w, []).append(int(j))
     assert by_writer == {str(w): list(range(n_per)) for w in range(writers)}
+
+
+def test_answers_clamp_to_a_raised_queue_minimum(big_store):
+    """After the queue minimum moved (correctMinOffset, as retention does), offsets by time are
+    clamped into [min, max] and the earliest time is that of the unit at the minimum."""
+    rs = _fill(big_store, 6, ts=lambda i: T0 + 1000 * i)
+    big_store.find_consume_queue("T", 0).correct_min_offset(rs[3].phy_offset)
+    assert big_store.get_min_offset_in_queue("T", 0) == 3
+    assert big_store.get_offset_in_queue_by_time("T", 0, T0, "lower") == 3
+    assert big_store.get_offset_in_queue_by_time("T", 0, T0 + 1000, "upper") == 3
+    assert big_store.get_offset_in_queue_by_time("T", 0, T0 + 4000, "lower") == 4
+    assert big_store.get_earliest_message_time("T", 0) == T0 + 3000
+    assert big_store.get_commit_log_offset_in_queue("T", 0, 1) == 0  # below the minimum: absent
+    assert big_store.get_message_store_timestamp("T", 0, 1) == -1
