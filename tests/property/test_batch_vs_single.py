@@ -12,6 +12,8 @@ from hypothesis import strategies as st
 from rmqstore import Message, MessageStore, MessageStoreConfig, PutMessageStatus
 
 T0 = 1_700_000_000_000
+#: memory-backed scratch space where there is one: many small stores are opened and closed (fsync)
+SCRATCH = "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK) else None
 hosts = st.sampled_from(["10.0.0.1:10911", "192.168.1.20:50000", "[::1]:10911", "[2001:db8::7]:1"])
 props = st.lists(st.tuples(st.sampled_from(["TAGS", "KEYS", "a", "long"]),
                            st.text("xyz 中", min_size=1, max_size=20)), max_size=4)
@@ -61,7 +63,7 @@ def _files(root):
 def test_batch_equals_singles(b, before):
     cfg = MessageStoreConfig(mapped_file_size_commit_log=1 << 16, mapped_file_size_consume_queue=200,
                              max_hash_slot_num=8, max_index_num=32, enabled_append_prop_crc=b["crc"])
-    d = tempfile.mkdtemp(prefix="rmq-batch-")
+    d = tempfile.mkdtemp(prefix="rmq-batch-", dir=SCRATCH)
     try:
         with MessageStore.open(os.path.join(d, "a"), cfg) as sa, MessageStore.open(os.path.join(d, "b"), cfg) as sb:
             for st_ in (sa, sb):  # some earlier messages so offsets are not zero

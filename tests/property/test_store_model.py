@@ -8,6 +8,7 @@ all the time; the store is also closed and reopened.
 """
 from __future__ import annotations
 
+import os
 import shutil
 import tempfile
 from dataclasses import dataclass
@@ -28,6 +29,8 @@ QUEUES = (0, 1)
 TAGS = (None, "TagA", "TagB")
 KEYS = ("k1", "k2", "k3")
 T0 = 1_700_000_000_000
+#: memory-backed scratch space where there is one: many small stores are opened and closed (fsync)
+SCRATCH = "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK) else None
 # the model assumes no Java-hash collisions between the index keys it uses
 assert len({index_key_hash(t, k) for t in TOPICS for k in KEYS}) == len(TOPICS) * len(KEYS)
 
@@ -67,7 +70,7 @@ key_sets = st.lists(st.sampled_from(KEYS), unique=True, max_size=3).map(tuple)
 class StoreModel(RuleBasedStateMachine):
     def __init__(self):
         super().__init__()
-        self.dir = tempfile.mkdtemp(prefix="rmq-model-")
+        self.dir = tempfile.mkdtemp(prefix="rmq-model-", dir=SCRATCH)
         self.store = MessageStore.open(self.dir + "/store", CFG)
         self.recs: list[Rec] = []
         self.queues: dict[tuple[str, int], list[Rec]] = {(t, q): [] for t in TOPICS for q in QUEUES}
