@@ -19,6 +19,8 @@ from rmqstore.format.hashes import abs_key_hash, crc32, java_hash, java_hash_man
 from rmqstore.format.msgid import decode_offset_msg_id, encode_offset_msg_id, format_host, parse_host
 from rmqstore.types import tags_code_of
 
+#: memory-backed scratch space where there is one (index files are fsynced on flush)
+SCRATCH = "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK) else None
 FAST = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 i32 = st.integers(-2**31, 2**31 - 1)
@@ -231,7 +233,7 @@ def test_index_put_batch_equals_put_key(slots, items, batch, cuts, prev_end):
     hashes = np.array([b[0] for b in batch], dtype=np.int64)
     phys = np.cumsum([b[1] for b in batch]).astype(np.int64)
     ts = T0 + np.array([b[2] for b in batch], dtype=np.int64)
-    with tempfile.TemporaryDirectory() as d:
+    with tempfile.TemporaryDirectory(dir=SCRATCH) as d:
         def new(name):
             return IndexFile(os.path.join(d, name), slots, items, read_only=False, create=True,
                              prev_end_phy=prev_end[0], prev_end_ts=prev_end[1])
