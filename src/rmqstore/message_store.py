@@ -14,7 +14,6 @@ import errno
 import fcntl
 import logging
 import os
-import struct
 import threading
 import time
 from typing import Iterable
@@ -28,7 +27,7 @@ from .engine import verify as V
 from .engine.checkpoint import StoreCheckpoint
 from .engine.commit_log import CommitLog, now_ms
 from .engine.consume_queue import ConsumeQueue
-from .engine.dispatch import ReputMessageService, dispatch_batch
+from .engine.dispatch import ReputMessageService, dispatch_batch, extract_dispatch_columns
 from .engine.index import IndexFile, IndexService
 from .format import consume_queue as CQF
 from .format import index_file as IF
@@ -69,6 +68,24 @@ def _first_unit_at_or_after(cq: ConsumeQueue, phy: int) -> int:
             idx = np.flatnonzero(p >= phy)
             return mf.file_from_offset // CQF.UNIT_SIZE + (int(idx[0]) if idx.size else n)
     return files[0].file_from_offset // CQF.UNIT_SIZE if files else 0
+
+
+def _item_hashes_at(f, phy: int, *, from_end: bool) -> list[int]:
+    """Key hashes of the items of index file ``f`` for the record at ``phy`` (its last items when
+    ``from_end``, else its first ones)."""
+    count = max(1, int(f.index_count))
+    if count <= 1:
+        return []
+    items = np.frombuffer(f.mf.mm, dtype=IF.ITEM_DTYPE, count=count - 1, offset=IF.item_pos(f.slot_num, 1))
+    phys = items["phy_offset"].astype(np.int64)
+    same = phys == phy
+    if from_end:
+        k = len(same) - (int(np.argmin(same[::-1])) if not same.all() else len(same))
+        sel = slice(k, None)
+    else:
+        k = int(np.argmin(same)) if not same.all() else len(same)
+        sel = slice(0, k)
+    return items["key_hash"][sel].astype(np.int64).tolist()
 
 
 def _disk_full_result() -> PutMessageResult:
@@ -247,15 +264,19 @@ class MessageStore:
             else:
                 self._set_read_positions(end)
             cl.confirm_offset = cl.flushed_offset = end
+            cpv = self.checkpoint.values
             if scan.last_valid >= 0:
-                self.checkpoint.values.confirm_phy_offset = scan.last_valid
+                cpv.confirm_phy_offset = scan.last_valid
+            if scan.records:
+                # a cut record's store time must not stay in the checkpoint
+                cpv.physic_msg_timestamp = min(cpv.physic_msg_timestamp, scan.max_store_timestamp)
+                cpv.logics_msg_timestamp = min(cpv.logics_msg_timestamp, scan.max_store_timestamp)
             # what has to be dispatched again
             redispatch = min(max(dispatch_from, 0), end) if last_exit_ok else min(start_phy, end)
             cut_to = end if last_exit_ok else redispatch
             for cq in self.consume_queues.values():
-                if cq.max_physic_offset > cut_to or (last_exit_ok and cq.max_physic_offset >= end):
-                    if applied or last_exit_ok:
-                        cq.truncate_dirty(cut_to)
+                if applied or last_exit_ok:
+                    R.truncate_queue(cq, cut_to, apply=applied)
             if not applied and not last_exit_ok:
                 self._validate_read_views(from_phy=redispatch)
         else:
@@ -265,8 +286,19 @@ class MessageStore:
             if applied:
                 self.consume_queues.clear()
             redispatch = 0
+        index_cut = redispatch
+        if applied and files and self.index_service.files:
+            if not last_exit_ok and self.index_service.files[-1] not in dropped_index:
+                # the current file can hold a half-written put (slots ahead of its header) even
+                # when its end time does not pass the checkpoint: it is cut back like the dropped ones
+                dropped_index = list(dropped_index) + [self.index_service.files[-1]]
+            elif last_exit_ok:
+                # a clean shutdown, but the commitlog lost its tail: items for the cut records go
+                # (a new record at the same offset would otherwise be taken as indexed already)
+                dropped_index = [f for f in self.index_service.files if f.end_phy >= end]
+                index_cut = end
         if dropped_index:
-            self._recover_index(dropped_index, redispatch, applied, report)
+            redispatch = min(redispatch, self._recover_index(dropped_index, index_cut, applied, report))
         redispatch = max(redispatch, cl.min_offset)
         report.redispatch_from = redispatch
         self.reput = ReputMessageService(self, redispatch)
@@ -289,13 +321,13 @@ class MessageStore:
         if report.mode != "empty" and (not report.clean or report.mode == "abnormal"):
             log.warning("%s: %s", self.path, report.summary())
 
-    def _recover_index(self, dropped: list, redispatch: int, applied: bool, report: R.RecoveryReport) -> None:
+    def _recover_index(self, dropped: list, redispatch: int, applied: bool, report: R.RecoveryReport) -> int:
         """Index files newer than the checkpoint after a crash: upstream deletes them (and loses
         their entries for records before the recovery point). Here they are cut back to the
         recovery point and kept; the re-dispatch adds the rest. Read-only: kept as they are (every
         query result is checked against its record)."""
         svc = self.index_service
-        kept = sorted(svc.files + list(dropped), key=lambda f: f.name)
+        kept = sorted(set(svc.files) | set(dropped), key=lambda f: f.name)
         if applied:
             ts_at = R.store_ts_reader(self.commit_log.queue.files)
             prev_end = (0, 0)
@@ -319,6 +351,52 @@ class MessageStore:
             svc.files = kept
             if kept:
                 svc._last_name = max(getattr(svc, "_last_name", ""), kept[-1].name)
+        if applied:
+            redispatch = self._complete_split_record(redispatch)
+        return redispatch
+
+    def _complete_split_record(self, redispatch: int) -> int:
+        """The record whose keys fill the last full index file may continue in the next file; a
+        crash can lose that continuation (or the file), and the re-dispatch would skip the record
+        (its offset equals the index's end offset). Its missing keys are put back here and what
+        follows it is re-indexed. Returns the (possibly earlier) re-dispatch start."""
+        svc = self.index_service
+        cl = self.commit_log
+        files = svc.files
+        full = [i for i, f in enumerate(files) if f.is_write_full]
+        if not full:
+            return redispatch
+        i = full[-1]
+        prev_f = files[i]
+        nxt = files[i + 1] if i + 1 < len(files) else None
+        p = prev_f.end_phy
+        mf = cl.queue.find(p)
+        if p < cl.min_offset or p >= cl.confirm_offset or mf is None:
+            return redispatch
+        batch = M.decode_batch(mf.u8, np.array([p - mf.file_from_offset], dtype=np.int64))
+        if not batch.valid[0] or int(batch.phy_offset[0]) != p or int(batch.sys_flag[0]) & 0xC == 0xC:
+            return redispatch
+        cols = extract_dispatch_columns(mf.u8, batch, self.delay_levels_ms, {})
+        want = sorted(cols.item_hash.tolist())
+        have = _item_hashes_at(prev_f, p, from_end=True) + (_item_hashes_at(nxt, p, from_end=False) if nxt else [])
+        missing = list(want)
+        for h in have:
+            if h in missing:
+                missing.remove(h)
+        if not missing:
+            return redispatch
+        ts = int(batch.store_timestamp[0])
+        if nxt is not None:
+            R.truncate_index_file(nxt, p + 1, R.store_ts_reader(cl.queue.files), (prev_f.end_phy, prev_f.end_ts))
+        else:
+            svc.ensure_file()
+            nxt = svc.files[-1]
+        n = len(missing)
+        nxt.put_batch(np.array(missing, dtype=np.int64), np.full(n, p, dtype=np.int64), np.full(n, ts, dtype=np.int64))
+        nxt.flush()
+        log.warning("%s: index: %d key(s) of the record at %d were lost with a crash and are indexed again",
+                    self.path, n, p)
+        return min(redispatch, p)
 
     def _redispatch(self, start: int, end: int) -> int:
         """Dispatch the records in ``[start, end)`` to the consume queues and the index. Corrupt
@@ -740,24 +818,34 @@ class MessageStore:
             return None
         return self._read_checked(phy_offset)
 
-    def _read_checked(self, phy: int) -> MessageRecord:
+    def _read_checked(self, phy: int, own_unit: bool = True) -> MessageRecord:
         """The record at ``phy`` if its framing, PHYSICALOFFSET, CRC (body, or properties CRC under
         ``forceVerifyPropCRC``) and completeness (no zero-filled end) hold; else
         :class:`CorruptRecordError` with the segment path and the phy offset."""
-        cl = self.commit_log
-        rec = cl.read_record(phy, check_crc=True)
-        mf = cl.queue.find(phy)
-        pos = phy - mf.file_from_offset
-        try:
-            lay = M.read_layout(mf.mm, pos, mf.file_size)
-        except (ValueError, struct.error) as e:  # pragma: no cover - read_record parsed it already
-            raise CorruptRecordError(f"invalid commitlog record: {e}", path=mf.path, offset=phy) from e
-        mm = mf.mm
-        if (lay.topic_len > 0 and mm[pos + lay.topic_pos + lay.topic_len - 1] == 0) or \
-                (lay.props_len > 0 and mm[pos + lay.props_pos + lay.props_len - 1] == 0):
-            raise CorruptRecordError("incomplete commitlog record (its end is zero-filled: a torn write)",
-                                     path=mf.path, offset=phy)
+        rec = self.commit_log.read_record(phy, check_crc=True, check_torn=True)
+        if own_unit and rec.sys_flag & 0x4 == 0:  # NOT_TYPE and COMMIT records have a consume-queue unit
+            self._check_own_unit(rec)
         return rec
+
+    def _check_own_unit(self, rec: MessageRecord) -> None:
+        """No checksum covers QUEUEID and QUEUEOFFSET: a record is refused when the unit its queue
+        holds at its queue offset points elsewhere (or, for a writer, is missing although the
+        record was dispatched)."""
+        cq = self.consume_queues.get((rec.topic, rec.queue_id))
+        u = cq.get_unit(rec.queue_offset) if cq is not None else None
+        if u is not None:
+            if u[0] == rec.phy_offset and u[1] == rec.store_size:
+                return
+            why = f"but that unit points at {u[0]} (size {u[1]})"
+        elif not self.read_only and self.reput is not None and \
+                rec.phy_offset + rec.store_size <= self.reput.reput_from and \
+                (cq is None or rec.queue_offset >= cq.max_offset) and rec.queue_offset >= (cq.min_offset if cq else 0):
+            why = "but that queue has no such unit although the record was dispatched"
+        else:
+            return
+        mf = self.commit_log.queue.find(rec.phy_offset)
+        raise CorruptRecordError(f"the record at {rec.phy_offset} says {rec.topic}/{rec.queue_id} offset "
+                                 f"{rec.queue_offset} {why}", path=mf.path if mf else None, offset=rec.phy_offset)
 
     def _read_unit(self, cq: ConsumeQueue, q: int, phy: int, size: int) -> MessageRecord:
         """The record consume-queue unit ``q`` points at, if it is that unit's record (size, topic,
@@ -767,14 +855,29 @@ class MessageStore:
             raise self._unit_error(cq, q, f"unit {q} points at [{phy}, {phy + size}), outside the commitlog data "
                                           f"[{cl.min_offset}, {cl.confirm_offset})")
         try:
-            rec = self._read_checked(phy)
+            rec = self._read_checked(phy, own_unit=False)
         except OffsetError as e:
             raise self._unit_error(cq, q, f"unit {q}: {e}") from e
+        except CorruptRecordError as e:
+            if self._record_starts_at(phy):
+                raise  # the record is damaged
+            raise self._unit_error(cq, q, f"unit {q} points at {phy}, where no record starts") from e
         if rec.store_size != size or rec.topic != cq.topic or rec.queue_id != cq.queue_id or rec.queue_offset != q:
             raise self._unit_error(cq, q, f"unit {q} of {cq.topic}/{cq.queue_id} points at a record of "
                                           f"{rec.topic}/{rec.queue_id} offset {rec.queue_offset} size {rec.store_size} "
                                           f"(unit size {size})")
         return rec
+
+    def _record_starts_at(self, phy: int) -> bool:
+        """A record header (magic, and PHYSICALOFFSET equal to ``phy``) is at ``phy``."""
+        mf = self.commit_log.queue.find(phy)
+        if mf is None:
+            return False
+        pos = phy - mf.file_from_offset
+        if pos + 36 > mf.file_size:
+            return False
+        magic = M.I32.unpack_from(mf.mm, pos + 4)[0]
+        return magic in (M.MAGIC_V1, M.MAGIC_V2) and M.I64.unpack_from(mf.mm, pos + M.PHY_OFFSET_POS)[0] == phy
 
     @staticmethod
     def _unit_error(cq: ConsumeQueue, q: int, msg: str) -> CorruptRecordError:
@@ -820,7 +923,7 @@ class MessageStore:
         files_walked = 0
         while total_bytes <= 0 and next_begin < max_o and files_walked < cfg.travel_cq_file_num_when_get_message:
             files_walked += 1
-            units = cq.iterate_from(next_begin)
+            units = cq.iterate_from(next_begin, max_filter // 20 + 1)
             if units is None:
                 status = GetMessageStatus.OFFSET_FOUND_NULL
                 next_begin = cq.roll_next_file(next_begin)

@@ -300,7 +300,7 @@ def scan_log(files, start_phy: int, cfg, *, check_crc: bool = True, limit_phy: i
             continue
         if stop == "limit" and len(starts) == SCAN_BATCH:
             continue
-        nxt = _handle_stop(res, files, i, pos, stop, stop_pos, seg_limit, cfg, check_crc)
+        nxt = _handle_stop(res, files, i, pos, stop, stop_pos, seg_limit, cfg, check_crc, limit_phy)
         if nxt is None:
             return res
         i, pos = nxt
@@ -317,7 +317,7 @@ class _NotifyingList(list):
 
 
 def _handle_stop(res: ScanResult, files, i: int, pos: int, stop: str, stop_pos: int, seg_limit: int, cfg,
-                 check_crc: bool) -> tuple[int, int] | None:
+                 check_crc: bool, limit_phy: int | None = None) -> tuple[int, int] | None:
     """What to do where ``walk_records`` stopped after the last valid record (at ``pos``)."""
     mf = files[i]
     if stop == "blank":
@@ -331,10 +331,11 @@ def _handle_stop(res: ScanResult, files, i: int, pos: int, stop: str, stop_pos: 
         res.end = mf.file_from_offset + pos
         res.reason = "end of data"
         return None
-    if stop == "limit" and seg_limit < mf.file_size and (seg_limit - pos < 8 or _runs_past(mf, pos, seg_limit)):
+    if stop == "limit" and seg_limit < mf.file_size and seg_limit - pos < 8:
         res.end = mf.file_from_offset + pos
         res.reason = "limit"
         return None
+    # (a record running past ``limit_phy`` is bad: callers pass limits at record boundaries)
     if stop == "limit" and mf.file_size - pos < 8:
         if i + 1 < len(files):
             return i + 1, 0
@@ -345,12 +346,7 @@ def _handle_stop(res: ScanResult, files, i: int, pos: int, stop: str, stop_pos: 
     bad = stop_pos if stop == "invalid" else pos
     reason = (f"invalid record header at {mf.file_from_offset + bad}" if stop == "invalid"
               else f"record at {mf.file_from_offset + bad} runs past the end of its segment")
-    return _resync_or_end(res, files, i, bad, "record_invalid", reason, cfg, check_crc, None)
-
-
-def _runs_past(mf, pos: int, seg_limit: int) -> bool:
-    total, magic = M.BLANK.unpack_from(mf.mm, pos)
-    return magic in (M.MAGIC_V1, M.MAGIC_V2) and pos + total > seg_limit and pos + total <= mf.file_size
+    return _resync_or_end(res, files, i, bad, "record_invalid", reason, cfg, check_crc, limit_phy)
 
 
 def _resync_or_end(res: ScanResult, files, i: int, bad: int, kind: str, reason: str, cfg, check_crc: bool,
@@ -515,6 +511,70 @@ def validated_unit_end(cq, files, end: int, from_q: int) -> int:
         if good.size:
             out = int(qs[good[-1]]) + 1
     return out
+
+
+def truncate_queue(cq, phy_end: int, *, apply: bool) -> bool:
+    """Cut a consume queue after its last unit pointing below ``phy_end`` (to the end of valid
+    data, or to the re-dispatch start after a crash). Unlike upstream's
+    ``truncateDirtyLogicFiles`` an all-zero first unit of a file is not kept (that quirk leaves a
+    unit pointing at offset 0 where the re-dispatch would have written the real one); the bytes
+    after the cut are zeroed so that no stale unit comes back at the next load. Blank pre-fill
+    units do not count as the last unit. Returns True when units were cut."""
+    files = cq.queue.files
+    if not files:
+        return False
+    end_q = cq.max_offset
+    new_end = end_q
+    for mf in reversed(files):
+        n = mf.wrote_position // 20
+        q0 = mf.file_from_offset // 20
+        if n == 0:
+            new_end = min(new_end, q0)
+            continue
+        phys = np.frombuffer(mf.mm, dtype=_UNIT_DTYPE, count=n)["p"].astype(np.int64)
+        keep = np.flatnonzero(phys < phy_end)
+        k = int(keep[-1]) + 1 if keep.size else 0
+        new_end = q0 + k
+        if k > 0:
+            break
+    if new_end >= end_q:
+        return False
+    cut = new_end * 20
+    if apply:
+        cq.queue.truncate_dirty_files(cut)
+        for mf in cq.queue.files:
+            if mf.file_from_offset <= cut < mf.file_from_offset + mf.file_size:
+                mf.zero_from(cut - mf.file_from_offset)
+                mf.flushed_position = min(mf.flushed_position, mf.wrote_position)
+                mf.flush(0)
+    else:
+        keep_files = []
+        for mf in cq.queue.files:
+            if mf.file_from_offset > cut or (mf.file_from_offset == cut and mf is not cq.queue.files[0]):
+                mf.close()
+                continue
+            mf.wrote_position = mf.flushed_position = min(mf.file_size, max(0, cut - mf.file_from_offset))
+            keep_files.append(mf)
+        cq.queue.files = keep_files
+    cq.max_physic_offset = last_real_unit_end(cq)
+    return True
+
+
+def last_real_unit_end(cq) -> int:
+    """``phy + size`` of the queue's last unit that is not a blank pre-fill unit (-1: none)."""
+    for mf in reversed(cq.queue.files):
+        n = mf.wrote_position // 20
+        if n == 0:
+            continue
+        units = np.frombuffer(mf.mm, dtype=_UNIT_DTYPE, count=n)
+        real = np.flatnonzero(~((units["p"] == 0) & (units["s"] == 0x7FFFFFFF)))
+        if real.size:
+            u = units[int(real[-1])]
+            return int(u["p"]) + int(u["s"])
+    return -1
+
+
+_UNIT_DTYPE = np.dtype([("p", ">i8"), ("s", ">i4"), ("t", ">i8")])
 
 
 # ------------------------------------------------------------------------------------------------

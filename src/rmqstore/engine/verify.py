@@ -132,11 +132,16 @@ class _Verifier:
         self.topic_cache: dict[bytes, str] = {}
         # per (topic, queue id): last queue offset seen in the commitlog, and its phy offset
         self.queue_last: dict[tuple[str, int], tuple[int, int]] = {}
+        # per queue: the first record (queue offset, phy offset) at or beyond the queue's end
+        self.first_beyond: dict[tuple[str, int], tuple[int, int]] = {}
         self.expected_keys: list[tuple[np.ndarray, np.ndarray]] = []   # (phys, hashes) of keyed records
         self.rebuild_queues: set[tuple[str, int]] = set()
         self.rebuild_index = False
         self.scan: R.ScanResult | None = None
         self.data_end = 0
+        # consume queues / index behind the commitlog are damage only when no recovery is due: a
+        # writer has dispatched everything; a reader of a crashed or live store has not
+        self.judge_lag = not store.read_only or not os.path.exists(os.path.join(store.path, "abort"))
         # A consistent snapshot: for a writer, dispatch is paused while the end of dispatched data,
         # every queue's end and every index file's item count are taken together.
         if store.read_only:
@@ -195,6 +200,11 @@ class _Verifier:
                     self._gap(qk, int(qo[j]), int(qo[j + 1]), int(batch.phy_offset[grp[j]]),
                               int(batch.phy_offset[grp[j + 1]]))
                 self.queue_last[qk] = (int(qo[-1]), int(batch.phy_offset[grp[-1]]))
+                if qk not in self.first_beyond:
+                    beyond = np.flatnonzero(qo >= self.cq_hi.get(qk, 0))
+                    if beyond.size:
+                        j = int(beyond[0])
+                        self.first_beyond[qk] = (int(qo[j]), int(batch.phy_offset[grp[j]]))
         if self.cfg.message_index_enable and cols.item_rec.size:
             keep = (tx[cols.item_rec] != M.TX_ROLLBACK)
             self.expected_keys.append((batch.phy_offset[cols.item_rec[keep]].astype(np.int64),
@@ -209,7 +219,7 @@ class _Verifier:
     def check_consume_queues(self) -> None:
         store, files = self.store, self.files
         end = self.data_end
-        check_tail = not store.read_only or not os.path.exists(os.path.join(store.path, "abort"))
+        check_tail = self.judge_lag
         for key in sorted(self.cq_hi):
             cq = store.consume_queues.get(key)
             if cq is None:
@@ -236,18 +246,15 @@ class _Verifier:
                 good = np.flatnonzero(ok)
                 if good.size:
                     self._check_tags(mf, q_first, key, qs[good], phys[good], tags[good])
-            last = self.queue_last.get(key)
-            if check_tail and last is not None and last[0] + 1 > hi:
-                self.rebuild_queues.add(key)
-                path = cq.queue.last.path if cq.queue.last else cq.queue.directory
-                self.f.add("cq_gap", path, None, f"queue {topic}/{qid}: the commitlog holds offsets up to {last[0]} "
-                                                 f"but the consume queue ends at {hi}")
         if check_tail:
-            for key, last in sorted(self.queue_last.items()):
-                if key not in self.cq_hi:
-                    self.rebuild_queues.add(key)
-                    self.f.add("cq_gap", os.path.join(store.path, "consumequeue", key[0], str(key[1])), None,
-                               f"queue {key[0]}/{key[1]}: {last[0] + 1} offsets in the commitlog, no consume queue")
+            for key, (q, phy) in sorted(self.first_beyond.items()):
+                last = self.queue_last[key][0]
+                self.rebuild_queues.add(key)
+                path, pos = _file_pos(self.files, phy)
+                where = (f"the consume queue ends at {self.cq_hi[key]}" if key in self.cq_hi
+                         else "there is no consume queue")
+                self.f.add("cq_gap", path, pos, f"queue {key[0]}/{key[1]}: the record at {phy} has queue offset {q} "
+                                                f"(the commitlog holds offsets up to {last}) but {where}")
 
     def _check_tags(self, mf, q_first: int, key, qs, phys, tags) -> None:
         for seg, idx in _segments(self.files, phys):
@@ -273,7 +280,7 @@ class _Verifier:
             p, h = self._check_index_file(f)
             all_phys.append(p)
             all_hashes.append(h)
-        if not self.expected_keys:
+        if not self.expected_keys or not self.judge_lag:
             return
         ip = np.concatenate(all_phys) if all_phys else np.zeros(0, np.int64)
         ih = np.concatenate(all_hashes) if all_hashes else np.zeros(0, np.int64)
@@ -326,8 +333,7 @@ class _Verifier:
         expect_prev = np.zeros(n, dtype=np.int64)
         expect_prev[~first] = nums[order][np.flatnonzero(~first) - 1]
         got_prev = prevs[order]
-        chain_bad = np.where(first, (got_prev != 0) & ((got_prev >= nums[order]) | (got_prev < 0)),
-                             got_prev != expect_prev)
+        chain_bad = got_prev != expect_prev  # the first item of a slot in a file ends its chain (0)
         cb = order[chain_bad]
         bad[cb] = True
         why[cb] = "its prevIndex breaks its hash chain"
@@ -414,8 +420,10 @@ class _Verifier:
             end = max(self.cl.confirm_offset, self.cl.queue.max_offset)
         ext = R.tail_extents(files, end, R.max_record_size(self.cfg) + 4096)
         for mf, a, b in ext:
-            self.f.add("tail_garbage", mf.path, a, f"{b - a} non-zero bytes after the end of valid data "
-                                                   f"(commitlog offset {mf.file_from_offset + a})")
+            first = a + int(np.flatnonzero(mf.u8[a:b])[0])
+            self.f.add("tail_garbage", mf.path, first, f"non-zero bytes in [{mf.file_from_offset + first}, "
+                                                       f"{mf.file_from_offset + b}) after the end of valid data "
+                                                       f"at {mf.file_from_offset + a}")
         return ext
 
 
@@ -459,10 +467,8 @@ def verify_store(store, fix: bool = False, progress: Callable[[int], None] | Non
             rebuild_derived(store, v.rebuild_queues, v.rebuild_index)
             fixed_kinds.update(("cq_unit", "index_item"))
         out = []
-        unfixable_gaps = {f.path for f in findings if f.kind == "cq_gap" and "jumps" in f.detail}
         for f in findings:
-            fixed = f.kind in fixed_kinds or (f.kind == "cq_gap" and "jumps" not in f.detail and f.offset is None
-                                               and f.path not in unfixable_gaps)
+            fixed = f.kind in fixed_kinds or (f.kind == "cq_gap" and "jumps" not in f.detail and bool(v.rebuild_queues))
             out.append(dataclasses.replace(f, fixed=fixed) if fixed else f)
         log.warning("%s: verify fixed %d of %d problems", store.path, sum(f.fixed for f in out), len(out))
         return out

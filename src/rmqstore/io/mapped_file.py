@@ -226,9 +226,13 @@ class MappedFile:
                 return flushed
             start = (flushed // PAGE) * PAGE
             try:
-                self.mm.flush(start, wrote - start)
+                # fdatasync, not mmap.flush(): CPython's msync keeps the GIL for the whole
+                # write-back, freezing every producer (and defeating group commit). On Linux the
+                # pages written through the shared mapping are dirty page-cache pages of this file,
+                # which fdatasync writes back the same way msync(MS_SYNC) would.
+                os.fdatasync(self._fd)
             except OSError as e:
-                raise StoreIOError(f"msync failed: {e.strerror}", path=self.path, offset=start) from e
+                raise StoreIOError(f"fdatasync failed: {e.strerror}", path=self.path, offset=start) from e
             self.flushed_position = wrote
             return wrote
 

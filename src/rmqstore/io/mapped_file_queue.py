@@ -34,8 +34,8 @@ class MappedFileQueue:
 
     def load(self) -> None:
         """Map every segment in the directory; a zero-length *last* file is dropped (deleted unless
-        read-only), any other wrong-sized file is a :class:`CorruptRecordError`. A read-only queue
-        also skips a wrong-sized last file (a writer in another process may be creating it).
+        read-only), any other wrong-sized file is a :class:`CorruptRecordError` (segments are created
+        at full size under another name and renamed, so a writer never shows a short one).
         A writer reserves the blocks of the last segment (see :mod:`.mapped_file`) and removes
         leftovers of segment creations interrupted by a crash."""
         if not os.path.isdir(self.directory):
@@ -52,8 +52,6 @@ class MappedFileQueue:
                     os.unlink(path)
                 continue
             if size != self.file_size:
-                if last and self.read_only:
-                    continue
                 raise CorruptRecordError(
                     f"segment is {size} bytes but the configured segment size is {self.file_size} "
                     "(check mappedFileSize* in the config)", path=path)

@@ -187,9 +187,6 @@ def test_config_file_missing(tmp_path):
     assert ei.value.path == str(tmp_path / "nope.conf")
 
 
-@pytest.mark.xfail(strict=True, reason="MappedFileQueue.load (read-only) skips a wrong-sized last segment silently: "
-                   "with a wrong mappedFileSizeCommitLog a one-segment store opens with an empty commitlog while "
-                   "its consume queues still count the messages")
 def test_read_only_open_with_a_wrong_segment_size_is_reported(store_dir, small_config):
     with MessageStore.open(store_dir, small_config) as st:
         st.put_message(msg())
