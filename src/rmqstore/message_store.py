@@ -56,6 +56,15 @@ def _total_ram() -> int:
         return 8 << 30
 
 
+def _view_end(cq: ConsumeQueue) -> int:
+    """Queue offset where a consume queue's view ends: in the first file not full (files mapped
+    after it, empty so far, do not move it)."""
+    for mf in cq.queue.files:
+        if mf.wrote_position < mf.file_size:
+            return (mf.file_from_offset + mf.wrote_position) // CQF.UNIT_SIZE
+    return cq.max_offset
+
+
 def _first_unit_at_or_after(cq: ConsumeQueue, phy: int) -> int:
     """Queue offset of the first unit (in the queue's written files) whose phy offset is >= ``phy``."""
     files = cq.queue.files
@@ -251,7 +260,7 @@ class MessageStore:
             end = scan.end
             report.start_offset, report.end_offset = start_phy, end
             report.last_valid_offset, report.records_scanned = scan.last_valid, scan.records
-            report.corrupt_records = scan.corrupt
+            report.corrupt_records = self._really_corrupt(scan.corrupt) if not applied else scan.corrupt
             extents = R.tail_extents(files, end, R.max_record_size(cfg) + 4096)
             report.cuts = R.save_cuts(self.path, extents, scan.reason, applied)
             if applied:
@@ -453,7 +462,7 @@ class MessageStore:
             if from_phy is not None:
                 from_q = _first_unit_at_or_after(cq, from_phy)
             else:
-                from_q = cq.max_offset
+                from_q = _view_end(cq)
             # let the check see every written unit after from_q
             for mf in cq.queue.files:
                 if mf.file_from_offset + mf.file_size > from_q * 20:
@@ -462,6 +471,23 @@ class MessageStore:
             for mf in cq.queue.files:
                 pos = min(max(view_end * 20 - mf.file_from_offset, 0), mf.file_size)
                 mf.wrote_position = mf.flushed_position = pos
+            # files after the view (nothing valid in them yet) leave it until a later refresh,
+            # so that the queue's max offset is the view's end
+            qf = cq.queue.files
+            while len(qf) > 1 and qf[-1].wrote_position == 0 and qf[-2].wrote_position < qf[-2].file_size:
+                qf.pop().close()
+
+    def _really_corrupt(self, spans: list) -> list:
+        """Read-only scans of a live store: a record seen half-written while valid records after
+        it were already complete is re-read; if whole now, it was being written, not corrupt
+        (the writer finished it before appending the next one)."""
+        out = []
+        for sp in spans:
+            mf = self.commit_log.queue.find(sp.offset)
+            if mf is not None and R.record_ok_at(mf, sp.offset - mf.file_from_offset, self.cfg):
+                continue
+            out.append(sp)
+        return out
 
     def refresh(self) -> int:
         """Follow a writer in another process (read-only stores; a no-op for a writer).
@@ -485,7 +511,7 @@ class MessageStore:
                             files[-1].file_from_offset + files[-1].file_size)
                 scan = R.scan_log(files, start, self.cfg, check_crc=True)
                 end = max(scan.end, start)
-                for s in scan.corrupt:
+                for s in self._really_corrupt(scan.corrupt):
                     log.error("%s: %s (kept, never served)", s.segment, s.reason)
             else:
                 end = 0
@@ -533,7 +559,9 @@ class MessageStore:
                     svc.files.append(IndexFile(p, self.cfg.max_hash_slot_num, self.cfg.max_index_num, read_only=True))
                 except (FileNotFoundError, StoreIOError, CorruptRecordError):
                     continue
-            for f in svc.files[-2:]:
+            for f in svc.files:
+                if f.is_write_full:
+                    continue  # a full file never changes
                 h = IF.HEADER.unpack_from(f.mf.mm, 0)
                 if 0 <= h[5] <= f.index_num:
                     f.begin_ts, f.end_ts, f.begin_phy, f.end_phy, f.slot_count = h[:5]

@@ -142,9 +142,14 @@ class IndexFile:
         mm = self.mf.mm
         slot = key_hash % self.slot_num
         n = F.SLOT.unpack_from(mm, F.slot_pos(slot))[0]
+        base = F.item_pos(self.slot_num, 0)
+        # a put in progress (another process, or another thread) writes its items, then the
+        # slots, then the header: step back over items the count does not cover yet
+        while count <= n < self.index_num:
+            p = F.ITEM.unpack_from(mm, base + n * F.ITEM_SIZE)[3]
+            n = p if 0 <= p < n else 0
         if n <= 0 or n > count:
             return
-        base = F.item_pos(self.slot_num, 0)
         unpack = F.ITEM.unpack_from
         begin_ts = self.begin_ts
         while len(out) < max_num:
