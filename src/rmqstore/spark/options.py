@@ -1,0 +1,198 @@
+"""Options of the ``rocketmq`` data source, validated once on the driver.
+
+Every bad value raises :class:`~rmqstore.errors.ConfigError` naming the option, and so does an
+unknown option name (a typo such as ``startingOffset`` must not be silently ignored). Besides the
+source's own options, any ``MessageStoreConfig`` key (``mappedFileSizeCommitLog``, ``maxIndexNum``
+... in RocketMQ's camelCase or snake_case) can be given, as can ``config`` (a broker.conf path);
+segment sizes are then checked against the store's files (:func:`~rmqstore.layout.infer_config`).
+Nothing here imports pyspark.
+"""
+from __future__ import annotations
+
+import dataclasses
+import re
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from typing import Mapping
+
+from ..config import MessageStoreConfig, read_properties_file
+from ..errors import ConfigError
+from ..layout import infer_config
+from .scan import DEFAULT_SPLIT_SIZE
+
+EARLIEST, LATEST = "earliest", "latest"
+
+#: canonical option names (matched ignoring case)
+OPTIONS = ("path", "config", "startingOffsets", "endingOffsets", "startingTimestamp", "endingTimestamp",
+           "topics", "includeBody", "splitSize", "verifyCRC", "maxBytesPerTrigger")
+_CANON = {o.lower(): o for o in OPTIONS}
+_CONFIG_KEYS = {f.name.replace("_", "").lower(): f.name for f in dataclasses.fields(MessageStoreConfig)}
+_SIZE = re.compile(r"^\s*(\d+)\s*([kmgt]i?b?|b)?\s*$", re.IGNORECASE)
+_UNITS = {"": 1, "b": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
+MIN_SPLIT_SIZE = 64
+
+
+@dataclass(frozen=True)
+class ReadOptions:
+    """The parsed options. Offsets are commitlog byte offsets; timestamps epoch milliseconds."""
+
+    store_dir: str
+    cfg: MessageStoreConfig
+    starting_offsets: str | int = EARLIEST
+    ending_offsets: str | int = LATEST
+    starting_timestamp: int | None = None
+    ending_timestamp: int | None = None
+    topics: frozenset[str] | None = None
+    include_body: bool = True
+    split_size: int = DEFAULT_SPLIT_SIZE
+    verify_crc: bool = False
+    max_bytes_per_trigger: int | None = None
+
+    @property
+    def seg_size(self) -> int:
+        return self.cfg.mapped_file_size_commit_log
+
+
+def _camel(field_name: str) -> str:
+    """RocketMQ's spelling of a MessageStoreConfig field (``mapped_file_size_commit_log`` ->
+    ``mappedFileSizeCommitLog``; the acronyms upstream capitalises are kept as they are spelled)."""
+    head, *rest = field_name.split("_")
+    word = {"crc": "CRC"}
+    return head + "".join(word.get(w, w.capitalize()) for w in rest)
+
+
+def _bool(name: str, value) -> bool:
+    if isinstance(value, bool):
+        return value
+    s = str(value).strip().lower()
+    if s not in ("true", "false"):
+        raise ConfigError(f"option {name}: expected true or false, got {value!r}")
+    return s == "true"
+
+
+def parse_size(name: str, value, minimum: int = 1) -> int:
+    """Bytes: an integer, optionally with a k/m/g/t suffix (binary units: ``64m`` = 64 MiB)."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        n = value
+    else:
+        m = _SIZE.match(str(value))
+        if not m:
+            raise ConfigError(f"option {name}: expected a byte count such as 67108864 or 64m, got {value!r}")
+        n = int(m.group(1)) * _UNITS[(m.group(2) or "")[:1].lower()]
+    if n < minimum:
+        raise ConfigError(f"option {name}: must be at least {minimum}, got {value!r}")
+    return n
+
+
+def _offset(name: str, value, allowed: tuple[str, ...]) -> str | int:
+    s = str(value).strip()
+    if s.lower() in allowed:
+        return s.lower()
+    try:
+        n = int(s)
+    except ValueError:
+        raise ConfigError(f"option {name}: expected {' or '.join(allowed)} or a commitlog offset (an integer "
+                          f">= 0), got {value!r}") from None
+    if n < 0:
+        raise ConfigError(f"option {name}: a commitlog offset must be >= 0, got {value!r}")
+    return n
+
+
+def parse_timestamp(name: str, value) -> int:
+    """Epoch milliseconds, or an ISO-8601 date-time (UTC when it has no offset)."""
+    s = str(value).strip()
+    if re.fullmatch(r"-?\d+", s):
+        return int(s)
+    try:
+        dt = datetime.fromisoformat(s.replace("Z", "+00:00"))
+    except ValueError:
+        raise ConfigError(f"option {name}: expected epoch milliseconds or an ISO-8601 date-time such as "
+                          f"2024-01-31T12:00:00Z, got {value!r}") from None
+    if dt.tzinfo is None:
+        dt = dt.replace(tzinfo=timezone.utc)
+    return int(dt.timestamp() * 1000)
+
+
+def resolve_config(store_dir: str, config_path: str | None, keys: Mapping[str, str],
+                   base: MessageStoreConfig | None = None, option_names: Mapping[str, str] | None = None
+                   ) -> MessageStoreConfig:
+    """``base`` (or defaults), then the broker.conf, then the option keys (field name -> value;
+    ``option_names`` maps them back to the option as given); sizes from the files win."""
+    option_names = option_names or {}
+    props: dict[str, object] = {}
+    if base is not None:
+        props.update({f.name: getattr(base, f.name) for f in dataclasses.fields(base)})
+    if config_path:
+        try:
+            props.update(read_properties_file(config_path))
+        except ConfigError as e:
+            raise ConfigError(f"option config: {e}") from e
+    for name, value in keys.items():  # each option on its own, so that an error names it
+        try:
+            MessageStoreConfig.from_properties({name: value})
+        except ConfigError as e:
+            raise ConfigError(f"option {option_names.get(name, name)}: {e}") from e
+    props.update(keys)
+    try:
+        cfg = MessageStoreConfig.from_properties(props) if props else MessageStoreConfig()
+    except ConfigError as e:
+        given = ", ".join(option_names.get(k, k) for k in keys) or "config"
+        raise ConfigError(f"option {given}: {e}") from e
+    return infer_config(store_dir, cfg)
+
+
+def parse_options(options: Mapping[str, str], *, streaming: bool | None,
+                  base_cfg: MessageStoreConfig | None = None) -> ReadOptions:
+    """Validate the options (``streaming`` None: accept both batch- and stream-only options)."""
+    own: dict[str, str] = {}
+    cfg_keys: dict[str, str] = {}
+    given: dict[str, str] = {}
+    for key, value in options.items():
+        k = str(key).lower()
+        if k in _CANON:
+            own[_CANON[k]] = value
+        elif k.replace("_", "") in _CONFIG_KEYS:
+            cfg_keys[_CONFIG_KEYS[k.replace("_", "")]] = value
+            given[_CONFIG_KEYS[k.replace("_", "")]] = _camel(_CONFIG_KEYS[k.replace("_", "")])
+        else:
+            raise ConfigError(f"unknown option {key!r} for format rocketmq; options are {', '.join(OPTIONS)} "
+                              "and the MessageStoreConfig keys (e.g. mappedFileSizeCommitLog)")
+    path = own.get("path")
+    if not path:
+        raise ConfigError("option path: no store directory given; use .load('/path/to/store')")
+    kw: dict[str, object] = {}
+    if "startingOffsets" in own:
+        kw["starting_offsets"] = _offset("startingOffsets", own["startingOffsets"], (EARLIEST, LATEST))
+    elif streaming:
+        kw["starting_offsets"] = LATEST
+    if "endingOffsets" in own:
+        if streaming:
+            raise ConfigError("option endingOffsets: only for batch reads (a stream has no end)")
+        kw["ending_offsets"] = _offset("endingOffsets", own["endingOffsets"], (LATEST,))
+    for opt, attr in (("startingTimestamp", "starting_timestamp"), ("endingTimestamp", "ending_timestamp")):
+        if opt in own:
+            kw[attr] = parse_timestamp(opt, own[opt])
+    if "topics" in own:
+        names = [t.strip() for t in str(own["topics"]).split(",")]
+        if not names or any(not t for t in names):
+            raise ConfigError(f"option topics: expected a comma-separated list of topic names, got {own['topics']!r}")
+        kw["topics"] = frozenset(names)
+    if "includeBody" in own:
+        kw["include_body"] = _bool("includeBody", own["includeBody"])
+    if "verifyCRC" in own:
+        kw["verify_crc"] = _bool("verifyCRC", own["verifyCRC"])
+    if "splitSize" in own:
+        kw["split_size"] = parse_size("splitSize", own["splitSize"], MIN_SPLIT_SIZE)
+    if "maxBytesPerTrigger" in own:
+        if streaming is False:
+            raise ConfigError("option maxBytesPerTrigger: only for streaming reads (spark.readStream)")
+        kw["max_bytes_per_trigger"] = parse_size("maxBytesPerTrigger", own["maxBytesPerTrigger"])
+    s, e = kw.get("starting_offsets", EARLIEST), kw.get("ending_offsets", LATEST)
+    if isinstance(s, int) and isinstance(e, int) and e < s:
+        raise ConfigError(f"option endingOffsets: {e} is before startingOffsets {s}")
+    st, et = kw.get("starting_timestamp"), kw.get("ending_timestamp")
+    if st is not None and et is not None and et < st:
+        raise ConfigError(f"option endingTimestamp: {et} is before startingTimestamp {st}")
+    cfg = resolve_config(str(path), own.get("config"), cfg_keys, base_cfg, given)
+    opts = ReadOptions(store_dir=str(path), cfg=cfg, **kw)
+    return opts

@@ -1,0 +1,532 @@
+"""Reading a byte range of the commitlog, the unit of work of every Spark task.
+
+A *span* is ``[start, end)`` inside one commitlog segment; the records that belong to it are the
+ones whose first byte lies in it, so every record belongs to exactly one span whatever the span
+boundaries are. A task does not need the bytes before its span: it resynchronises on the first
+position ``p >= start`` where the magic code is V1/V2, ``PHYSICALOFFSET == segment start + p`` and
+the framing (length formula) holds, then follows TOTALSIZE as the store does. The last record of a
+span may end past ``end``; the next span finds the record after it the same way.
+
+Only the segment's mmap is touched (read-only), records are decoded in batches of a few thousand
+with the numpy codecs (:func:`~rmqstore.format.message.walk_records`,
+:func:`~rmqstore.format.message.decode_batch`), and nothing here imports pyspark, so the code is
+shared by the data source, the jobs, the tests and the benchmark.
+
+Besides the records, a scan reports where its run of consecutive records (the *chain*) stops and
+why (:class:`SpanSummary`); the driver stitches the summaries of all spans into the end of valid
+data without reading a byte itself (:func:`stitch_chain`).
+"""
+from __future__ import annotations
+
+import os
+import struct
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..errors import CorruptRecordError, StoreNotFoundError
+from ..format import message as M
+from ..format import properties as P
+from ..format.hashes import crc32
+from ..io.mapped_file import MappedFile
+
+COMMITLOG = "commitlog"
+DEFAULT_SPLIT_SIZE = 64 << 20
+DEFAULT_BATCH_RECORDS = 4096
+#: A batch is also cut when its records exceed this many bytes (bodies can be 4 MiB each).
+DEFAULT_BATCH_BYTES = 32 << 20
+
+_MAGIC_BYTES = (struct.pack(">i", M.MAGIC_V1), struct.pack(">i", M.MAGIC_V2))
+_I32 = struct.Struct(">i")
+_I64 = struct.Struct(">q")
+_TOTAL_MAGIC = struct.Struct(">ii")
+
+# what is found at a position of the chain (SpanSummary.stop_kind / head_kind)
+RECORD, BLANK, END, INVALID, CRC, TORN, SEGMENT_END = "record", "blank", "end", "invalid", "crc", "torn", "segment_end"
+
+
+# ------------------------------------------------------------------------------------------------
+# Layout (driver side: file names and sizes only)
+# ------------------------------------------------------------------------------------------------
+
+def segment_path(store_dir: str, seg_start: int) -> str:
+    return os.path.join(store_dir, COMMITLOG, f"{seg_start:020d}")
+
+
+def list_segments(store_dir: str, seg_size: int) -> list[int]:
+    """Start offsets of the commitlog segments, from the file names and sizes alone.
+
+    Mirrors the store's load rules: a zero-length *last* file is ignored, any other file whose size
+    is not ``seg_size`` or that does not follow its predecessor is a :class:`CorruptRecordError`."""
+    if not os.path.isdir(store_dir):
+        raise StoreNotFoundError("store directory does not exist", path=store_dir)
+    d = os.path.join(store_dir, COMMITLOG)
+    if not os.path.isdir(d):
+        return []
+    names = sorted(n for n in os.listdir(d) if n.isdigit() and len(n) == 20)
+    out: list[int] = []
+    for i, name in enumerate(names):
+        path = os.path.join(d, name)
+        size = os.path.getsize(path)
+        if size == 0 and i == len(names) - 1:
+            continue
+        if size != seg_size:
+            raise CorruptRecordError(f"segment is {size} bytes but the commitlog segment size is {seg_size} "
+                                     "(mappedFileSizeCommitLog)", path=path)
+        start = int(name)
+        if out and start != out[-1] + seg_size:
+            raise CorruptRecordError(f"segment does not follow the one at {out[-1]}", path=path)
+        out.append(start)
+    return out
+
+
+@dataclass(frozen=True)
+class Span:
+    """``[start, end)`` inside the segment starting at ``seg`` (absolute commitlog offsets)."""
+
+    seg: int
+    start: int
+    end: int
+
+
+def plan_spans(segments: list[int], seg_size: int, split_size: int, lo: int | None = None,
+               hi: int | None = None) -> list[Span]:
+    """Spans covering ``[lo, hi)`` (default: every segment). Boundaries sit at
+    ``segment start + k * split_size`` (clipped to ``lo``/``hi``), never across a segment."""
+    out: list[Span] = []
+    for seg in segments:
+        a = seg if lo is None else max(seg, lo)
+        b = seg + seg_size if hi is None else min(seg + seg_size, hi)
+        p = a
+        while p < b:
+            q = min(seg + ((p - seg) // split_size + 1) * split_size, b)
+            out.append(Span(seg, p, q))
+            p = q
+    return out
+
+
+def group_spans(spans: list[Span], split_size: int) -> list[list[Span]]:
+    """Consecutive spans packed into groups of at most ``split_size`` bytes (one Spark partition
+    each): a span is at most ``split_size`` bytes, so small segments share a partition."""
+    groups: list[list[Span]] = []
+    size = 0
+    for sp in spans:
+        n = sp.end - sp.start
+        if groups and size + n <= split_size:
+            groups[-1].append(sp)
+            size += n
+        else:
+            groups.append([sp])
+            size = n
+    return groups
+
+
+# ------------------------------------------------------------------------------------------------
+# One segment, mapped read-only
+# ------------------------------------------------------------------------------------------------
+
+class Segment:
+    """A commitlog segment mapped read-only; ``mm`` for ``struct``, ``u8`` for numpy."""
+
+    def __init__(self, store_dir: str, seg_start: int, seg_size: int):
+        self.start = seg_start
+        self.size = seg_size
+        self.mf = MappedFile(segment_path(store_dir, seg_start), seg_size, read_only=True)
+        self.mm = self.mf.mm
+        self.u8 = self.mf.u8
+        self.path = self.mf.path
+
+    def close(self) -> None:
+        self.u8 = None
+        self.mf._u8 = None
+        self.mf.close()
+
+    def __enter__(self) -> "Segment":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    # --- positions (relative to the segment start) ----------------------------------------------
+    def is_record_at(self, p: int) -> bool:
+        """A record that resynchronisation accepts starts at ``p``: V1/V2 magic, PHYSICALOFFSET
+        equal to its own position, TOTALSIZE inside the segment, length formula satisfied."""
+        if p < 0 or p + M.HEAD_SIZE > self.size:
+            return False
+        total, magic = _TOTAL_MAGIC.unpack_from(self.mm, p)
+        if magic != M.MAGIC_V1 and magic != M.MAGIC_V2:
+            return False
+        if total < 91 or p + total > self.size:
+            return False
+        if _I64.unpack_from(self.mm, p + M.PHY_OFFSET_POS)[0] != self.start + p:
+            return False
+        return bool(M.decode_batch(self.u8, np.array([p], dtype=np.int64)).valid[0])
+
+    def find_record_start(self, pos: int, limit: int) -> int:
+        """First ``p`` in ``[pos, limit)`` where :meth:`is_record_at` holds, or -1."""
+        limit = min(limit, self.size)
+        if pos >= limit:
+            return -1
+        mm = self.mm
+        # candidates: the magic code at p + 4
+        nxt = [mm.find(m, pos + 4, min(limit + 8, self.size)) for m in _MAGIC_BYTES]
+        while True:
+            live = [c for c in nxt if c >= 0]
+            if not live:
+                return -1
+            c = min(live)
+            p = c - 4
+            if p >= limit:
+                return -1
+            if self.is_record_at(p):
+                return p
+            nxt = [mm.find(m, c + 1, min(limit + 8, self.size)) if x == c else x
+                   for m, x in zip(_MAGIC_BYTES, nxt)]
+
+    def kind_at(self, p: int) -> str:
+        """What the chain finds at ``p``: a record header, a blank, the zero end of data, or junk."""
+        if p >= self.size:
+            return SEGMENT_END
+        if self.size - p < 8:
+            return TORN
+        total, magic = _TOTAL_MAGIC.unpack_from(self.mm, p)
+        if magic == M.BLANK_MAGIC:
+            return BLANK
+        if total == 0 and magic == 0:
+            return END
+        if magic in (M.MAGIC_V1, M.MAGIC_V2):
+            return RECORD if total >= 91 and p + total <= self.size else TORN
+        return INVALID
+
+
+# ------------------------------------------------------------------------------------------------
+# CRC checks of a batch
+# ------------------------------------------------------------------------------------------------
+
+def complete(seg: Segment, batch: M.RecordBatch) -> np.ndarray:
+    """Per record: its last TOPIC byte and last PROPERTIES byte (writers end properties with 0x02)
+    are not zero. A write torn by a crash keeps the header but leaves zeros at the end, which the
+    body CRC does not see when the tear falls after the body."""
+    u8 = seg.u8
+    tl, pl = batch.topic_len, batch.props_len
+    last_t = u8[np.where(tl > 0, batch.topic_pos + tl - 1, 0)]
+    last_p = u8[np.where(pl > 0, batch.props_pos + pl - 1, 0)]
+    return ((tl <= 0) | (last_t != 0)) & ((pl <= 0) | (last_p != 0))
+
+
+def crc_ok(seg: Segment, batch: M.RecordBatch, prop_crc: bool) -> np.ndarray:
+    """Per record: complete (:func:`complete`) and its body CRC (or, with ``prop_crc``, the
+    ``__CRC32#`` property) holds, as recovery checks it."""
+    whole = complete(seg, batch)
+    if not prop_crc:
+        return whole & M.body_crc_ok(seg.mm, batch)
+    out = whole.copy()
+    mv = memoryview(seg.mm)
+    for i, (s, pp, pl, tot) in enumerate(zip(batch.starts.tolist(), batch.props_pos.tolist(),
+                                             batch.props_len.tolist(), batch.total.tolist())):
+        if not out[i]:
+            continue
+        value = P.parse_properties(mv[pp:pp + max(pl, 0)]).get(P.CRC32_KEY) if pl > 0 else None
+        want = P.parse_crc_digits(value) if value is not None else None
+        out[i] = want is not None and want == crc32(mv[s:s + tot - P.CRC32_RESERVED_LEN])
+    return out
+
+
+def take(batch: M.RecordBatch, idx: np.ndarray) -> M.RecordBatch:
+    """Rows ``idx`` of a batch (any index array or boolean mask)."""
+    return M.RecordBatch(**{k: v[idx] for k, v in batch.__dict__.items()})
+
+
+# ------------------------------------------------------------------------------------------------
+# Scanning a span
+# ------------------------------------------------------------------------------------------------
+
+@dataclass
+class SpanSummary:
+    """How the records of a span hang together (absolute offsets).
+
+    ``first``: the first record start found at or after ``start`` (None: no record in the span).
+    ``chain_end``/``stop_kind``: where the run of consecutive valid records from ``first`` stops
+    and what is there (``record`` when the run simply continues into the next span).
+    ``head_kind``: what is at ``start`` itself. ``breaks``: every place inside the span where a run
+    stopped on something other than the end of data, as ``(offset, kind, detail)``.
+    """
+
+    span: Span
+    first: int | None = None
+    chain_end: int | None = None
+    stop_kind: str | None = None
+    stop_detail: str = ""
+    head_kind: str = ""
+    breaks: list[tuple[int, str, str]] = field(default_factory=list)
+    records: int = 0
+    bytes: int = 0
+
+    def to_dict(self) -> dict:
+        return {"seg": self.span.seg, "start": self.span.start, "end": self.span.end, "first": self.first,
+                "chain_end": self.chain_end, "stop_kind": self.stop_kind, "stop_detail": self.stop_detail,
+                "head_kind": self.head_kind, "breaks": [list(b) for b in self.breaks], "records": self.records,
+                "bytes": self.bytes}
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "SpanSummary":
+        return cls(Span(d["seg"], d["start"], d["end"]), d["first"], d["chain_end"], d["stop_kind"],
+                   d["stop_detail"], d["head_kind"], [tuple(b) for b in d["breaks"]], d["records"], d["bytes"])
+
+
+def scan_span(seg: Segment, span: Span, summary: SpanSummary | None = None, *, check_crc: bool = False,
+              prop_crc: bool = False, salvage: bool = True, batch_records: int = DEFAULT_BATCH_RECORDS,
+              batch_bytes: int = DEFAULT_BATCH_BYTES):
+    """Yield :class:`~rmqstore.format.message.RecordBatch` es (positions relative to the segment)
+    of the valid records that start in ``span``, in commitlog order, filling ``summary``.
+
+    With ``check_crc`` every record's CRC is verified (the body CRC, or the ``__CRC32#`` property
+    with ``prop_crc``) and a mismatch breaks the run like an invalid record. Without it, the last
+    record before the end of data is still checked, so a torn tail (a header on disk without all
+    of its bytes) is never returned. After a break the scan resynchronises and goes on, noting the
+    break in the summary (``salvage``), or stops there (only the run of records from ``first``)."""
+    s = summary if summary is not None else SpanSummary(span)
+    a, b = span.start - seg.start, span.end - seg.start
+    s.head_kind = seg.kind_at(a)
+    p = seg.find_record_start(a, b)
+    if p < 0:
+        return
+    s.first = seg.start + p
+    in_chain = True  # still on the run of records that started at `first`
+
+    def stop(pos: int, kind: str, detail: str = "") -> None:
+        nonlocal in_chain
+        if in_chain:
+            s.chain_end, s.stop_kind, s.stop_detail = seg.start + pos, kind, detail
+            in_chain = False
+
+    def brk(pos: int, kind: str, detail: str) -> None:
+        s.breaks.append((seg.start + pos, kind, detail))
+        stop(pos, kind, detail)
+
+    while 0 <= p < b:
+        starts, _, _ = M.walk_records(seg.mm, p, seg.size, batch_records)
+        starts = starts[:int(np.searchsorted(starts, b))]  # only records that start in the span
+        batch = M.decode_batch(seg.u8, starts)
+        if len(batch) > 1 and batch_bytes:
+            cut = max(1, int(np.searchsorted(np.cumsum(batch.total), batch_bytes, side="right")))
+            if cut < len(batch):
+                batch = batch.take(cut)
+        k = batch.first_invalid()
+        kind, detail = INVALID, ""
+        if k < len(batch):
+            detail = f"invalid record: {M.check_record(seg.mm, int(batch.starts[k]), seg.size, check_crc=False)[2]}"
+        after = int(batch.starts[k - 1] + batch.total[k - 1]) if k else p
+        after_kind = seg.kind_at(after) if k == len(batch) else INVALID
+        if k and (check_crc or after_kind in (END, INVALID, TORN)):
+            lo = 0 if check_crc else k - 1  # every record, or just the tail record
+            ok = crc_ok(seg, take(batch, np.arange(lo, k)), prop_crc)
+            bad = np.flatnonzero(~ok)
+            if bad.size:
+                k = lo + int(bad[0])
+                whole = bool(complete(seg, take(batch, np.array([k])))[0])
+                kind, detail = CRC, ("record is incomplete (its end is zero-filled)" if not whole else
+                                     "properties CRC mismatch" if prop_crc else "body CRC mismatch")
+        if k:
+            out = batch.take(k) if k < len(batch) else batch
+            s.records += k
+            s.bytes += int(out.total.sum())
+            yield out
+            p = int(out.starts[-1] + out.total[-1])
+        if k < len(batch):
+            brk(int(batch.starts[k]), kind, detail)
+            if not salvage:
+                return
+            p = seg.find_record_start(int(batch.starts[k]) + 1, b)
+            continue
+        if p >= b:
+            stop(p, seg.kind_at(p))
+            return
+        kind = seg.kind_at(p)
+        if kind == RECORD:
+            continue
+        if kind in (BLANK, SEGMENT_END):
+            stop(p, kind)
+            return
+        if kind == END:
+            stop(p, END)
+        else:
+            brk(p, kind, "record runs past the segment end" if kind == TORN else
+                f"invalid record: {M.check_record(seg.mm, p, seg.size, check_crc=False)[2]}")
+        if not salvage:
+            return
+        p = seg.find_record_start(p + 1, b)  # salvage whatever follows (normally nothing)
+
+
+def iter_span_batches(store_dir: str, seg_size: int, span: Span, summary: SpanSummary | None = None, **kw):
+    """:func:`scan_span` that opens and closes the segment itself; yields ``(segment, batch)``."""
+    seg = Segment(store_dir, span.seg, seg_size)
+    try:
+        for batch in scan_span(seg, span, summary, **kw):
+            yield seg, batch
+    finally:
+        seg.close()
+
+
+# ------------------------------------------------------------------------------------------------
+# Stitching summaries into the end of valid data (driver side, no I/O)
+# ------------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class ChainEnd:
+    """End of valid data ``offset`` (the store's recovery end E) and why the chain stopped there."""
+
+    offset: int
+    kind: str
+    detail: str = ""
+    segment: int | None = None
+
+
+def stitch_chain(segments: list[int], seg_size: int, summaries: list[SpanSummary]) -> ChainEnd:
+    """Follow the chain of records from the first segment's start across the span summaries.
+
+    Same rules as the store's recovery scan: a blank record jumps to the next segment (or ends the
+    data in the last one), a zero header ends the data, an invalid record (or, when the scan
+    checked CRCs, a CRC mismatch) ends the valid data at its start."""
+    if not segments:
+        return ChainEnd(0, END)
+    by_seg: dict[int, list[SpanSummary]] = {}
+    for sm in summaries:
+        by_seg.setdefault(sm.span.seg, []).append(sm)
+    for v in by_seg.values():
+        v.sort(key=lambda x: x.span.start)
+    for si, seg in enumerate(segments):
+        spans = by_seg.get(seg, [])
+        cur = seg
+        while True:
+            sm = next((x for x in spans if x.span.start <= cur < x.span.end), None)
+            if sm is None:
+                if cur >= seg + seg_size:
+                    return ChainEnd(seg + seg_size, SEGMENT_END, "", seg)
+                raise ValueError(f"no span summary covers commitlog offset {cur}")
+            if sm.first != cur:
+                kind = sm.head_kind if cur == sm.span.start else INVALID
+                if kind == BLANK:
+                    break
+                if kind == RECORD:
+                    kind = INVALID
+                detail = "" if kind == END else "record at this offset is not valid"
+                return ChainEnd(cur, kind, detail, seg)
+            cur = sm.chain_end
+            if sm.stop_kind == RECORD:
+                continue
+            if sm.stop_kind == BLANK:
+                break
+            if sm.stop_kind == SEGMENT_END:
+                return ChainEnd(cur, SEGMENT_END, "", seg)
+            return ChainEnd(cur, sm.stop_kind, sm.stop_detail, seg)
+        # blank: next segment, or the blank ends the data in the last one
+        if si == len(segments) - 1:
+            return ChainEnd(cur, BLANK, "", seg)
+    return ChainEnd(segments[-1] + seg_size, SEGMENT_END, "", segments[-1])
+
+
+# ------------------------------------------------------------------------------------------------
+# The safe end of a live store (streaming)
+# ------------------------------------------------------------------------------------------------
+
+#: A tail record (nothing written after it yet) is admitted once it has been seen unchanged for this long.
+TAIL_SETTLE_SECONDS = 0.05
+
+
+@dataclass
+class TailState:
+    """What the stream reader saw at the end of the live segment last time (driver memory)."""
+
+    seg: int = -1
+    walked_to: int = -1           # a record boundary (absolute) known complete
+    tail_pos: int = -1            # start of the unconfirmed tail record
+    tail_digest: int = -1
+    tail_seen: float = 0.0
+
+
+def _sealed(store_dir: str, segments: list[int], i: int, seg_size: int) -> bool:
+    """Segment ``i`` is complete when the next segment already holds its first record (the store
+    only writes there after the blank that closes segment ``i``)."""
+    if i + 1 >= len(segments):
+        return False
+    with Segment(store_dir, segments[i + 1], seg_size) as nxt:
+        return nxt.is_record_at(0)
+
+
+def _walk_live(seg: Segment, p: int) -> tuple[np.ndarray, np.ndarray, str]:
+    """Record starts and sizes from ``p`` while the framing holds, and why the walk stopped."""
+    starts_all, totals_all = [], []
+    while True:
+        starts, why, _ = M.walk_records(seg.mm, p, seg.size, 65536)
+        batch = M.decode_batch(seg.u8, starts)
+        k = batch.first_invalid()
+        starts_all.append(starts[:k])
+        totals_all.append(batch.total[:k])
+        if k < starts.size:
+            why = INVALID
+        elif why == "limit" and starts.size == 65536:
+            p = int(starts[-1] + batch.total[-1])
+            continue
+        return np.concatenate(starts_all), np.concatenate(totals_all), why
+
+
+def safe_end(store_dir: str, seg_size: int, start: int, max_bytes: int | None, state: TailState,
+             prop_crc: bool = False, now: float | None = None) -> int:
+    """An offset ``end >= start`` such that every record starting in ``[start, end)`` is completely
+    written, for a store that another process may be appending to right now.
+
+    A segment whose successor already holds a record is complete, and so is every record of the
+    live segment that is followed by another record header or a blank. The last record (nothing
+    after it yet) is admitted once its CRC holds and its bytes stayed the same for
+    :data:`TAIL_SETTLE_SECONDS` between two calls, which covers writers that copy a record in more
+    than one piece. ``max_bytes`` caps ``end - start``. Only headers (and the one tail record) are
+    read; ``state`` remembers how far the live segment was walked."""
+    now = time.monotonic() if now is None else now
+    segments = list_segments(store_dir, seg_size)
+    if not segments:
+        return start
+    cap = None if max_bytes is None else start + max(1, max_bytes)
+    cur = max(start, segments[0])
+    i = (cur - segments[0]) // seg_size
+    while i < len(segments):
+        if cap is not None and cur >= cap:
+            return cap
+        seg0 = segments[i]
+        if _sealed(store_dir, segments, i, seg_size):
+            cur = seg0 + seg_size
+            i += 1
+            continue
+        with Segment(store_dir, seg0, seg_size) as seg:
+            if state.seg == seg0 and state.walked_to >= cur:
+                p = state.walked_to - seg0
+            else:
+                p = 0 if cur == seg0 else seg.find_record_start(cur - seg0, seg_size)
+                if p < 0:
+                    return cur
+                state.seg, state.walked_to = seg0, seg0 + p
+            starts, totals, why = _walk_live(seg, p)
+            if why == BLANK:  # the writer moved on to the next segment
+                state.walked_to = seg0 + seg_size
+                cur = seg0 + seg_size
+                i += 1
+                continue
+            end_rel = p
+            if starts.size:
+                last, last_total = int(starts[-1]), int(totals[-1])
+                end_rel = last
+                state.walked_to = seg0 + last
+                digest = crc32(memoryview(seg.mm)[last:last + last_total])
+                same = state.tail_pos == seg0 + last and state.tail_digest == digest
+                if same and now - state.tail_seen >= TAIL_SETTLE_SECONDS:
+                    tb = M.decode_batch(seg.u8, np.array([last], dtype=np.int64))
+                    if bool(crc_ok(seg, tb, prop_crc)[0]):
+                        end_rel = last + last_total
+                        state.walked_to = seg0 + end_rel
+                        state.tail_pos = -1
+                elif not same:
+                    state.tail_pos, state.tail_digest, state.tail_seen = seg0 + last, digest, now
+            end = max(cur, seg0 + end_rel)
+            return end if cap is None else min(end, cap)
+    return cur if cap is None else min(cur, cap)
