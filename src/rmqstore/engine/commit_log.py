@@ -45,6 +45,13 @@ _crc32 = zlib.crc32
 _time_ns = time.time_ns
 
 
+def _props_bytes(msg: Message) -> bytes:
+    p = msg.properties
+    if type(p) is dict:
+        return "".join([f"{k}\x01{v}\x02" for k, v in p.items() if v is not None]).encode()
+    return msg.encoded_properties()
+
+
 def now_ms() -> int:
     return time.time_ns() // 1_000_000
 
@@ -230,11 +237,7 @@ class CommitLog:
         body = msg.body
         if plan is None or msg.sys_flag & _SLOW_SYSFLAGS or type(body) is not bytes or msg.queue_id < 0:
             return self._put_general(msg)
-        p = msg.properties
-        if type(p) is dict:
-            props = "".join([f"{k}\x01{v}\x02" for k, v in p.items() if v is not None]).encode()
-        else:
-            props = msg.encoded_properties()
+        props = _props_bytes(msg)
         topic_tail, born_a, born_p, store_a, store_p, overhead, store_hex = plan
         blen, plen = len(body), len(props)
         total = overhead + blen + plen
@@ -260,51 +263,70 @@ class CommitLog:
                     store_ts if born_ts is None else born_ts, born_a, born_p,
                     store_ts, store_a, store_p, msg.reconsume_times, msg.prepared_transaction_offset, blen)
                 mm[pos + 88:pos + total] = tail
-                mf.wrote_position = pos + total
-                mf.last_store_timestamp = store_ts
-                self.topic_queue_table[key] = qoff + 1
-                end = phy + total
-                self.confirm_offset = end
-                self.last_store_timestamp = store_ts
+                end = self._publish(mf, pos + total, store_ts, key, qoff + 1)
         except (OSError, StoreIOError) as ex:
-            log.error("append failed: %s", ex)
-            return PutMessageResult(PutMessageStatus.CREATE_MAPPED_FILE_FAILED, error=str(ex))
-        on_append = self.on_append
-        if on_append is not None:
-            on_append(end)
-        if self._sync and b"WAIT\x01false\x02" not in props and not self.sync_to(end):
-            return PutMessageResult(PutMessageStatus.FLUSH_DISK_TIMEOUT, f"{store_hex}{phy:016X}", phy, total, qoff,
-                                    store_ts, 1)
-        return PutMessageResult(_PUT_OK, f"{store_hex}{phy:016X}", phy, total, qoff, store_ts, 1)
+            return _append_failed(ex)
+        status = self._after_append(end, props)
+        return PutMessageResult(status, f"{store_hex}{phy:016X}", phy, total, qoff, store_ts, 1)
 
     def _put_general(self, msg: Message) -> PutMessageResult:
         e = self._encode(msg)
         if isinstance(e, PutMessageResult):
             return e
-        counts = e.tx_type in (M.TX_NOT_TYPE, M.TX_COMMIT)
+        return self._append_encoded([e])
+
+    def _append_encoded(self, enc: list[_Encoded]) -> PutMessageResult:
+        """Append records encoded by :meth:`_encode` (one message, or a batch for one queue sharing
+        the first's store time); PREPARED/ROLLBACK records take queue offset 0 and no offset."""
+        total = sum(e.total for e in enc)
+        if total + M.END_FILE_MIN_BLANK_LENGTH > self.cfg.mapped_file_size_commit_log:
+            return _illegal(f"batch of {total} bytes cannot fit one commitlog segment")
+        buf = enc[0].rec if len(enc) == 1 else bytearray().join(e.rec for e in enc)
+        counts = enc[0].tx_type in (M.TX_NOT_TYPE, M.TX_COMMIT)
+        key = enc[0].key
         try:
             with self.put_lock:
-                store_ts = e.store_timestamp if e.store_timestamp is not None else now_ms()
-                qoff = self.topic_queue_table.get(e.key, 0) if counts else 0
-                mf = self._segment_for(e.total)
-                phy = mf.file_from_offset + mf.wrote_position
-                self._stamp(e, e.rec, 0, store_ts, qoff, phy)
-                mf.append(e.rec)
-                mf.last_store_timestamp = store_ts
-                if counts:
-                    self.topic_queue_table[e.key] = qoff + 1
-                end = phy + e.total
-                self.confirm_offset = end
-                self.last_store_timestamp = store_ts
+                store_ts = enc[0].store_timestamp if enc[0].store_timestamp is not None else now_ms()
+                qoff0 = self.topic_queue_table.get(key, 0) if counts else 0
+                mf = self._segment_for(total)
+                pos0 = mf.wrote_position
+                phy0 = mf.file_from_offset + pos0
+                pos = 0
+                for i, e in enumerate(enc):
+                    self._stamp(e, buf, pos, store_ts, qoff0 + i if counts else 0, phy0 + pos)
+                    pos += e.total
+                mf.write_at(pos0, buf)
+                end = self._publish(mf, pos0 + total, store_ts, key, qoff0 + len(enc) if counts else None)
         except (OSError, StoreIOError) as ex:
-            log.error("append failed: %s", ex)
-            return PutMessageResult(PutMessageStatus.CREATE_MAPPED_FILE_FAILED, error=str(ex))
-        if self.on_append is not None:
-            self.on_append(end)
-        status = PutMessageStatus.PUT_OK
-        if self.cfg.sync_flush and e.wait and not self.sync_to(end):
-            status = PutMessageStatus.FLUSH_DISK_TIMEOUT
-        return PutMessageResult(status, encode_offset_msg_id(e.store_host_raw, phy), phy, e.total, qoff, store_ts, 1)
+            return _append_failed(ex)
+        status = self._after_append(end, None if enc[0].wait else b"WAIT\x01false\x02")
+        ids, pos = [], 0
+        for e in enc:
+            ids.append(encode_offset_msg_id(e.store_host_raw, phy0 + pos))
+            pos += e.total
+        return PutMessageResult(status, ",".join(ids), phy0, total, qoff0, store_ts, len(enc))
+
+    def _publish(self, mf, new_pos: int, store_ts: int, key: tuple[str, int], next_queue_offset: int | None) -> int:
+        """Under the append lock, after the bytes are in the segment: make them visible (write
+        position, queue offset table, confirm offset). Returns the new end offset."""
+        mf.wrote_position = new_pos
+        mf.last_store_timestamp = store_ts
+        if next_queue_offset is not None:
+            self.topic_queue_table[key] = next_queue_offset
+        end = mf.file_from_offset + new_pos
+        self.confirm_offset = end
+        self.last_store_timestamp = store_ts
+        return end
+
+    def _after_append(self, end: int, props: bytes | None) -> PutMessageStatus:
+        """Outside the lock: wake the dispatcher and, under SYNC_FLUSH, wait for the group commit
+        unless the message says ``WAIT=false``."""
+        on_append = self.on_append
+        if on_append is not None:
+            on_append(end)
+        if self._sync and not (props and b"WAIT\x01false\x02" in props) and not self.sync_to(end):
+            return PutMessageStatus.FLUSH_DISK_TIMEOUT
+        return _PUT_OK
 
     @_range_checked
     def put_messages(self, msgs: list[Message]) -> PutMessageResult:
@@ -334,40 +356,7 @@ class CommitLog:
             if isinstance(e, PutMessageResult):
                 return e
             enc.append(e)
-        total = sum(e.total for e in enc)
-        if total + M.END_FILE_MIN_BLANK_LENGTH > self.cfg.mapped_file_size_commit_log:
-            return _illegal(f"batch of {total} bytes cannot fit one commitlog segment")
-        buf = bytearray().join(e.rec for e in enc)
-        key = enc[0].key
-        try:
-            with self.put_lock:
-                store_ts = enc[0].store_timestamp if enc[0].store_timestamp is not None else now_ms()
-                qoff0 = self.topic_queue_table.get(key, 0)
-                mf = self._segment_for(total)
-                phy0 = mf.file_from_offset + mf.wrote_position
-                pos = 0
-                for i, e in enumerate(enc):
-                    self._stamp(e, buf, pos, store_ts, qoff0 + i, phy0 + pos)  # one store time per batch
-                    pos += e.total
-                mf.append(buf)
-                mf.last_store_timestamp = store_ts
-                self.topic_queue_table[key] = qoff0 + len(enc)
-                end = phy0 + total
-                self.confirm_offset = end
-                self.last_store_timestamp = store_ts
-        except (OSError, StoreIOError) as ex:
-            log.error("append failed: %s", ex)
-            return PutMessageResult(PutMessageStatus.CREATE_MAPPED_FILE_FAILED, error=str(ex))
-        if self.on_append is not None:
-            self.on_append(end)
-        status = PutMessageStatus.PUT_OK
-        if self.cfg.sync_flush and enc[0].wait and not self.sync_to(end):
-            status = PutMessageStatus.FLUSH_DISK_TIMEOUT
-        ids, pos = [], 0
-        for e in enc:
-            ids.append(encode_offset_msg_id(e.store_host_raw, phy0 + pos))
-            pos += e.total
-        return PutMessageResult(status, ",".join(ids), phy0, total, qoff0, store_ts, len(enc))
+        return self._append_encoded(enc)
 
     def _put_batch_fast(self, msgs: list[Message]) -> PutMessageResult | None:
         """Vectorised :meth:`put_messages` for batches of one shape (same hosts, IPv4, V1/V2 topic,
@@ -381,9 +370,7 @@ class CommitLog:
             if (m.born_host != first.born_host or m.store_host != first.store_host or type(m.body) is not bytes
                     or m.sys_flag & _SLOW_SYSFLAGS):
                 return None
-            p = m.properties
-            pb = ("".join([f"{k}\x01{v}\x02" for k, v in p.items() if v is not None]).encode()
-                  if type(p) is dict else m.encoded_properties())
+            pb = _props_bytes(m)
             if len(pb) > _MAX_PROPS or b"INNER_NUM\x01" in pb:
                 return None
             bodies.append(m.body)
@@ -413,20 +400,10 @@ class CommitLog:
                 phy0 = mf.file_from_offset + pos
                 M.stamp_batch_v4(buf, starts, qoff0, phy0, store_ts, born_unset)
                 mf.mm[pos:pos + total] = buf
-                mf.wrote_position = pos + total
-                mf.last_store_timestamp = store_ts
-                self.topic_queue_table[key] = qoff0 + len(msgs)
-                end = phy0 + total
-                self.confirm_offset = end
-                self.last_store_timestamp = store_ts
+                end = self._publish(mf, pos + total, store_ts, key, qoff0 + len(msgs))
         except (OSError, StoreIOError) as ex:
-            log.error("append failed: %s", ex)
-            return PutMessageResult(PutMessageStatus.CREATE_MAPPED_FILE_FAILED, error=str(ex))
-        if self.on_append is not None:
-            self.on_append(end)
-        status = _PUT_OK
-        if self._sync and b"WAIT\x01false\x02" not in props[0] and not self.sync_to(end):
-            status = PutMessageStatus.FLUSH_DISK_TIMEOUT
+            return _append_failed(ex)
+        status = self._after_append(end, props[0])
         ids = ",".join([f"{store_hex}{phy0 + s:016X}" for s in starts.tolist()])
         return PutMessageResult(status, ids, phy0, total, qoff0, store_ts, len(msgs))
 
@@ -529,6 +506,11 @@ class CommitLog:
 
     def close(self) -> None:
         self.queue.close()
+
+
+def _append_failed(ex: Exception) -> PutMessageResult:
+    log.error("append failed: %s", ex)
+    return PutMessageResult(PutMessageStatus.CREATE_MAPPED_FILE_FAILED, error=str(ex))
 
 
 def _illegal(reason: str) -> PutMessageResult:
