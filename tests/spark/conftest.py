@@ -26,6 +26,9 @@ import storegen  # noqa: E402
 VECTORS = Path(os.environ.get("RMQSTORE_VECTORS", Path(__file__).resolve().parents[3] / "shared" / "vectors"))
 VECTOR_SETS = ("basic", "propcrc", "rollover")
 GENERATED_MESSAGES = 200_000
+#: split sizes that cut each vector store into a few dozen partitions, several inside a segment
+#: (every partition is a Spark task, ~50 ms each; resync at many more split sizes: test_scan.py)
+SPLITS = {"basic": 1500, "propcrc": 700, "rollover": 40_000}
 
 
 def pytest_collection_modifyitems(config, items):

@@ -8,7 +8,7 @@ import pytest
 from rmqstore import MessageStore
 from rmqstore.errors import ConfigError
 
-from conftest import record_offsets, row_of, spark_row, store_records
+from conftest import SPLITS, record_offsets, row_of, spark_row, store_records
 
 
 def read(spark, path, **options):
@@ -27,16 +27,11 @@ def by_offset(rows) -> dict[int, dict]:
     return out
 
 
-#: split sizes that cut every vector store into a few dozen partitions, several inside a segment
-#: (each partition is a Spark task; resynchronisation at many more split sizes is in test_scan.py)
-SPLITS = {"basic": "1500", "propcrc": "700", "rollover": "40k"}
-
-
 @pytest.fixture(scope="module")
 def vector_rows(spark, vector):
     """Every row of a vector store read in many partitions (resynchronising inside segments),
     and the MessageStore decode of every record."""
-    rows = by_offset(read(spark, vector.store, splitSize=SPLITS[vector.name]).collect())
+    rows = by_offset(read(spark, vector.store, splitSize=str(SPLITS[vector.name])).collect())
     return rows, {r.phy_offset: r for r in store_records(vector.store, vector.config)}
 
 
