@@ -643,8 +643,19 @@ class MessageStore:
         if now - self._reput_restarted_at < 1.0:
             return
         self._reput_restarted_at = now
-        log.warning("restarting the dispatcher after: %s", r.error)
-        r.error = None
+        with r.lock:
+            if self.cfg.message_index_enable and self.index_service.files:
+                # the failed batch may have filled an index file in the middle of a record's keys
+                # without being able to create the next file: put the rest of them back first
+                try:
+                    with self.index_service.lock:
+                        r.reput_from = min(r.reput_from, max(self._complete_split_record(r.reput_from),
+                                                             self.commit_log.min_offset))
+                except (StoreIOError, OSError) as e:
+                    log.warning("dispatcher still cannot resume: %s", e)
+                    return
+            log.warning("restarting the dispatcher after: %s", r.error)
+            r.error = None
         r.start()
 
     def _retire(self, obj) -> None:
