@@ -10,6 +10,7 @@ store path.
 from __future__ import annotations
 
 import sys
+import time
 from typing import Iterator
 
 from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamReader, InputPartition
@@ -209,9 +210,14 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return {"offset": end}
 
     def prepareForTriggerAvailableNow(self) -> None:
+        """The target is the data complete now; the last record is looked at twice, one settle
+        period apart, so that a store nobody writes to is read to its end."""
         start = self._last if self._last is not None else self.initialOffset()["offset"]
-        self._target = S.safe_end(self.opts.store_dir, self.opts.seg_size, start, None, self._tail,
-                                  self.opts.cfg.force_verify_prop_crc)
+        for i in range(2):
+            if i:
+                time.sleep(S.TAIL_SETTLE_SECONDS)
+            self._target = S.safe_end(self.opts.store_dir, self.opts.seg_size, start, None, self._tail,
+                                      self.opts.cfg.force_verify_prop_crc)
 
     def partitions(self, start: dict, end: dict):
         a, b = int(start["offset"]), int(end["offset"])
