@@ -463,10 +463,6 @@ class MessageStore:
                 from_q = _first_unit_at_or_after(cq, from_phy)
             else:
                 from_q = _view_end(cq)
-            # let the check see every written unit after from_q
-            for mf in cq.queue.files:
-                if mf.file_from_offset + mf.file_size > from_q * 20:
-                    mf.wrote_position = mf.file_size
             view_end = R.validated_unit_end(cq, files, cl.confirm_offset, from_q)
             for mf in cq.queue.files:
                 pos = min(max(view_end * 20 - mf.file_from_offset, 0), mf.file_size)

@@ -497,13 +497,17 @@ def validated_unit_end(cq, files, end: int, from_q: int) -> int:
     unit followed by matching ones is corruption in the middle and stays (reads refuse it)."""
     out = from_q
     for mf in list(cq.queue.files):
-        n_units = mf.wrote_position // 20
+        n_units = mf.file_size // 20   # every unit written so far, whatever the current view
         q_first = mf.file_from_offset // 20
         if q_first + n_units <= from_q:
             continue
         lo = max(0, from_q - q_first)
-        units = np.frombuffer(mf.mm, dtype=[("p", ">i8"), ("s", ">i4"), ("t", ">i8")], count=n_units - lo,
-                              offset=lo * 20)
+        units = np.frombuffer(mf.mm, dtype=_UNIT_DTYPE, count=n_units - lo, offset=lo * 20)
+        written = np.flatnonzero((units["p"] != 0) | (units["s"] != 0))
+        if not written.size:
+            continue
+        units = units[:int(written[-1]) + 1]
+        n_units = lo + units.size
         qs = np.arange(q_first + lo, q_first + n_units, dtype=np.int64)
         ok = units_match(files, end, units["p"].astype(np.int64), units["s"].astype(np.int64), qs,
                          cq.topic, cq.queue_id)
