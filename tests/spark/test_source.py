@@ -107,6 +107,16 @@ def test_filters_pushed_down_and_exact(spark, vectors, where, pushed):
     assert ("Filter " not in plan) == pushed, plan
 
 
+def test_filters_with_a_nullable_user_schema(spark, vectors):
+    """With nullable columns Spark adds IsNotNull filters; they are taken where they always hold."""
+    v = vectors["basic"]
+    df = spark.read.format("rocketmq").schema("topic STRING, queueId INT, tags STRING").load(v.store)
+    got = df.where("topic = 'TopicTest' AND queueId = 1 AND tags IS NOT NULL").collect()
+    want = [r for r in store_records(v.store, v.config) if r.topic == "TopicTest" and r.queue_id == 1 and r.tags]
+    assert len(got) == len(want) > 0
+    assert df.where("tags IS NULL").count() == sum(1 for r in store_records(v.store, v.config) if r.tags is None)
+
+
 def test_filter_values_outside_the_data(spark, vectors):
     v = vectors["basic"]
     df = read(spark, v.store)

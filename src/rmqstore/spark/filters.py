@@ -20,6 +20,7 @@ from .options import ReadOptions
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 _INT_COLUMNS = ("queueId", "commitLogOffset")
+NULLABLE_COLUMNS = frozenset(("body", "tags", "uniqKey"))
 
 
 def _micros(dt: datetime) -> int:
@@ -93,11 +94,16 @@ class RowFilter:
         """This filter AND ``flt`` (a ``pyspark.sql.datasource.Filter``), or None when ``flt`` is
         not one this source can apply exactly."""
         from pyspark.sql.datasource import (EqualNullSafe, EqualTo, GreaterThan, GreaterThanOrEqual, In,
-                                            LessThan, LessThanOrEqual)
+                                            IsNotNull, LessThan, LessThanOrEqual)
 
-        if len(flt.attribute) != 1:
+        attr = getattr(flt, "attribute", None)
+        if not attr or len(attr) != 1:
             return None
-        col = flt.attribute[0]
+        col = attr[0]
+        if isinstance(flt, IsNotNull):  # always true on the columns the source never leaves null
+            return self if col not in NULLABLE_COLUMNS else None
+        if not hasattr(flt, "value"):
+            return None
         if isinstance(flt, In):
             vals = list(flt.value)
             if col == "topic" and all(isinstance(v, str) for v in vals):

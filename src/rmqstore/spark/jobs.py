@@ -9,6 +9,7 @@ on a cluster the store and output paths must be visible to every executor (a sha
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import logging
 import math
@@ -208,6 +209,17 @@ class _Dispatch:
             self.df = None
 
 
+MIN_JOB_SPLIT = 4 << 20
+
+
+def job_split_size(spark: SparkSession, store_dir: str, cfg: MessageStoreConfig) -> int:
+    """Split size for a job: about three byte ranges per core, between 4 MiB and 64 MiB (a Spark
+    task costs tens of milliseconds; a range is what one task holds)."""
+    seg = cfg.mapped_file_size_commit_log
+    total = len(S.list_segments(store_dir, seg)) * seg
+    return max(MIN_JOB_SPLIT, min(S.DEFAULT_SPLIT_SIZE, -(-total // (3 * _parallelism(spark)))))
+
+
 def _resolve(store_dir: str, cfg: MessageStoreConfig | None) -> tuple[str, MessageStoreConfig]:
     store_dir = os.path.abspath(store_dir)
     return store_dir, resolve_config(store_dir, None, {}, cfg)
@@ -218,7 +230,7 @@ def _resolve(store_dir: str, cfg: MessageStoreConfig | None) -> tuple[str, Messa
 # ================================================================================================
 
 def rebuild(spark: SparkSession, store_dir: str, out_dir: str, cfg: MessageStoreConfig | None = None, *,
-            split_size: int = S.DEFAULT_SPLIT_SIZE) -> dict:
+            split_size: int | None = None) -> dict:
     """Write ``out_dir/consumequeue`` and ``out_dir/index`` from the commitlog of ``store_dir``, in
     parallel; byte-identical to the in-process rebuild (:func:`rmqstore.engine.rebuild.rebuild`),
     index file names aside. The store is only read.
@@ -239,6 +251,7 @@ def rebuild(spark: SparkSession, store_dir: str, out_dir: str, cfg: MessageStore
             raise StoreIOError(f"output directory already holds {sub}/", path=out_dir)
     os.makedirs(out_dir, exist_ok=True)
     register(spark)
+    split_size = split_size or job_split_size(spark, store_dir, cfg)
     P = 2 * _parallelism(spark)
     steps = _Steps()
     with _job_conf(spark, **{"spark.sql.shuffle.partitions": str(P)}):
@@ -329,3 +342,200 @@ def _write_index(spark: SparkSession, d: _Dispatch, counts: list[dict], cfg: Mes
     if len(files) != nfiles:
         raise RuntimeError(f"index: wrote {len(files)} files, expected {nfiles}")
     return nfiles
+
+
+# ================================================================================================
+# Reading the store as a DataFrame with a given config
+# ================================================================================================
+
+def source_options(cfg: MessageStoreConfig) -> dict[str, str]:
+    """``cfg`` as options of the ``rocketmq`` source (the fields that differ from the defaults)."""
+    default = MessageStoreConfig()
+    out = {}
+    for f in dataclasses.fields(cfg):
+        v = getattr(cfg, f.name)
+        if v != getattr(default, f.name):
+            out[f.name] = ",".join(map(str, v)) if isinstance(v, tuple) else str(v).lower() if isinstance(v, bool) \
+                else str(v)
+    return out
+
+
+def read_store(spark: SparkSession, store_dir: str, cfg: MessageStoreConfig | None = None,
+               schema: str | None = None, **options) -> DataFrame:
+    """``spark.read.format("rocketmq")`` on ``store_dir`` with ``cfg`` and extra options."""
+    register(spark)
+    r = spark.read.format("rocketmq")
+    if schema is not None:
+        r = r.schema(schema)
+    for k, v in {**(source_options(cfg) if cfg is not None else {}), **options}.items():
+        r = r.option(k, str(v).lower() if isinstance(v, bool) else str(v))
+    return r.load(store_dir)
+
+
+# ================================================================================================
+# export
+# ================================================================================================
+
+def export(spark: SparkSession, store_dir: str, out_dir: str, cfg: MessageStoreConfig | None = None,
+           include_body: bool = False) -> dict:
+    """Every record to Parquet under ``out_dir``, partitioned by ``topic`` and ``date`` (the UTC day
+    of the store time, ``yyyy-MM-dd``), every column of the source (``body`` only with
+    ``include_body``). ``out_dir`` may be any path Spark writes to; it must not exist.
+    Returns ``rows``, ``files``, ``out_dir``, ``seconds``."""
+    t0 = time.perf_counter()
+    store_dir, cfg = _resolve(store_dir, cfg)
+    if "://" not in out_dir:
+        out_dir = os.path.abspath(out_dir)
+        if os.path.exists(out_dir):
+            raise StoreIOError("export output already exists", path=out_dir)
+    df = read_store(spark, store_dir, cfg, includeBody=include_body,
+                    splitSize=job_split_size(spark, store_dir, cfg))
+    if not include_body:
+        df = df.drop("body")
+    day = F.date_from_unix_date(F.floor(F.unix_millis("storeTimestamp") / 86_400_000).cast("int"))
+    df = df.withColumn("date", F.date_format(day, "yyyy-MM-dd"))
+    df.repartition("topic", "date").write.partitionBy("topic", "date").parquet(out_dir)
+    written = spark.read.parquet(out_dir)
+    return {"rows": written.count(), "files": len(written.inputFiles()), "out_dir": out_dir,
+            "seconds": time.perf_counter() - t0}
+
+
+# ================================================================================================
+# stats
+# ================================================================================================
+
+def _ms(col: str):
+    return F.unix_millis(F.col(col))
+
+
+def stats(spark: SparkSession, store_dir: str, cfg: MessageStoreConfig | None = None, top: int = 10) -> dict:
+    """Statistics of a store from a full scan of its commitlog (JSON-serialisable):
+
+    * ``queues``: per topic and queue id, ``messages`` (records), ``in_consume_queue`` (those that get
+      a consume-queue unit: not PREPARED/ROLLBACK), ``bytes``, first/last queue offset and store time,
+      ``per_minute`` (average over the time span, at least one minute) and ``peak_per_minute``;
+    * ``topics``: the same per topic; ``records``, ``bytes``, ``first/last_store_timestamp`` overall;
+    * ``top_keys``: the most frequent KEYS tokens (topic, key, messages);
+    * ``duplicate_uniq_keys``: UNIQ_KEYs carried by more than one record (count, extra records, top);
+    * ``hash_collisions``: distinct ``topic#key`` strings vs distinct index hashes, the hashes shared by
+      different keys (examples), and for each index file its items, used slots and longest chain.
+    """
+    store_dir, cfg = _resolve(store_dir, cfg)
+    register(spark)
+    with _job_conf(spark, **{"spark.sql.shuffle.partitions": str(2 * _parallelism(spark))}):
+        return _stats(spark, store_dir, cfg, top, job_split_size(spark, store_dir, cfg))
+
+
+def _stats(spark: SparkSession, store_dir: str, cfg: MessageStoreConfig, top: int, split: int) -> dict:
+    t0 = time.perf_counter()
+    steps = _Steps()
+    schema = ("topic STRING, queueId INT, queueOffset BIGINT, storeSize INT, storeTimestamp TIMESTAMP, "
+              "sysFlag INT")
+    recs = read_store(spark, store_dir, cfg, schema=schema, includeBody=False, splitSize=split)
+    recs = recs.withColumn("ts", _ms("storeTimestamp")).withColumn("inCq", F.expr(f"{_TX} NOT IN (4, 12)"))
+    by_minute = recs.groupBy("topic", "queueId", F.floor(F.col("ts") / 60_000).alias("minute")).count()
+    peak = by_minute.groupBy("topic", "queueId").agg(F.max("count").alias("peak"))
+    per_queue = (recs.groupBy("topic", "queueId").agg(
+        F.count(F.lit(1)).alias("messages"), F.sum(F.col("inCq").cast("long")).alias("inCq"),
+        F.sum("storeSize").alias("bytes"), F.min("queueOffset").alias("minQ"), F.max("queueOffset").alias("maxQ"),
+        F.min("ts").alias("first"), F.max("ts").alias("last"))
+        .join(peak, ["topic", "queueId"]).orderBy("topic", "queueId").collect())
+    steps.mark("queues")
+    queues = []
+    for r in per_queue:
+        span_min = max(1.0, (r["last"] - r["first"]) / 60_000)
+        queues.append({"topic": r.topic, "queue_id": r.queueId, "messages": r.messages,
+                       "in_consume_queue": r.inCq, "bytes": r["bytes"], "min_queue_offset": r.minQ,
+                       "max_queue_offset": r.maxQ, "first_store_timestamp": r["first"],
+                       "last_store_timestamp": r["last"], "per_minute": round(r.messages / span_min, 3),
+                       "peak_per_minute": r.peak})
+    topics: dict[str, dict] = {}
+    for q in queues:
+        t = topics.setdefault(q["topic"], {"topic": q["topic"], "queues": 0, "messages": 0, "bytes": 0,
+                                           "first_store_timestamp": q["first_store_timestamp"],
+                                           "last_store_timestamp": q["last_store_timestamp"]})
+        t["queues"] += 1
+        t["messages"] += q["messages"]
+        t["bytes"] += q["bytes"]
+        t["first_store_timestamp"] = min(t["first_store_timestamp"], q["first_store_timestamp"])
+        t["last_store_timestamp"] = max(t["last_store_timestamp"], q["last_store_timestamp"])
+    out = {"store": store_dir, "records": sum(q["messages"] for q in queues),
+           "bytes": sum(q["bytes"] for q in queues),
+           "first_store_timestamp": min((q["first_store_timestamp"] for q in queues), default=None),
+           "last_store_timestamp": max((q["last_store_timestamp"] for q in queues), default=None),
+           "queues": queues, "topics": sorted(topics.values(), key=lambda t: t["topic"])}
+    out.update(_key_stats(spark, store_dir, cfg, top, steps, split))
+    out["seconds"] = time.perf_counter() - t0
+    out["steps"] = steps.times
+    return out
+
+
+def _key_stats(spark: SparkSession, store_dir: str, cfg: MessageStoreConfig, top: int, steps: _Steps,
+               split: int) -> dict:
+    seg_size = cfg.mapped_file_size_commit_log
+    spans = S.plan_spans(S.list_segments(store_dir, seg_size), seg_size, split)
+    groups = [[[0, sp.seg, sp.start, sp.end] for sp in g] for g in S.group_spans(spans, split)]
+    empty = {"top_keys": [], "duplicate_uniq_keys": {"keys": 0, "extra_records": 0, "top": []},
+             "hash_collisions": {"distinct_keys": 0, "distinct_hashes": 0, "colliding_hashes": 0,
+                                 "colliding_keys": 0, "examples": [], "slots": cfg.max_hash_slot_num,
+                                 "index_files": []}}
+    if not groups:
+        return empty
+    spec = {"store": store_dir, "cfg": I.cfg_to_json(cfg), "groups": groups}
+    keys = spark.read.format("rmqstore_keys").option("spec", json.dumps(spec)).load() \
+        .persist(StorageLevel.MEMORY_AND_DISK)
+    cached = [keys]
+    try:
+        top_keys = [{"topic": r.topic, "key": r.key, "messages": r["count"]} for r in
+                    keys.where("NOT uniq").groupBy("topic", "key").count()
+                    .orderBy(F.desc("count"), "topic", "key").limit(top).collect()]
+        steps.mark("top_keys")
+        dup = (keys.where("uniq").groupBy("key").agg(F.count(F.lit(1)).alias("n"),
+                                                     F.sort_array(F.collect_set("topic")).alias("topics"))
+               .where("n > 1").persist(StorageLevel.MEMORY_AND_DISK))
+        cached.append(dup)
+        dsum = dup.agg(F.count(F.lit(1)).alias("k"), F.sum(F.col("n") - 1).alias("extra")).collect()[0]
+        dup_top = [{"uniq_key": r.key, "records": r.n, "topics": r.topics}
+                   for r in dup.orderBy(F.desc("n"), "key").limit(top).collect()]
+        steps.mark("duplicates")
+        distinct = keys.select(F.concat_ws("#", "topic", "key").alias("k"), "hash").distinct()
+        by_hash = (distinct.groupBy("hash").agg(F.count(F.lit(1)).alias("n"),
+                                                F.slice(F.sort_array(F.collect_list("k")), 1, 5).alias("keys"))
+                   .persist(StorageLevel.MEMORY_AND_DISK))
+        cached.append(by_hash)
+        agg = by_hash.agg(F.count(F.lit(1)).alias("hashes"), F.sum("n").alias("keys"),
+                          F.sum(F.when(F.col("n") > 1, 1).otherwise(0)).alias("colliding"),
+                          F.sum(F.when(F.col("n") > 1, F.col("n")).otherwise(0)).alias("colliding_keys")).collect()[0]
+        examples = [{"hash": r.hash, "keys": r["keys"], "distinct_keys": r.n} for r in
+                    by_hash.where("n > 1").orderBy(F.desc("n"), "hash").limit(top).collect()]
+        steps.mark("collisions")
+    finally:
+        for df in cached:
+            df.unpersist()
+    profile = _index_profile(spark, store_dir, cfg)
+    steps.mark("index_files")
+    return {"top_keys": top_keys,
+            "duplicate_uniq_keys": {"keys": dsum.k, "extra_records": int(dsum.extra or 0), "top": dup_top},
+            "hash_collisions": {"distinct_keys": int(agg["keys"] or 0), "distinct_hashes": agg.hashes,
+                                "colliding_hashes": int(agg.colliding or 0),
+                                "colliding_keys": int(agg.colliding_keys or 0), "examples": examples,
+                                "slots": cfg.max_hash_slot_num, "index_files": profile}}
+
+
+def _index_profile(spark: SparkSession, store_dir: str, cfg: MessageStoreConfig) -> list[dict]:
+    """Per index file of the store: items, used slots, longest and mean slot chain."""
+    d = os.path.join(store_dir, "index")
+    names = sorted(n for n in os.listdir(d) if os.path.isfile(os.path.join(d, n))) if os.path.isdir(d) else []
+    if not names:
+        return []
+    groups = I.group_evenly([os.path.join(d, n) for n in names], 2 * _parallelism(spark))
+    spec = {"groups": groups, "slots": cfg.max_hash_slot_num, "items": cfg.max_index_num}
+    rows = {r.file: r for r in spark.read.format("rmqstore_index_profile").option("spec", json.dumps(spec))
+            .load().collect()}
+    out = []
+    for n in names:
+        r = rows[n]
+        out.append({"file": n, "items": r["items"], "slots_used": r.slotsUsed, "longest_chain": r.longestChain,
+                    "mean_chain": round(r["items"] / r.slotsUsed, 3) if r.slotsUsed else 0.0,
+                    "hash_slot_count": r.hashSlotCount, "begin_timestamp": r.beginTs, "end_timestamp": r.endTs})
+    return out
