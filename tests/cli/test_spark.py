@@ -37,3 +37,63 @@ def test_spark_rebuild(run, vectors, tmp_path):
     assert "already holds" in run.fails(9, "spark", "rebuild", tmp_path / "out", "--store", vs.store,
                                         "--master", MASTER).stderr
     assert vectors.tree_hashes(tmp_path / "out") == before
+
+
+def test_spark_stats(run, truth):
+    t = truth("basic")
+    got = run.json("spark", "stats", "--top", 3, "--store", t.store, "--master", MASTER)
+    assert got["records"] == len(t.rows) and got["bytes"] == sum(r["record"]["storeSize"] for r in t.rows)
+    per_queue: dict = {}
+    for r in t.rows:
+        per_queue.setdefault((r["topic"], r["queue_id"]), []).append(r)
+    assert [(q["topic"], q["queue_id"]) for q in got["queues"]] == sorted(per_queue)
+    for q in got["queues"]:
+        rows = per_queue[(q["topic"], q["queue_id"])]
+        assert q["messages"] == len(rows) and q["bytes"] == sum(r["record"]["storeSize"] for r in rows)
+        assert q["first_store_timestamp"] == min(r["store_ts"] for r in rows)
+        assert q["last_store_timestamp"] == max(r["store_ts"] for r in rows)
+    counts: dict = {}
+    for r in t.rows:
+        for k in r["props"].get("KEYS", "").split(" "):
+            if k:
+                counts[(r["topic"], k)] = counts.get((r["topic"], k), 0) + 1
+    best = sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))[:3]
+    assert [(k["topic"], k["key"], k["messages"]) for k in got["top_keys"]] == [(*tk, n) for tk, n in best]
+    # the table mode renders this same result (no second Spark job): times as local time + epoch ms
+    from rmqstore.cli.render import Output, local_time, render_mapping
+
+    out = Output(json_mode=False)
+    with out.console.capture() as cap:
+        render_mapping(out, "stats", got)
+    table = cap.get()
+    first = got["first_store_timestamp"]
+    assert local_time(first) in table and f"({first})" in table and best[0][0][1] in table
+    assert all(str(q["bytes"]) in table for q in got["queues"])
+
+
+def test_spark_export(run, truth, tmp_path):
+    pq = pytest.importorskip("pyarrow.parquet")
+    t = truth("basic")
+    out = tmp_path / "export"
+    got = run.json("spark", "export", out, "--include-body", "--store", t.store, "--master", MASTER)
+    assert got["rows"] == len(t.rows)
+    table = pq.read_table(out).to_pylist()
+    by_phy = {r["commitLogOffset"]: r for r in table}
+    assert sorted(by_phy) == [r["phy"] for r in t.rows]
+    for r in t.rows:
+        row = by_phy[r["phy"]]
+        assert (row["topic"], row["queueId"], row["queueOffset"]) == (r["topic"], r["queue_id"], r["queue_offset"])
+        assert bytes(row["body"] or b"") == r["body"] and row["msgId"] == r["msg_id"]
+    assert "already exists" in run.fails(9, "spark", "export", out, "--store", t.store, "--master", MASTER).stderr
+
+
+def test_demo_with_spark_stats(run, tmp_path):
+    d = tmp_path / "demo"
+    got = run.json("demo", "--dir", d, "--messages", 2000, "--master", MASTER)
+    assert got["ok"] is True and got["messages"] == 2000
+    stats = got["spark_stats"]
+    assert stats["records"] == 2000
+    fast = run.json("stats", "--store", d)  # the consume-queue statistics agree with the full scan
+    assert stats["bytes"] == fast["totals"]["bytes"] == got["bytes_written"]
+    assert {(q["topic"], q["queue_id"], q["messages"]) for q in stats["queues"]} == \
+        {(q["topic"], q["queue_id"], q["messages"]) for q in fast["queues"]}

@@ -325,12 +325,26 @@ def record_detail(out: Output, rec, *, body_as: str = "auto") -> None:
         out.print(Text(hexdump(body)))
 
 
+def _cell(key: str, value: Any) -> str:
+    """A value for a generic table: times (``*_timestamp`` keys) as local time + epoch ms, floats
+    rounded, lists joined."""
+    if value is None:
+        return "-"
+    if key.endswith("timestamp") and isinstance(value, int) and not isinstance(value, bool):
+        return fmt_ts(value)
+    if isinstance(value, float):
+        return f"{value:.3f}".rstrip("0").rstrip(".") if value != int(value) else str(int(value))
+    if isinstance(value, list):
+        return ", ".join(map(str, value)) if value else "-"
+    return str(value)
+
+
 def kv_table(title: str | None, rows: Sequence[tuple[str, Any]]) -> Table:
     t = Table(title=title, show_header=False)
     t.add_column("key", style="bold", no_wrap=True)
     t.add_column("value", overflow="fold")
     for k, v in rows:
-        t.add_row(escape(str(k)), Text("-" if v is None else str(v)))
+        t.add_row(escape(str(k)), Text(_cell(str(k), v)))
     return t
 
 
@@ -340,23 +354,20 @@ def _flatten(prefix: str, value: Any, scalars: list, tables: list) -> None:
             _flatten(f"{prefix}.{k}" if prefix else str(k), v, scalars, tables)
     elif isinstance(value, list) and value and all(isinstance(v, Mapping) for v in value):
         tables.append((prefix, value))
-    elif isinstance(value, list):
-        scalars.append((prefix, ", ".join(str(v) for v in value) if value else "-"))
     else:
         scalars.append((prefix, value))
 
 
 def render_mapping(out: Output, title: str | None, data: Any) -> None:
-    """Any JSON-like result as tables: scalars in one key/value table, each list of objects in its own."""
+    """Any JSON-like result as tables: scalars in one key/value table, each list of objects in its
+    own table (the same data as the JSON, times shown as local time + epoch ms)."""
     data = to_jsonable(data)
     scalars: list[tuple[str, Any]] = []
     tables: list[tuple[str, list]] = []
-    if isinstance(data, list):
-        tables.append((title or "", data) if all(isinstance(v, Mapping) for v in data) else ("", []))
-        if not tables[0][1]:
-            scalars.append((title or "value", ", ".join(map(str, data))))
+    if isinstance(data, list) and all(isinstance(v, Mapping) for v in data):
+        tables.append((title or "", data))
     else:
-        _flatten("", data, scalars, tables)
+        _flatten("", data if isinstance(data, Mapping) else {"value": data}, scalars, tables)
     if scalars:
         out.print(kv_table(title, scalars))
     for name, rows in tables:
@@ -367,7 +378,8 @@ def render_mapping(out: Output, title: str | None, data: Any) -> None:
                     cols.append(k)
         t = Table(title=name or None)
         for c in cols:
-            t.add_column(escape(c), overflow="fold")
+            t.add_column(escape(c), overflow="fold",
+                         min_width=TIME_MIN_WIDTH if c.endswith("timestamp") else None)
         for r in rows:
-            t.add_row(*(Text("-" if r.get(c) is None else str(r.get(c))) for c in cols))
+            t.add_row(*(Text(_cell(c, r.get(c))) for c in cols))
         out.print(t)
