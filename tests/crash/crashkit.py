@@ -221,7 +221,9 @@ def all_records(st: MessageStore):
 def check_store(st: MessageStore, acked: list[Ack], *, query_sample: list[Ack] | None = None) -> dict:
     """After a crash: every acknowledged message readable and identical (by its commitlog offset,
     through its consume queue, by key), nothing else half-visible (every record complete and
-    consistent with its ID, batches all or nothing), verify() clean."""
+    consistent with its ID, batches all or nothing), verify() clean. Key queries run for
+    ``query_sample`` (default: every acknowledged put); verify() proves the rest: it fails when any
+    keyed record in the commitlog has a key no index item finds, or an item's chain is broken."""
     found = all_records(st)
     by_id = {(w, s): rec for (w, s, b, n), rec in found.items()}
     for a in acked:

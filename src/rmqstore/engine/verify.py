@@ -33,7 +33,8 @@ that is ahead, and cuts tail garbage (saving it under ``recovery/`` as recovery 
 commitlog records cannot be rebuilt: they stay reported with ``fixed=False`` and reads refuse them.
 
 Limits: at most :data:`MAX_PER_KIND` findings of a kind are listed (then one summary finding);
-the index check holds the phy offsets and hashes of all index items in memory (16 bytes each).
+the index check holds the phy offsets and hashes of all index items and of all keys of the scanned
+records in memory (16 bytes each).
 """
 from __future__ import annotations
 
