@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import stat
+import types
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -101,3 +103,55 @@ def truth(vectors):
         return cache[name]
 
     return _truth
+
+
+# ------------------------------------------------------------------------------------------------
+# The CLI reference as the tests read it: README.md's "## CLI reference" section once the lead has
+# merged it there, else docs/cli.md; its per-command sections and documented JSON shapes.
+# ------------------------------------------------------------------------------------------------
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def reference_text() -> str:
+    """The CLI reference: README.md's "## CLI reference" section once merged, else docs/cli.md."""
+    readme = ROOT / "README.md"
+    if readme.exists():
+        text = readme.read_text(encoding="utf-8")
+        if "## CLI reference" in text:
+            section = text.split("## CLI reference", 1)[1]
+            nxt = re.search(r"^## (?!#)", section, flags=re.M)
+            return section[: nxt.start()] if nxt else section
+    return (ROOT / "docs" / "cli.md").read_text(encoding="utf-8")
+
+
+def sections() -> dict[str, str]:
+    """``command path -> its section text`` from the ``### `rmqstore X``` headings."""
+    text = reference_text()
+    out = {}
+    parts = re.split(r"^### `rmqstore ([a-z -]+)`\s*$", text, flags=re.M)
+    for i in range(1, len(parts), 2):
+        out[parts[i].strip()] = parts[i + 1]
+    return out
+
+
+def doc_json(path: str) -> dict | None:
+    m = re.search(r"```json\n(.*?)```", sections()[path], flags=re.S)
+    return json.loads(m.group(1)) if m else None
+
+
+def same_shape(doc, got, where):
+    if isinstance(doc, dict) and isinstance(got, dict):
+        assert set(doc) == set(got), f"{where}: documented {sorted(doc)} vs printed {sorted(got)}"
+        for k in doc:
+            if k in ("properties", "summary", "spark_stats", "steps"):  # open-ended maps
+                continue
+            same_shape(doc[k], got[k], f"{where}.{k}")
+    elif isinstance(doc, list) and doc and isinstance(got, list) and got:
+        same_shape(doc[0], got[0], f"{where}[0]")
+
+
+@pytest.fixture(scope="session")
+def docref():
+    """``docref.reference_text()``, ``.sections()``, ``.doc_json(path)``, ``.same_shape(doc, got, where)``."""
+    return types.SimpleNamespace(reference_text=reference_text, sections=sections, doc_json=doc_json,
+                                 same_shape=same_shape)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import re
-from pathlib import Path
 
 import click
 import pytest
@@ -12,20 +11,7 @@ import pytest
 from rmqstore.cli.errors import EXIT_CODE_DOCS, ExitCode
 from rmqstore.cli.main import cli
 
-ROOT = Path(__file__).resolve().parents[2]
 WRITERS = {"send", "load", "recover", "clean", "demo", "rebuild", "spark rebuild", "spark export"}
-
-
-def reference_text() -> str:
-    """The CLI reference: README.md's "## CLI reference" section once merged, else docs/cli.md."""
-    readme = ROOT / "README.md"
-    if readme.exists():
-        text = readme.read_text(encoding="utf-8")
-        if "## CLI reference" in text:
-            section = text.split("## CLI reference", 1)[1]
-            nxt = re.search(r"^## (?!#)", section, flags=re.M)
-            return section[: nxt.start()] if nxt else section
-    return (ROOT / "docs" / "cli.md").read_text(encoding="utf-8")
 
 
 def all_commands(group: click.Group = cli, prefix: str = ""):
@@ -38,16 +24,6 @@ def all_commands(group: click.Group = cli, prefix: str = ""):
 
 COMMANDS = list(all_commands())
 LEAVES = [(p, c) for p, c in COMMANDS if not isinstance(c, click.Group)]
-
-
-def sections() -> dict[str, str]:
-    """``command path -> its section text`` from the ``### `rmqstore X``` headings."""
-    text = reference_text()
-    out = {}
-    parts = re.split(r"^### `rmqstore ([a-z -]+)`\s*$", text, flags=re.M)
-    for i in range(1, len(parts), 2):
-        out[parts[i].strip()] = parts[i + 1]
-    return out
 
 
 def test_the_contract_command_names_exist():
@@ -79,8 +55,8 @@ def test_every_command_has_help(run, path, cmd):
 
 
 @pytest.mark.parametrize("path", [p for p, _ in COMMANDS], ids=[p for p, _ in COMMANDS])
-def test_every_command_is_in_the_reference_with_an_example(path):
-    sec = sections()
+def test_every_command_is_in_the_reference_with_an_example(docref, path):
+    sec = docref.sections()
     assert path in sec, f"no '### `rmqstore {path}`' section in the CLI reference"
     if path == "spark":
         return
@@ -89,8 +65,8 @@ def test_every_command_is_in_the_reference_with_an_example(path):
     assert examples, f"no example `rmqstore {path} ...` in its section"
 
 
-def test_exit_code_table_matches_the_code():
-    text = reference_text()
+def test_exit_code_table_matches_the_code(docref):
+    text = docref.reference_text()
     rows = dict(re.findall(r"^\|\s*(\d+)\s*\|\s*([^|]+?)\s*\|", text, flags=re.M))
     assert {int(k) for k in rows} == {int(c) for c in ExitCode}
     for code, meaning, _ in EXIT_CODE_DOCS:
@@ -98,27 +74,12 @@ def test_exit_code_table_matches_the_code():
     assert {c for c, _, _ in EXIT_CODE_DOCS} == set(ExitCode)
 
 
-def _doc_json(path: str) -> dict | None:
-    m = re.search(r"```json\n(.*?)```", sections()[path], flags=re.S)
-    return json.loads(m.group(1)) if m else None
-
-
-def _same_shape(doc, got, where):
-    if isinstance(doc, dict) and isinstance(got, dict):
-        assert set(doc) == set(got), f"{where}: documented {sorted(doc)} vs printed {sorted(got)}"
-        for k in doc:
-            if k in ("properties", "summary", "spark_stats"):  # open-ended maps
-                continue
-            _same_shape(doc[k], got[k], f"{where}.{k}")
-    elif isinstance(doc, list) and doc and isinstance(got, list) and got:
-        _same_shape(doc[0], got[0], f"{where}[0]")
-
-
-def test_documented_json_shapes_are_what_commands_print(run, truth, tmp_path):
+def test_documented_json_shapes_are_what_commands_print(run, truth, tmp_path, docref):
     t = truth("basic")
     s = t.store
     r = t.rows[4]
-    record_doc = json.loads(re.search(r"### The message object.*?```json\n(.*?)```", reference_text(), flags=re.S).group(1))
+    record_doc = json.loads(re.search(r"### The message object.*?```json\n(.*?)```", docref.reference_text(),
+                                      flags=re.S).group(1))
     store = tmp_path / "w"
     conf = tmp_path / "c.conf"
     conf.write_text("mappedFileSizeCommitLog=65536\n")
@@ -142,14 +103,14 @@ def test_documented_json_shapes_are_what_commands_print(run, truth, tmp_path):
     if not produced["verify"]["findings"]:
         produced["verify"]["findings"] = [{"kind": "", "path": "", "offset": 0, "detail": "", "fixed": False}]
     for path, got in produced.items():
-        doc = _doc_json(path)
+        doc = docref.doc_json(path)
         assert doc is not None, f"no ```json block in the {path} section"
-        _same_shape(doc, got, path)
+        docref.same_shape(doc, got, path)
         for m in got["messages"] if isinstance(got.get("messages"), list) else []:
-            _same_shape(record_doc, m, f"{path}.messages[]")
+            docref.same_shape(record_doc, m, f"{path}.messages[]")
     for cmd in (["print", r["phy"]], ["query-id", r["msg_id"]], ["query-offset", r["phy"]]):
-        _same_shape(record_doc, run.json(*cmd, "--store", s), cmd[0])
+        docref.same_shape(record_doc, run.json(*cmd, "--store", s), cmd[0])
     line = run.json_lines("browse", r["topic"], "--limit", 1, "--store", s)[0]
-    _same_shape(record_doc, line, "browse")
+    docref.same_shape(record_doc, line, "browse")
     no_body = run.json_lines("browse", r["topic"], "--limit", 1, "--no-body", "--store", s)[0]
     assert set(record_doc) - set(no_body) == {"body", "body_encoding"}

@@ -20,9 +20,10 @@ def _spark_available():
         pytest.skip("Java is needed for Spark")
 
 
-def test_spark_rebuild(run, vectors, tmp_path):
+def test_spark_rebuild(run, vectors, tmp_path, docref):
     vs = vectors.load("basic")
     got = run.json("spark", "rebuild", tmp_path / "out", "--store", vs.store, "--master", MASTER)
+    docref.same_shape(docref.doc_json("spark rebuild"), got, "spark rebuild")
     assert got["records"] == len(vs.expected["putResults"])
     assert got["end_offset"] == vs.expected["api"]["maxPhyOffset"]
     assert got["consume_queues"] == sum(len(q) for q in vs.expected["api"]["consumeQueues"].values())
@@ -39,9 +40,10 @@ def test_spark_rebuild(run, vectors, tmp_path):
     assert vectors.tree_hashes(tmp_path / "out") == before
 
 
-def test_spark_stats(run, truth):
+def test_spark_stats(run, truth, docref):
     t = truth("basic")
     got = run.json("spark", "stats", "--top", 3, "--store", t.store, "--master", MASTER)
+    docref.same_shape(docref.doc_json("spark stats"), got, "spark stats")
     assert got["records"] == len(t.rows) and got["bytes"] == sum(r["record"]["storeSize"] for r in t.rows)
     per_queue: dict = {}
     for r in t.rows:
@@ -71,11 +73,12 @@ def test_spark_stats(run, truth):
     assert all(str(q["bytes"]) in table for q in got["queues"])
 
 
-def test_spark_export(run, truth, tmp_path):
+def test_spark_export(run, truth, tmp_path, docref):
     pq = pytest.importorskip("pyarrow.parquet")
     t = truth("basic")
     out = tmp_path / "export"
     got = run.json("spark", "export", out, "--include-body", "--store", t.store, "--master", MASTER)
+    docref.same_shape(docref.doc_json("spark export"), got, "spark export")
     assert got["rows"] == len(t.rows)
     table = pq.read_table(out).to_pylist()
     by_phy = {r["commitLogOffset"]: r for r in table}
@@ -87,10 +90,12 @@ def test_spark_export(run, truth, tmp_path):
     assert "already exists" in run.fails(9, "spark", "export", out, "--store", t.store, "--master", MASTER).stderr
 
 
-def test_demo_with_spark_stats(run, tmp_path):
+def test_demo_with_spark_stats(run, tmp_path, docref):
     d = tmp_path / "demo"
     got = run.json("demo", "--dir", d, "--messages", 2000, "--master", MASTER)
     assert got["ok"] is True and got["messages"] == 2000
+    docref.same_shape(docref.doc_json("demo"), got, "demo")
+    docref.same_shape(docref.doc_json("spark stats"), got["spark_stats"], "demo.spark_stats")
     stats = got["spark_stats"]
     assert stats["records"] == 2000
     fast = run.json("stats", "--store", d)  # the consume-queue statistics agree with the full scan
