@@ -1,0 +1,350 @@
+"""Spark verify: the findings of ``MessageStore.verify`` (:mod:`rmqstore.engine.verify`), computed
+in parallel.
+
+The store's verifier walks the commitlog once from its start. Here the walk is cut into byte ranges
+(spans): each task runs the same scan (:func:`rmqstore.engine.recovery.scan_log`, CRC checks, bad
+bytes skipped when an intact record follows) from the first record of its span to the first
+position past its end, and reports what it found and where it crossed the span end. The driver
+follows the chain from span to span; a span whose start does not line up with where the previous
+one crossed (a span boundary inside a damaged region) is scanned again from the right position.
+Consume queues (a group of queues per task) and index files (a group of files per task) are checked
+by the verifier's own per-queue and per-file checks on a read-only view of the store opened in the
+task; the check that every key of every record is in the index is a Spark anti-join; the checkpoint
+and the tail after the end of valid data are one small task. Only this module imports the
+verifier's internals, so a change there shows up in one place (and in the comparison test).
+"""
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from types import SimpleNamespace
+
+import numpy as np
+import pyarrow as pa
+from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
+from pyspark.sql.types import ByteType, IntegerType, LongType, StringType, StructField, StructType
+
+from ..format import message as M
+from . import scan as S
+from .internal import _spec, cfg_from_json
+
+FINDING, QUEUE_EDGE, KEY, GOOD_ITEM, SPAN = 0, 1, 2, 3, 4
+
+VERIFY_SCHEMA = StructType([
+    StructField("row", ByteType(), False),
+    StructField("span", IntegerType(), True),
+    StructField("kind", StringType(), True),      # finding
+    StructField("path", StringType(), True),
+    StructField("offset", LongType(), True),
+    StructField("detail", StringType(), True),
+    StructField("topic", StringType(), True),     # queue edge: first/last queue offset of a queue in a span
+    StructField("queueId", IntegerType(), True),
+    StructField("q1", LongType(), True),
+    StructField("phy1", LongType(), True),
+    StructField("q2", LongType(), True),
+    StructField("phy2", LongType(), True),
+    StructField("phy", LongType(), True),         # key / good index item
+    StructField("hash", IntegerType(), True),
+    StructField("info", StringType(), True),      # span summary (JSON)
+])
+
+
+def _light_files(store_dir: str, segments: list[int], seg_size: int):
+    """What the verifier needs to name a commitlog position (no mapping)."""
+    return [SimpleNamespace(file_from_offset=s, file_size=seg_size, path=S.segment_path(store_dir, s))
+            for s in segments]
+
+
+def _stub_verifier(store_dir: str, cfg, files):
+    from ..engine import verify as V
+
+    store = SimpleNamespace(cfg=cfg, read_only=True, consume_queues={}, path=store_dir,
+                            delay_levels_ms=cfg.delay_levels_ms,
+                            commit_log=SimpleNamespace(queue=SimpleNamespace(files=files),
+                                                       min_offset=files[0].file_from_offset if files else 0))
+    return V._Verifier(store, None)
+
+
+def corrupt_finding(c, files):
+    """The verifier's finding for a damaged commitlog region (same path, offset and text)."""
+    from ..engine import verify as V
+
+    path, pos = V._file_pos(files, c.offset)
+    return V.Finding(c.kind, path, pos, f"{c.reason}: {c.length} bytes at commitlog offset {c.offset} (kept, never "
+                                        "served)")
+
+
+# ================================================================================================
+# The source: one task per span group / queue group / index-file group / checkpoint+tail
+# ================================================================================================
+
+class TaskPartition(InputPartition):
+    def __init__(self, index: int, task: dict):
+        super().__init__(index)
+        self.index, self.task = index, task
+
+
+class VerifySource(DataSource):
+    @classmethod
+    def name(cls) -> str:
+        return "rmqstore_verify"
+
+    def schema(self):
+        return VERIFY_SCHEMA
+
+    def reader(self, schema):
+        return VerifyReader(_spec(self.options), schema)
+
+
+class VerifyReader(DataSourceReader):
+    """spec: ``store``, ``cfg``, ``segments`` and ``tasks`` (each a dict with ``mode``)."""
+
+    def __init__(self, spec, schema):
+        self.spec, self.schema = spec, schema
+
+    def partitions(self):
+        return [TaskPartition(i, t) for i, t in enumerate(self.spec["tasks"])]
+
+    def read(self, partition):
+        from pyspark.sql.pandas.types import to_arrow_schema
+
+        spec, task = self.spec, partition.task
+        arrow_schema = to_arrow_schema(self.schema, timezone="UTC")
+        cfg = cfg_from_json(spec["cfg"])
+        rows = {"log": _log_rows, "queues": _queue_rows, "index": _index_rows, "misc": _misc_rows}[task["mode"]](
+            spec["store"], cfg, spec["segments"], task)
+        batch: list[dict] = []
+        for r in rows:
+            batch.append(r)
+            if len(batch) >= 4096:
+                yield pa.RecordBatch.from_pylist(batch, schema=arrow_schema)
+                batch = []
+        if batch:
+            yield pa.RecordBatch.from_pylist(batch, schema=arrow_schema)
+
+
+def _finding_row(f, span: int | None = None) -> dict:
+    return {"row": FINDING, "span": span, "kind": f.kind, "path": f.path, "offset": f.offset, "detail": f.detail}
+
+
+# --- commitlog spans ------------------------------------------------------------------------------
+
+def _log_rows(store_dir: str, cfg, segments: list[int], task: dict):
+    for span_id, seg0, a, b, start in task["spans"]:
+        yield from _scan_span(store_dir, cfg, segments, span_id, S.Span(seg0, a, b), start)
+
+
+def _scan_span(store_dir: str, cfg, segments: list[int], span_id: int, span: S.Span, start: int | None):
+    """Scan one span like the verifier scans the log; rows: findings, queue edges, keys, summary."""
+    from ..engine import recovery as R
+    from ..io.mapped_file import MappedFile
+    from .columns import TopicDecoder
+
+    seg_size = cfg.mapped_file_size_commit_log
+    light = _light_files(store_dir, segments, seg_size)
+    info = {"span": span_id, "seg": span.seg, "start": span.start, "end": span.end, "first": None, "cross": None,
+            "stop": None, "reason": "", "records": 0, "last_valid": -1, "max_ts": 0}
+    if start is None:
+        if span.start == span.seg:
+            start = span.seg
+        else:
+            with S.Segment(store_dir, span.seg, seg_size) as seg:
+                p = _framing_start(seg, span.start - seg.start, span.end - seg.start)
+            start = None if p < 0 else span.seg + p
+    if start is None:
+        yield {"row": SPAN, "span": span_id, "info": json.dumps(info)}
+        return
+    info["first"] = start
+    maxrec = R.max_record_size(cfg)
+    limit = span.end + maxrec + 8
+    i = segments.index(span.seg)
+    j = i
+    while j + 1 < len(segments) and segments[j + 1] < limit:
+        j += 1
+    files = [MappedFile(S.segment_path(store_dir, s), seg_size, read_only=True) for s in segments[i:j + 2]]
+    for mf in files:
+        mf.wrote_position = mf.flushed_position = seg_size
+    v = _stub_verifier(store_dir, cfg, light)
+    topics = TopicDecoder()
+    firsts: dict[tuple[str, int], tuple[int, int]] = {}
+    crossing: list[int] = []
+    kept: list[tuple[object, M.RecordBatch]] = []
+    b = span.end
+
+    def on_batch(mf, batch):
+        abs_starts = batch.starts + mf.file_from_offset
+        beyond = abs_starts[abs_starts >= b]
+        if beyond.size:
+            crossing.append(int(beyond[0]))
+        k = int(np.searchsorted(abs_starts, b))
+        if k == 0:
+            return
+        if k < len(batch):
+            batch = batch.take(k)
+        codes = topics.codes(mf.mm, batch)
+        tx = batch.sys_flag & M.SYSFLAG_TX_MASK
+        sel = np.flatnonzero((tx != M.TX_PREPARED) & (tx != M.TX_ROLLBACK))
+        for r in sel.tolist():
+            key = (topics.names[int(codes[r])], int(batch.queue_id[r]))
+            if key not in firsts:
+                firsts[key] = (int(batch.queue_offset[r]), int(batch.phy_offset[r]))
+        v._on_batch(mf, batch)
+        kept.append((mf, batch))
+
+    try:
+        res = R.scan_log(files, start, cfg, check_crc=True, limit_phy=limit, on_batch=on_batch, dispatchable=True)
+        bad = {c.offset for c in res.corrupt}
+        for mf, batch in kept:  # the verifier's counters, for the records of this span only
+            abs_starts = batch.starts + mf.file_from_offset
+            good = ~np.isin(abs_starts, np.fromiter(bad, dtype=np.int64, count=len(bad)))
+            if good.any():
+                info["records"] += int(good.sum())
+                info["last_valid"] = max(info["last_valid"], int(abs_starts[good][-1]))
+                info["max_ts"] = max(info["max_ts"], int(batch.store_timestamp[good].max()))
+    finally:
+        for mf in files:
+            mf.close()
+    for c in res.corrupt:
+        if c.offset < b:
+            yield _finding_row(corrupt_finding(c, light), span_id)
+            crossing.append(c.offset + c.length)
+        else:
+            crossing.append(c.offset)
+    for f in v.f.items:  # queue offset jumps inside the span
+        yield _finding_row(f, span_id)
+    if res.reason != "limit":
+        info["stop"], info["reason"] = res.end, res.reason
+    crossing.append(res.end)
+    past = [c for c in crossing if c >= b]
+    info["cross"] = min(past) if past else None
+    for (t, q), (qo, phy) in firsts.items():
+        last_qo, last_phy = v.queue_last[(t, q)]
+        yield {"row": QUEUE_EDGE, "span": span_id, "topic": t, "queueId": q, "q1": qo, "phy1": phy, "q2": last_qo,
+               "phy2": last_phy}
+    for phys, hashes in v.expected_keys:
+        for p, h in zip(phys.tolist(), hashes.tolist()):
+            yield {"row": KEY, "span": span_id, "phy": p, "hash": h}
+    yield {"row": SPAN, "span": span_id, "info": json.dumps(info)}
+
+
+def _framing_start(seg: S.Segment, a: int, b: int) -> int:
+    """First position in [a, b) where a record with intact framing (the verifier's chain: length
+    formula, PHYSICALOFFSET = position) or the closing blank starts; -1 if none."""
+    p = seg.find_record_start(a, b)
+    blank = seg.mm.find(M.BLANK.pack(0, M.BLANK_MAGIC)[4:], a + 4, min(b + 8, seg.size))
+    while blank >= 0:
+        q = blank - 4
+        if q >= b or (p >= 0 and q >= p):
+            break
+        if q >= a and M.BLANK.unpack_from(seg.mm, q)[0] == seg.size - q:
+            return q
+        blank = seg.mm.find(M.BLANK.pack(0, M.BLANK_MAGIC)[4:], blank + 1, min(b + 8, seg.size))
+    return p
+
+
+# --- consume queues, index files, checkpoint and tail (a read-only store per task) ----------------
+
+def _open_verifier(store_dir: str, cfg, data_end: int):
+    from ..engine import verify as V
+    from ..message_store import MessageStore
+
+    st = MessageStore.open(store_dir, cfg, read_only=True)
+    v = V._Verifier(st, None)
+    v.data_end = data_end
+    return st, v
+
+
+def _queue_rows(store_dir: str, cfg, segments, task: dict):
+    st, v = _open_verifier(store_dir, cfg, task["end"])
+    try:
+        mine = {(t, q) for t, q in task["queues"]}
+        v.queue_last = {(t, q): (qo, phy) for t, q, qo, phy in task["queue_last"]}
+        v.cq_hi = {k: hi for k, hi in v.cq_hi.items() if k in mine}
+        v.check_consume_queues()
+        for f in v.f.items:
+            yield _finding_row(f)
+    finally:
+        st.close()
+
+
+def _index_rows(store_dir: str, cfg, segments, task: dict):
+    st, v = _open_verifier(store_dir, cfg, task["end"])
+    try:
+        names = set(task["files"])
+        for f in st.index_service.files:
+            if f.name not in names:
+                continue
+            phys, hashes = v._check_index_file(f)
+            for p, h in zip(phys.tolist(), hashes.tolist()):
+                yield {"row": GOOD_ITEM, "phy": p, "hash": h}
+        for f in v.f.items:
+            yield _finding_row(f)
+    finally:
+        st.close()
+
+
+def _misc_rows(store_dir: str, cfg, segments, task: dict):
+    from ..engine import recovery as R
+
+    st, v = _open_verifier(store_dir, cfg, task["end"])
+    try:
+        v.scan = R.ScanResult(end=task["end"], last_valid=task["last_valid"], records=task["records"],
+                              reason=task["reason"], max_store_timestamp=task["max_ts"])
+        v.check_checkpoint()
+        v.check_tail()
+        for f in v.f.items:
+            yield _finding_row(f)
+        yield {"row": SPAN, "info": json.dumps({"judge_lag": bool(v.judge_lag),
+                                                "index_files": len(st.index_service.files)})}
+    finally:
+        st.close()
+
+
+# ================================================================================================
+# Driver side: following the chain of spans
+# ================================================================================================
+
+@dataclass
+class Chain:
+    end: int
+    reason: str
+    spans: list[int]          # spans on the chain, in order
+    records: int
+    last_valid: int
+    max_ts: int
+    rescan: dict[int, int]    # span -> position it must be scanned from (when it does not line up)
+
+
+def follow(segments: list[int], seg_size: int, infos: dict[int, dict]) -> Chain:
+    """Follow the chain from the first segment's start through the span summaries."""
+    spans = sorted(infos.values(), key=lambda x: x["start"])
+    used, rescan = [], {}
+    records, last_valid, max_ts = 0, -1, 0
+    pos = segments[0] if segments else 0
+    end, reason = pos, "end of data"
+    k = 0
+    while k < len(spans):
+        sp = spans[k]
+        if pos >= sp["end"]:
+            k += 1
+            continue
+        if pos < sp["start"]:  # nothing in between: cannot happen with spans covering the log
+            break
+        if sp["first"] != pos:
+            rescan[sp["span"]] = pos
+            break
+        used.append(sp["span"])
+        records += sp["records"]
+        last_valid = max(last_valid, sp["last_valid"])
+        max_ts = max(max_ts, sp["max_ts"])
+        if sp["stop"] is not None and (sp["cross"] is None or sp["stop"] <= sp["cross"]):
+            end, reason = sp["stop"], sp["reason"]
+            return Chain(end, reason, used, records, last_valid, max_ts, rescan)
+        if sp["cross"] is None:
+            end, reason = sp["end"], "end of data"
+            return Chain(end, reason, used, records, last_valid, max_ts, rescan)
+        pos = sp["cross"]
+        end = pos
+        k += 1
+    return Chain(end, reason, used, records, last_valid, max_ts, rescan)
