@@ -142,6 +142,7 @@ def main() -> None:
     args = ap.parse_args()
     os.makedirs(args.dir, exist_ok=True)
     work = tempfile.mkdtemp(prefix="durability-", dir=args.dir)
+    load_before = os.getloadavg()[0]
     rows = []
     try:
         for threads in (1, 8):
@@ -173,9 +174,14 @@ def main() -> None:
     cmd = " ".join([".venv/bin/python", "bench/durability.py"] + sys.argv[1:])
     lines = ["# Durability benchmarks", "", f"Command (from the repository root): `{cmd}`", "",
              f"Machine: {platform.machine()}, {os.cpu_count()} CPUs, Python {platform.python_version()}, "
-             f"{platform.system()} {platform.release()}; stores on {args.dir}.",
+             f"{platform.system()} {platform.release()}; stores on {args.dir}; 1-minute load average "
+             f"{load_before:.1f} before and {os.getloadavg()[0]:.1f} after the run (other jobs on the machine "
+             "move these numbers, SYNC_FLUSH rates most: they are msync latency).",
              f"Recovery store: {b['messages']:,} messages with 1 KiB bodies in one {seg / GIB:.2f} GiB segment "
              f"({gib:.2f} GiB of records{'; times are per GiB, scaled from this size' if abs(gib - 1) > 0.05 else ''}).",
+             "Peak RSS is `ru_maxrss` of the child that ran the measurement; it counts the resident pages of "
+             "mapped files too (recovery maps and reads the whole segment: that page cache, shared and "
+             "reclaimable, is most of its RSS), so it is not heap.",
              "", "| measurement | result | detail | peak RSS (MiB) |", "|---|---|---|---|"]
     lines += [f"| {a} | {b_} | {c} | {d} |" for a, b_, c, d in rows]
     text = "\n".join(lines) + "\n"
