@@ -102,3 +102,27 @@ def test_demo_with_spark_stats(run, tmp_path, docref):
     assert stats["bytes"] == fast["totals"]["bytes"] == got["bytes_written"]
     assert {(q["topic"], q["queue_id"], q["messages"]) for q in stats["queues"]} == \
         {(q["topic"], q["queue_id"], q["messages"]) for q in fast["queues"]}
+
+
+def test_spark_verify(run, copy_store, truth, docref):
+    t = truth("basic")
+    clean = run.json("spark", "verify", "--store", t.store, "--master", MASTER)
+    assert clean["ok"] is True and clean["findings"] == [] and clean["summary"]["problems"] == 0
+    assert clean["summary"]["records"] == len(t.rows)
+    store = copy_store("basic")
+    victim = t.rows[9]
+    seg = store / "commitlog" / "00000000000000000000"
+    data = seg.read_bytes()
+    at = data.index(victim["body"], victim["phy"], victim["phy"] + victim["record"]["storeSize"])
+    with open(seg, "r+b") as fh:  # one body byte: the record's CRC no longer matches
+        fh.seek(at)
+        fh.write(bytes([data[at] ^ 0x01]))
+    r = run.fails(12, "spark", "verify", "--json", "--store", store, "--master", MASTER)
+    got = json.loads(r.stdout)
+    docref.same_shape(docref.doc_json("spark verify"), got, "spark verify")
+    assert got["ok"] is False and got["summary"]["records"] == len(t.rows) - 1
+    assert [(f["kind"], f["path"], f["offset"]) for f in got["findings"]] == [("record_crc", str(seg), victim["phy"])]
+    # the same finding as the in-process verify
+    local = json.loads(run.fails(12, "verify", "--json", "--store", store).stdout)
+    assert [(f["kind"], f["path"], f["offset"]) for f in local["findings"]] == \
+        [(f["kind"], f["path"], f["offset"]) for f in got["findings"]]

@@ -70,30 +70,28 @@ def spark_rebuild(cmd: StoreCommand, out_dir: str, master: str | None) -> None:
 
 @spark.command("verify")
 @click.option("--limit", type=click.IntRange(0), default=50, show_default=True,
-              help="Problem rows to show (0 = summary only).")
+              help="Findings to list (0 = the summary only).")
 @MASTER
 @store_options
 def spark_verify(cmd: StoreCommand, limit: int, master: str | None) -> None:
-    """Check every record (CRC, consume queues, index) with Spark; read-only. Exit 12 on problems."""
+    """The checks of `rmqstore verify` (CRCs, queue offsets, consume queues, index, checkpoint, tail)
+    in parallel with Spark; read-only. Exit 12 when there are findings."""
     jobs, sp, cfg = _session(cmd, master)
     with cmd.out.status("Spark verify"):
         df, summary = jobs.verify(sp, cmd.store_path, cfg=cfg)
         rows = [r.asDict(recursive=True) for r in df.limit(limit).collect()] if limit else []
-        problems = _problem_count(summary, df)
-    result = {"store": cmd.store_path, "summary": summary, "problems": rows}
+    problems = _problem_count(summary, df)
+    result = {"store": cmd.store_path, "ok": problems == 0, "summary": summary, "findings": rows}
     _show(cmd, f"Spark verify of {cmd.store_path}", result)
     if problems:
-        raise ProblemsFoundError(f"Spark verify found {problems} problem(s) in {cmd.store_path}")
+        raise ProblemsFoundError(f"Spark verify found {problems} problem(s) in {cmd.store_path}",
+                                 hint="see the findings; `rmqstore verify --fix` repairs consume queues and index")
 
 
 def _problem_count(summary, df) -> int:
     s = to_jsonable(summary)
-    if isinstance(s, dict):
-        for k in ("problems", "findings", "errors", "bad", "invalid"):
-            if isinstance(s.get(k), int):
-                return s[k]
-        if isinstance(s.get("ok"), bool):
-            return 0 if s["ok"] else 1
+    if isinstance(s, dict) and isinstance(s.get("problems"), int):
+        return s["problems"]
     return df.count()
 
 
