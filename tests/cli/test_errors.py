@@ -175,3 +175,21 @@ def test_locked_store(run, copy_store, tmp_path):
         holder.communicate("", timeout=30)
     assert holder.returncode == 0
     assert run.json("send", "TopicTest", "after", "--store", store)["status"] == "PUT_OK"
+
+
+def test_spark_unavailable_and_interrupt(run, vectors, monkeypatch):
+    s = vectors.load("basic").store
+    monkeypatch.setitem(sys.modules, "rmqstore.spark.jobs", None)  # as if pyspark were not installed
+    spark_pkg = sys.modules.get("rmqstore.spark")
+    if spark_pkg is not None:  # an earlier import left the submodule as an attribute of the package
+        monkeypatch.delattr(spark_pkg, "jobs", raising=False)
+    line = _one_line(run.fails(ExitCode.SPARK_UNAVAILABLE, "spark", "stats", "--store", s))
+    assert "Spark" in line and "setup" in line
+    from rmqstore import MessageStore
+
+    def interrupted(self):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(MessageStore, "topics", interrupted)
+    r = run("topic-status", "--store", s)
+    assert r.exit_code == ExitCode.INTERRUPTED and "Traceback" not in r.stderr
