@@ -102,6 +102,15 @@ def test_demo_with_spark_stats(run, tmp_path, docref):
     assert stats["bytes"] == fast["totals"]["bytes"] == got["bytes_written"]
     assert {(q["topic"], q["queue_id"], q["messages"]) for q in stats["queues"]} == \
         {(q["topic"], q["queue_id"], q["messages"]) for q in fast["queues"]}
+    # the table mode's short Spark section, from this same result (no second Spark job)
+    from rmqstore.cli.main import spark_summary
+    from rmqstore.cli.render import Output, kv_table
+
+    out = Output(json_mode=False)
+    with out.console.capture() as cap:
+        out.print(kv_table("Spark stats", spark_summary(stats)))
+    text = cap.get()
+    assert "2,000" in text and all(f"{t['topic']} {t['messages']:,}" in text for t in stats["topics"])
 
 
 def test_spark_verify(run, copy_store, truth, docref):
@@ -126,12 +135,3 @@ def test_spark_verify(run, copy_store, truth, docref):
     local = json.loads(run.fails(12, "verify", "--json", "--store", store).stdout)
     assert [(f["kind"], f["path"], f["offset"]) for f in local["findings"]] == \
         [(f["kind"], f["path"], f["offset"]) for f in got["findings"]]
-    # the table mode's short Spark section, from this same result (no second Spark job)
-    from rmqstore.cli.main import spark_summary
-    from rmqstore.cli.render import Output, kv_table
-
-    out = Output(json_mode=False)
-    with out.console.capture() as cap:
-        out.print(kv_table("Spark stats", spark_summary(stats)))
-    text = cap.get()
-    assert "2,000" in text and all(f"{t['topic']} {t['messages']:,}" in text for t in stats["topics"])

@@ -143,7 +143,6 @@ class StoreCommand:
 def _set_debug(ctx: click.Context, param, value: bool) -> bool:
     if value:
         ctx.meta[DEBUG_KEY] = True
-        logging.getLogger("rmqstore").setLevel(logging.DEBUG)
     return value
 
 
@@ -194,12 +193,22 @@ class _EchoHandler(logging.Handler):
 _HANDLER = _EchoHandler(level=logging.WARNING)
 
 
-def install_logging() -> None:
+def install_logging(ctx: click.Context) -> None:
+    """Show the store's warnings while this invocation runs (removed again when it ends, so an
+    in-process caller such as a test keeps its logging as it was)."""
     log = logging.getLogger("rmqstore")
-    if _HANDLER not in log.handlers:
-        log.addHandler(_HANDLER)
-    if log.level == logging.NOTSET:
+    if _HANDLER in log.handlers:
+        return
+    level = log.level
+    log.addHandler(_HANDLER)
+    if level == logging.NOTSET or level > logging.WARNING:
         log.setLevel(logging.WARNING)
+
+    def restore() -> None:
+        log.removeHandler(_HANDLER)
+        log.setLevel(level)
+
+    ctx.call_on_close(restore)
 
 
 def report_error(ctx: click.Context, exc: BaseException) -> int:

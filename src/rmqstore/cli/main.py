@@ -24,13 +24,14 @@ def _version() -> str:
 @click.group(cls=RmqGroup, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
 @click.version_option(_version(), prog_name="rmqstore")
 @debug_option
-def cli() -> None:
+@click.pass_context
+def cli(ctx: click.Context) -> None:
     """Offline toolbox for RocketMQ message stores (rmqstore's own and copies of a broker's).
 
     Reading commands open the store read-only and never change it; commands that write say so.
     Every command takes --store DIR and --config broker.conf; --json prints JSON for scripts.
     """
-    install_logging()
+    install_logging(ctx)
 
 
 @cli.command()
