@@ -39,7 +39,7 @@ EXIT_CODE_DOCS: list[tuple[ExitCode, str, str]] = [
     (ExitCode.STORE_LOCKED, "another process holds the store's lock", "stop the broker/writer, or use a read-only command"),
     (ExitCode.CORRUPT, "corrupt record or file", "run `rmqstore verify` to see the damage"),
     (ExitCode.READ_ONLY, "write refused: the store is read-only", "use a command that opens the store for writing"),
-    (ExitCode.CONFIG, "bad configuration (--config file or a value in it)", "fix the named key in broker.conf"),
+    (ExitCode.CONFIG, "bad configuration value (in the --config file; a missing file is a usage error)", "fix the named key in broker.conf"),
     (ExitCode.OFFSET, "offset outside the stored data", "check the range with `rmqstore stats`/`topic-status`"),
     (ExitCode.IO, "operating-system I/O error", "check permissions and free space on the named path"),
     (ExitCode.UNKNOWN_TOPIC, "unknown topic or queue", "list topics with `rmqstore topic-status`"),
