@@ -32,7 +32,7 @@ from .engine.index import IndexFile, IndexService
 from .format import consume_queue as CQF
 from .format import index_file as IF
 from .format import message as M
-from .io.mapped_file import fsync_dir
+from .io.mapped_file import fsync_dir, fsync_dirty_dirs
 from .errors import (CorruptRecordError, OffsetError, ReadOnlyStoreError, StoreClosedError, StoreIOError,
                      StoreLockedError, StoreNotFoundError)
 from .format.hashes import java_hash_cached
@@ -296,11 +296,12 @@ class MessageStore:
                 self.consume_queues.clear()
             redispatch = 0
         index_cut = redispatch
-        if applied and files and self.index_service.files:
-            if not last_exit_ok and self.index_service.files[-1] not in dropped_index:
-                # the current file can hold a half-written put (slots ahead of its header) even
-                # when its end time does not pass the checkpoint: it is cut back like the dropped ones
-                dropped_index = list(dropped_index) + [self.index_service.files[-1]]
+        all_index = sorted(set(self.index_service.files) | set(dropped_index), key=lambda f: f.name)
+        if applied and files and all_index:
+            if not last_exit_ok and all_index[-1] not in dropped_index:
+                # the current (newest) file can hold a half-written put (slots ahead of its header)
+                # even when its end time does not pass the checkpoint: it is cut back like the others
+                dropped_index = list(dropped_index) + [all_index[-1]]
             elif last_exit_ok:
                 # a clean shutdown, but the commitlog lost its tail: items for the cut records go
                 # (a new record at the same offset would otherwise be taken as indexed already)
@@ -317,6 +318,7 @@ class MessageStore:
             for cq in self.consume_queues.values():
                 cq.flush(0)
             self.index_service.flush()
+            fsync_dirty_dirs()
             self.checkpoint.flush()
         else:
             self.reput.reput_from = end
@@ -345,12 +347,16 @@ class MessageStore:
                 if f in dropped:
                     # a record whose keys spill from the previous file into this one keeps them here
                     limit = max(redispatch, prev_end[0] + 1) if out else redispatch
-                    R.truncate_index_file(f, limit, ts_at, prev_end)
-                    report.index_files_rebuilt.append(f.name)
-                    if f.index_count <= 1 and (out or f is not kept[-1]):
+                    cut = R.truncate_index_file(f, limit, ts_at, prev_end)
+                    if cut:
+                        report.index_files_rebuilt.append(f.name)
+                    if f.index_count <= 1:
+                        # no item left: its header may still carry the end of a file cut back or
+                        # removed before it; the index creates a fresh current file when needed
                         f.destroy()
                         continue
-                    f.flush()
+                    if cut:
+                        f.flush()
                 out.append(f)
                 prev_end = (f.end_phy, f.end_ts)
             kept = out
@@ -625,6 +631,7 @@ class MessageStore:
             cq.flush(least_pages)
         if physic:
             cp.physic_msg_timestamp = physic
+        fsync_dirty_dirs()
         self.checkpoint.flush(dataclasses.replace(cp, logics_msg_timestamp=logics))
 
     def _supervise_reput(self, now: float) -> None:
@@ -710,6 +717,7 @@ class MessageStore:
                 self.checkpoint.values.physic_msg_timestamp = self.commit_log.flushed_store_timestamp or \
                     self.checkpoint.values.physic_msg_timestamp
                 self.index_service.flush()
+                fsync_dirty_dirs()
                 self.checkpoint.flush()
             except Exception:  # noqa: BLE001 - the next open recovers
                 log.exception("final flush failed; the next open will recover")

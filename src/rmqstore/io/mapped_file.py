@@ -50,6 +50,26 @@ def fsync_dir(path: str) -> None:
         os.close(fd)
 
 
+_DIRTY_DIRS: set[str] = set()
+_DIRTY_LOCK = threading.Lock()
+
+
+def fsync_dirty_dirs() -> None:
+    """fsync the directories that received new segments since the last call (consume-queue and
+    index files are created without waiting for it; the store calls this before it writes the
+    checkpoint and at close, so the checkpoint never refers to a file a power loss could drop)."""
+    with _DIRTY_LOCK:
+        dirs = list(_DIRTY_DIRS)
+        _DIRTY_DIRS.clear()
+    for d in dirs:
+        fsync_dir(d)
+
+
+def _syncs_at_once(path: str) -> bool:
+    """Commitlog segments: their directory is fsync'd before any record in them is acknowledged."""
+    return os.path.basename(os.path.dirname(path)) == "commitlog"
+
+
 def temp_path_for(path: str) -> str:
     """Where a new segment is prepared: the parent of its directory, under a hidden name that no
     loader takes for a segment (``commitlog/X`` -> ``.commitlog.X.creating`` in the store root)."""
@@ -144,7 +164,11 @@ class MappedFile:
                 err.errno = e.errno
                 raise err from e
             raise
-        fsync_dir(os.path.dirname(path))
+        if _syncs_at_once(path):
+            fsync_dir(os.path.dirname(path))
+        else:
+            with _DIRTY_LOCK:
+                _DIRTY_DIRS.add(os.path.dirname(path))
         return fd
 
     # --- views -------------------------------------------------------------------------------
@@ -193,8 +217,16 @@ class MappedFile:
             raise ReadOnlyStoreError("segment is mapped read-only", path=self.path)
 
     def write_at(self, pos: int, data) -> None:
+        """Write ``data`` at ``pos`` (no position changes), its first 8 bytes last like
+        :meth:`append`: a batch of records written at once appears whole or not at all."""
         self._check_writable()
-        self.mm[pos:pos + len(data)] = data
+        n = len(data)
+        if n > PUBLISH_BYTES:
+            mv = memoryview(data)
+            self.mm[pos + PUBLISH_BYTES:pos + n] = mv[PUBLISH_BYTES:]
+            self.mm[pos:pos + PUBLISH_BYTES] = mv[:PUBLISH_BYTES]
+        else:
+            self.mm[pos:pos + n] = data
 
     def append(self, data) -> int:
         """Write at the write position; returns the position written at."""
