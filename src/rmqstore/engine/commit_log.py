@@ -258,11 +258,13 @@ class CommitLog:
                 pos = mf.wrote_position
                 phy = mf.file_from_offset + pos
                 mm = mf.mm
-                mm[pos:pos + 88] = _PACK_V4(
+                head = _PACK_V4(
                     total, _MAGIC_V1, crc, msg.queue_id, msg.flag, qoff, phy, msg.sys_flag,
                     store_ts if born_ts is None else born_ts, born_a, born_p,
                     store_ts, store_a, store_p, msg.reconsume_times, msg.prepared_transaction_offset, blen)
                 mm[pos + 88:pos + total] = tail
+                mm[pos + 8:pos + 88] = head[8:]
+                mm[pos:pos + 8] = head[:8]  # TOTALSIZE+MAGIC last: a crash or a reader sees all or nothing
                 end = self._publish(mf, pos + total, store_ts, key, qoff + 1)
         except (OSError, StoreIOError) as ex:
             return _append_failed(ex)
@@ -399,7 +401,7 @@ class CommitLog:
                 pos = mf.wrote_position
                 phy0 = mf.file_from_offset + pos
                 M.stamp_batch_v4(buf, starts, qoff0, phy0, store_ts, born_unset)
-                mf.mm[pos:pos + total] = buf
+                mf.write_at(pos, buf)  # first 8 bytes last: the batch appears whole or not at all
                 end = self._publish(mf, pos + total, store_ts, key, qoff0 + len(msgs))
         except (OSError, StoreIOError) as ex:
             return _append_failed(ex)
