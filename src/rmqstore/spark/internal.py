@@ -1,26 +1,20 @@
-"""Internal data sources of the Spark jobs (registered by :func:`.jobs.get_spark`; not for users).
+"""Internal data sources of the Spark jobs (registered by :func:`.jobs.register`; not for users).
 
-The jobs move data between Python and the JVM only as Arrow batches, through the Python Data
-Source API: a reader that turns commitlog spans into dispatch rows, and writers that turn sorted
-rows into consume-queue and index files. Spark SQL does the shuffles and sorts in between. Each
-source takes one option, ``spec``: a JSON document written by the job on the driver.
+Without pandas, PySpark moves data between Python and the JVM as Arrow batches only through the
+Python Data Source API, so every job stage here is a data source read whose partitions are the
+stage's tasks. Each source takes one option, ``spec``: a JSON document the job writes on the driver.
 
-* ``rmqstore_dispatch`` (read): per record, what the dispatcher needs — topic, queue, queue offset,
-  PHYSICALOFFSET, size, tagsCode, store time, sysflag, and the index key hashes (UNIQ_KEY first,
-  then each KEYS token; none for ROLLBACK records) — computed with the same batch codec as the
-  in-process dispatcher (:func:`~rmqstore.engine.dispatch.extract_dispatch_columns`); plus one
-  summary row per span (:class:`~.scan.SpanSummary` as JSON).
-* ``rmqstore_cq_writer`` (write): rows sorted by topic, queue and commitlog position; each queue is
-  written by :class:`~rmqstore.engine.consume_queue.ConsumeQueue` ``put_units`` exactly as the
-  in-process rebuild does, into a private directory renamed into place when complete.
-* ``rmqstore_index_writer`` (write): index items sorted by file and rank, each file preceded by the
-  last item of the file before it (whose end offset/time a new file's header starts from); each
-  file is written with :meth:`~rmqstore.engine.index.IndexFile.put_batch`.
-* ``rmqstore_cq_units`` / ``rmqstore_index_items`` (read): the units of a store's consume-queue
-  files and the items of its index files, for ``verify`` and ``stats``.
-
-Writers report back through ``commit`` (which runs on the driver's machine) by writing a JSON file
-at the path given in the spec.
+* ``rmqstore_dispatch``: per commitlog span, the records are dispatched with the in-process
+  dispatcher's batch codec (:func:`~rmqstore.engine.dispatch.extract_dispatch_columns`); the
+  consume-queue units and index items go to two files per span under the rebuild output's
+  temporary directory and the task returns the span's summary (:class:`~.scan.SpanSummary`, counts,
+  where each queue's units are).
+* ``rmqstore_rebuild_write``: tasks planned by the driver from those summaries, each writing some
+  consume queues (``ConsumeQueue.put_units`` in commitlog order, as the dispatcher) and some index
+  files (``IndexFile.put_batch`` over the items ranked for the file, the header started from the
+  previous file's last item).
+* ``rmqstore_cq_units``, ``rmqstore_index_items``, ``rmqstore_index_profile``, ``rmqstore_keys``:
+  consume-queue units, index items, index file profiles and record keys of a store (stats).
 """
 from __future__ import annotations
 
@@ -30,13 +24,11 @@ import os
 import shutil
 import time
 import uuid
-from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
-from pyspark.sql.datasource import (DataSource, DataSourceArrowWriter, DataSourceReader, InputPartition,
-                                    WriterCommitMessage)
-from pyspark.sql.types import BinaryType, BooleanType, ByteType, IntegerType, LongType, StringType, StructField, StructType
+from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
+from pyspark.sql.types import BooleanType, ByteType, IntegerType, LongType, StringType, StructField, StructType
 
 from ..config import MessageStoreConfig
 from ..format import consume_queue as FCQ
@@ -75,63 +67,32 @@ def _task_tmp(out_dir: str) -> str:
     return d
 
 
-def _write_result(path: str, payload) -> None:
-    tmp = f"{path}.{uuid.uuid4().hex}.tmp"
-    with open(tmp, "w") as fh:
-        json.dump(payload, fh)
+
+# ================================================================================================
+# Dispatch
+# ================================================================================================
+
+DISPATCH_SCHEMA = StructType([
+    StructField("span", IntegerType(), False),
+    StructField("info", StringType(), False),     # SpanSummary + what was dispatched, JSON
+])
+
+#: A span's consume-queue units, grouped by queue (commitlog order within a queue), and its index
+#: items in commitlog order: written by the dispatch task under the output's temporary directory
+#: (the output must be visible to every executor anyway) and read back by the writer tasks, so the
+#: bulk of the data never goes through the JVM.
+CQ_UNIT_DTYPE = np.dtype([("queue_offset", "<i8"), ("phy", "<i8"), ("size", "<i4"), ("tags", "<i8")])
+ITEM_DTYPE = np.dtype([("hash", "<i4"), ("phy", "<i8"), ("ts", "<i8")])
+
+
+def _save(path: str, arr: np.ndarray) -> None:
+    tmp = f"{path}.{uuid.uuid4().hex}"
+    arr.tofile(tmp)
     os.replace(tmp, path)
 
 
-# ================================================================================================
-# Dispatch blocks
-# ================================================================================================
-
-CQ_BLOCK, INDEX_BLOCK, SUMMARY = 0, 1, 2
-
-DISPATCH_SCHEMA = StructType([
-    StructField("kind", ByteType(), False),      # CQ_BLOCK, INDEX_BLOCK or SUMMARY
-    StructField("span", IntegerType(), False),
-    StructField("topic", StringType(), True),    # CQ block: its queue
-    StructField("queueId", IntegerType(), True),
-    StructField("pos", LongType(), True),        # position of the block's first record
-    StructField("n", IntegerType(), True),       # units / items in the block
-    StructField("first", LongType(), True),      # index block: rank of its first item in the span
-    StructField("data", BinaryType(), True),     # the block's columns (see encode_cq_block/encode_items)
-    StructField("info", StringType(), True),     # summary: SpanSummary + dispatch counts, JSON
-])
-
-# Blocks are arrays of native-endian columns laid end to end; they never leave the job.
-_CQ_COLS = (("queue_offset", np.int64), ("phy", np.int64), ("size", np.int32), ("tags", np.int64), ("pos", np.int64))
-_ITEM_COLS = (("hash", np.int32), ("phy", np.int64), ("ts", np.int64))
-
-
-def _encode(cols, arrays) -> bytes:
-    return b"".join(np.ascontiguousarray(a, dtype=t).tobytes() for (_, t), a in zip(cols, arrays))
-
-
-def _decode(cols, data: bytes, n: int) -> dict[str, np.ndarray]:
-    out, off = {}, 0
-    for name, t in cols:
-        w = np.dtype(t).itemsize * n
-        out[name] = np.frombuffer(data, dtype=t, count=n, offset=off)
-        off += w
-    return out
-
-
-def encode_cq_block(queue_offset, phy, size, tags, pos) -> bytes:
-    return _encode(_CQ_COLS, (queue_offset, phy, size, tags, pos))
-
-
-def decode_cq_block(data: bytes, n: int) -> dict[str, np.ndarray]:
-    return _decode(_CQ_COLS, data, n)
-
-
-def encode_items(hashes, phy, ts) -> bytes:
-    return _encode(_ITEM_COLS, (hashes, phy, ts))
-
-
-def decode_items(data: bytes, n: int) -> dict[str, np.ndarray]:
-    return _decode(_ITEM_COLS, data, n)
+def load_slice(path: str, dtype: np.dtype, first: int, n: int) -> np.ndarray:
+    return np.fromfile(path, dtype=dtype, count=n, offset=first * dtype.itemsize)
 
 
 class SpansPartition(InputPartition):
@@ -153,6 +114,9 @@ class DispatchSource(DataSource):
 
 
 class DispatchReader(DataSourceReader):
+    """spec: ``store``, ``cfg``, ``groups`` (spans per partition), ``tmp`` (directory for the span
+    files), ``check_crc``, ``prop_crc``. One row per span: its summary."""
+
     def __init__(self, spec: dict, schema: StructType):
         self.spec = spec
         self.schema = schema
@@ -165,236 +129,203 @@ class DispatchReader(DataSourceReader):
 
         spec = self.spec
         cfg = cfg_from_json(spec["cfg"])
-        arrow_schema = to_arrow_schema(self.schema, timezone="UTC")
+        os.makedirs(spec["tmp"], exist_ok=True)
+        rows = []
         for span_id, seg0, a, b in partition.spans:
-            yield from dispatch_span(spec["store"], cfg, span_id, S.Span(seg0, a, b), arrow_schema,
-                                     check_crc=spec["check_crc"], prop_crc=spec["prop_crc"])
+            info = dispatch_span(spec["store"], cfg, span_id, S.Span(seg0, a, b), spec["tmp"],
+                                 check_crc=spec["check_crc"], prop_crc=spec["prop_crc"])
+            rows.append({"span": span_id, "info": json.dumps(info)})
+        yield pa.RecordBatch.from_pylist(rows, schema=to_arrow_schema(self.schema, timezone="UTC"))
 
 
-def dispatch_span(store_dir: str, cfg: MessageStoreConfig, span_id: int, span: S.Span, arrow_schema: pa.Schema,
-                  check_crc: bool, prop_crc: bool):
-    """Blocks of the run of valid records starting in ``span`` (up to its first break), then the
-    span's summary. Per batch of records: one CQ block per queue (NOT_TYPE and COMMIT records) and
-    one index block (UNIQ_KEY then KEYS tokens per record; ROLLBACK records have none), computed
-    with the in-process dispatcher's batch codec."""
+def dispatch_span(store_dir: str, cfg: MessageStoreConfig, span_id: int, span: S.Span, tmp: str,
+                  check_crc: bool, prop_crc: bool) -> dict:
+    """Dispatch the run of valid records starting in ``span`` (up to its first break) with the
+    in-process dispatcher's batch codec: consume-queue units (NOT_TYPE and COMMIT records) and
+    index items (UNIQ_KEY then KEYS tokens per record; none for ROLLBACK) go to the span's two
+    files. Returns the span summary with ``dispatch``: counts, the files, and per queue where its
+    units are (``[topic, queueId, first, n]``)."""
     from ..engine.dispatch import extract_dispatch_columns
 
     summary = S.SpanSummary(span)
     topic_cache: dict[bytes, str] = {}
     delay = cfg.delay_levels_ms
-    items = records = 0
+    qnames: dict[tuple[str, int], int] = {}
+    units, unit_q, items = [], [], []
+    records = 0
     last = last_keyed = -1
-    queues: dict[tuple[str, int], int] = {}
     for seg, batch in S.iter_span_batches(store_dir, cfg.mapped_file_size_commit_log, span, summary,
                                           check_crc=check_crc, prop_crc=prop_crc, salvage=False):
-        n = len(batch)
         cols = extract_dispatch_columns(seg.u8, batch, delay, topic_cache)
         pos = batch.starts + seg.start
         topic_ids = np.asarray(cols.topic_ids, dtype=np.int64)
-        tags = np.asarray(cols.tags_codes, dtype=np.int64)
-        rows = []
         tx = batch.sys_flag & M.SYSFLAG_TX_MASK
         sel = np.flatnonzero((tx != M.TX_PREPARED) & (tx != M.TX_ROLLBACK))
         if sel.size:
-            key = topic_ids[sel] * (1 << 32) + batch.queue_id[sel].astype(np.int64)
-            order = np.argsort(key, kind="stable")
-            sel, key = sel[order], key[order]
-            for grp in np.split(sel, np.flatnonzero(np.diff(key)) + 1):
-                topic, qid = cols.topics[int(topic_ids[grp[0]])], int(batch.queue_id[grp[0]])
-                queues[(topic, qid)] = queues.get((topic, qid), 0) + int(grp.size)
-                rows.append({"kind": CQ_BLOCK, "span": span_id, "topic": topic, "queueId": qid,
-                             "pos": int(pos[grp[0]]), "n": int(grp.size),
-                             "data": encode_cq_block(batch.queue_offset[grp], batch.phy_offset[grp], batch.total[grp],
-                                                     tags[grp], pos[grp])})
+            keys = topic_ids[sel] * (1 << 32) + batch.queue_id[sel].astype(np.int64)
+            uk, inv = np.unique(keys, return_inverse=True)
+            ids = np.array([qnames.setdefault((cols.topics[k >> 32], k & 0xFFFFFFFF), len(qnames))
+                            for k in uk.tolist()], dtype=np.int64)
+            u = np.empty(sel.size, dtype=CQ_UNIT_DTYPE)
+            u["queue_offset"], u["phy"], u["size"] = batch.queue_offset[sel], batch.phy_offset[sel], batch.total[sel]
+            u["tags"] = np.asarray(cols.tags_codes, dtype=np.int64)[sel]
+            units.append(u)
+            unit_q.append(ids[inv.ravel()])
         rec = np.asarray(cols.item_rec, dtype=np.int64)
-        hashes = np.asarray(cols.item_hash, dtype=np.int64)
         keep = tx[rec] != M.TX_ROLLBACK  # ROLLBACK records are never indexed
-        rec, hashes = rec[keep], hashes[keep]
+        rec = rec[keep]
         if rec.size:
-            rows.append({"kind": INDEX_BLOCK, "span": span_id, "pos": int(pos[rec[0]]), "n": int(rec.size),
-                         "first": items, "data": encode_items(hashes, batch.phy_offset[rec], batch.store_timestamp[rec])})
-            items += int(rec.size)
+            it = np.empty(rec.size, dtype=ITEM_DTYPE)
+            it["hash"] = np.asarray(cols.item_hash, dtype=np.int64)[keep]
+            it["phy"], it["ts"] = batch.phy_offset[rec], batch.store_timestamp[rec]
+            items.append(it)
             last_keyed = int(pos[rec[-1]])
-        records += n
+        records += len(batch)
         last = int(pos[-1])
-        if rows:
-            yield pa.RecordBatch.from_pylist(rows, schema=arrow_schema)
+    queues: list[list] = []
+    cq_path = idx_path = None
+    if units:
+        u = np.concatenate(units)
+        q = np.concatenate(unit_q)
+        order = np.argsort(q, kind="stable")  # grouped by queue, commitlog order inside a queue
+        u, q = u[order], q[order]
+        cq_path = os.path.join(tmp, f"span-{span_id}.cq")
+        _save(cq_path, u)
+        bounds = np.flatnonzero(np.diff(q)) + 1
+        names = {v: k for k, v in qnames.items()}
+        for a, b in zip(np.concatenate([[0], bounds]).tolist(), np.concatenate([bounds, [q.size]]).tolist()):
+            topic, qid = names[int(q[a])]
+            queues.append([topic, qid, a, b - a])
+    n_items = 0
+    if items:
+        it = np.concatenate(items)
+        n_items = int(it.size)
+        idx_path = os.path.join(tmp, f"span-{span_id}.idx")
+        _save(idx_path, it)
     info = summary.to_dict()
-    info["dispatch"] = {"records": records, "items": items, "last": last, "last_keyed": last_keyed,
-                        "queues": [[t, q, c] for (t, q), c in queues.items()]}
-    yield pa.RecordBatch.from_pylist([{"kind": SUMMARY, "span": span_id, "info": json.dumps(info)}],
-                                     schema=arrow_schema)
+    info["dispatch"] = {"records": records, "items": n_items, "last": last, "last_keyed": last_keyed,
+                        "queues": queues, "cq_path": cq_path, "idx_path": idx_path}
+    return info
 
 
 # ================================================================================================
-# Consume-queue writer
+# Writing consume queues and index files (the second stage of rebuild)
 # ================================================================================================
 
-@dataclass
-class QueuesWritten(WriterCommitMessage):
-    queues: list  # [topic, queueId, units, files]
+class TaskPartition(InputPartition):
+    def __init__(self, index: int, task: dict):
+        super().__init__(index)
+        self.index, self.task = index, task
 
 
-class CQWriterSource(DataSource):
+WRITE_SCHEMA = StructType([
+    StructField("kind", StringType(), False),      # "queue" or "index"
+    StructField("topic", StringType(), True),
+    StructField("queueId", IntegerType(), True),
+    StructField("file", IntegerType(), True),      # index file number
+    StructField("name", StringType(), True),
+    StructField("count", LongType(), False),       # units / items written
+    StructField("files", IntegerType(), False),    # files written
+])
+
+
+class RebuildWriteSource(DataSource):
+    """Runs the writer tasks planned by the driver (a read whose partitions are tasks; the rows are
+    what each task wrote). spec: ``out``, ``cfg``, ``base_ms``, ``tasks``: each
+    ``{"queues": [[topic, queueId, [[path, first, n], ...]], ...],
+    "files": [[file number, prev or null, [[path, first, n], ...]], ...]}`` where ``prev`` is
+    ``[path, index]`` of the item a file's header starts from."""
+
     @classmethod
     def name(cls) -> str:
-        return "rmqstore_cq_writer"
+        return "rmqstore_rebuild_write"
 
-    def writer(self, schema, overwrite):
-        return CQWriter(_spec(self.options))
+    def schema(self):
+        return WRITE_SCHEMA
+
+    def reader(self, schema):
+        return RebuildWriteReader(_spec(self.options), schema)
 
 
-def _finish_queue(cq, tmp_root: str, out_dir: str, topic: str, qid: int) -> int:
-    cq.flush(0)
-    files = len(cq.queue.files)
-    cq.close()
+class RebuildWriteReader(DataSourceReader):
+    def __init__(self, spec, schema):
+        self.spec, self.schema = spec, schema
+
+    def partitions(self):
+        return [TaskPartition(i, t) for i, t in enumerate(self.spec["tasks"])]
+
+    def read(self, partition):
+        from pyspark.sql.pandas.types import to_arrow_schema
+
+        spec = self.spec
+        cfg = cfg_from_json(spec["cfg"])
+        tmp_root = _task_tmp(spec["out"])
+        try:
+            rows = [write_queue(cfg, tmp_root, spec["out"], t, q, slices) for t, q, slices in partition.task["queues"]]
+            rows += [write_index_file(cfg, tmp_root, spec["out"], spec["base_ms"], no, prev, slices)
+                     for no, prev, slices in partition.task["files"]]
+        finally:
+            shutil.rmtree(tmp_root, ignore_errors=True)
+        if rows:
+            yield pa.RecordBatch.from_pylist(rows, schema=to_arrow_schema(self.schema, timezone="UTC"))
+
+
+def write_queue(cfg: MessageStoreConfig, tmp_root: str, out_dir: str, topic: str, qid: int, slices) -> dict:
+    """One consume queue from its units (in commitlog order) with ``ConsumeQueue.put_units``, as
+    the in-process dispatcher writes it; built privately, then renamed into place."""
+    from ..engine.consume_queue import ConsumeQueue
+
+    cq = ConsumeQueue(tmp_root, topic, qid, cfg, read_only=False)
+    units = 0
+    try:
+        for path, first, n in slices:
+            b = load_slice(path, CQ_UNIT_DTYPE, first, n)
+            cq.put_units(b["queue_offset"].astype(np.int64), b["phy"].astype(np.int64), b["size"].astype(np.int64),
+                         b["tags"].astype(np.int64))
+            units += n
+        cq.flush(0)
+        files = len(cq.queue.files)
+    finally:
+        cq.close()
     src = os.path.join(tmp_root, "consumequeue", topic, str(qid))
     dst = os.path.join(out_dir, "consumequeue", topic, str(qid))
     os.makedirs(os.path.dirname(dst), exist_ok=True)
     if os.path.exists(dst):  # left by an earlier attempt of this task
         shutil.rmtree(dst)
     os.replace(src, dst)
-    return files
+    return {"kind": "queue", "topic": topic, "queueId": qid, "count": units, "files": files}
 
 
-class CQWriter(DataSourceArrowWriter):
-    """Writes the consume queues of the CQ blocks it gets, sorted by topic, queueId and position:
-    each queue's units go through ``ConsumeQueue.put_units`` in commitlog order."""
+def write_index_file(cfg: MessageStoreConfig, tmp_root: str, out_dir: str, base_ms: int, no: int, prev, slices
+                     ) -> dict:
+    """Index file ``no``: its header starts from the item ``prev`` (the previous file's last, as a
+    new file starts from its predecessor's end), then its items in rank order with
+    ``IndexFile.put_batch``."""
+    from ..engine.index import IndexFile
 
-    def __init__(self, spec: dict):
-        self.spec = spec
-
-    def write(self, iterator):
-        from ..engine.consume_queue import ConsumeQueue
-
-        spec = self.spec
-        cfg = cfg_from_json(spec["cfg"])
-        out_dir = spec["out"]
-        tmp_root = _task_tmp(out_dir)
-        done = []
-        cur, cq, units = None, None, 0
-        try:
-            for rb in iterator:
-                for topic, qid, n, data in zip(rb.column("topic").to_pylist(), rb.column("queueId").to_pylist(),
-                                               rb.column("n").to_pylist(), rb.column("data").to_pylist()):
-                    if (topic, qid) != cur:
-                        if cq is not None:
-                            done.append([cur[0], cur[1], units, _finish_queue(cq, tmp_root, out_dir, *cur)])
-                        cur, units = (topic, qid), 0
-                        cq = ConsumeQueue(tmp_root, topic, qid, cfg, read_only=False)
-                    b = decode_cq_block(data, n)
-                    cq.put_units(b["queue_offset"].astype(np.int64), b["phy"].astype(np.int64),
-                                 b["size"].astype(np.int64), b["tags"].astype(np.int64))
-                    units += n
-            if cq is not None:
-                done.append([cur[0], cur[1], units, _finish_queue(cq, tmp_root, out_dir, *cur)])
-                cq = None
-        finally:
-            if cq is not None:
-                cq.close()
-            shutil.rmtree(tmp_root, ignore_errors=True)
-        return QueuesWritten(done)
-
-    def commit(self, messages):
-        queues = [q for m in messages if m is not None for q in m.queues]
-        _write_result(self.spec["result"], {"queues": queues})
-
-    def abort(self, messages):
-        pass
-
-
-# ================================================================================================
-# Index writer
-# ================================================================================================
-
-@dataclass
-class IndexFilesWritten(WriterCommitMessage):
-    files: list  # [file number, name, items]
-
-
-class IndexWriterSource(DataSource):
-    @classmethod
-    def name(cls) -> str:
-        return "rmqstore_index_writer"
-
-    def writer(self, schema, overwrite):
-        return IndexWriter(_spec(self.options))
-
-
-class IndexWriter(DataSourceArrowWriter):
-    """Writes index files from index blocks: rows ``file``, ``r0`` (global rank of the block's first
-    item), ``n``, ``data``, sorted by file then r0. File ``k`` holds the items ranked
-    ``[k*cap, (k+1)*cap)``; its header starts from the item ranked ``k*cap - 1`` (the previous
-    file's last), which is in the first block it gets. An empty block makes an empty file."""
-
-    def __init__(self, spec: dict):
-        self.spec = spec
-
-    def write(self, iterator):
-        from ..engine.index import IndexFile
-
-        spec = self.spec
-        out_dir, cap = spec["out"], spec["cap"]
-        slots, items = spec["slots"], spec["items"]
-        tmp_root = _task_tmp(out_dir)
-        index_dir = os.path.join(out_dir, "index")
-        os.makedirs(index_dir, exist_ok=True)
-        done = []
-        cur, f, count = None, None, 0
-
-        def finish():
-            nonlocal f
-            f.flush()
-            tmp_path = f.path
-            f.close()
-            f = None
-            name = os.path.basename(tmp_path)
-            os.replace(tmp_path, os.path.join(index_dir, name))
-            done.append([cur, name, count])
-
-        try:
-            for rb in iterator:
-                for no, r0, n, data in zip(rb.column("file").to_pylist(), rb.column("r0").to_pylist(),
-                                           rb.column("n").to_pylist(), rb.column("data").to_pylist()):
-                    if no != cur:
-                        if f is not None:
-                            finish()
-                        cur, count = no, 0
-                    b = decode_items(data, n)
-                    if f is None:
-                        prev_phy = prev_ts = 0
-                        if no > 0:
-                            j = no * cap - 1 - r0
-                            if not 0 <= j < n:
-                                raise RuntimeError(f"index file {no}: the block before it is missing; "
-                                                   "the item ranking is inconsistent")
-                            prev_phy, prev_ts = int(b["phy"][j]), int(b["ts"][j])
-                        name = index_file_name(spec["base_ms"] + no)
-                        f = IndexFile(os.path.join(tmp_root, name), slots, items, read_only=False, create=True,
-                                      prev_end_phy=prev_phy, prev_end_ts=prev_ts)
-                    lo, hi = max(r0, no * cap), min(r0 + n, (no + 1) * cap)
-                    if hi > lo:
-                        a, z = lo - r0, hi - r0
-                        put = f.put_batch(b["hash"][a:z].astype(np.int64), b["phy"][a:z].astype(np.int64),
-                                          b["ts"][a:z].astype(np.int64))
-                        if put != z - a:
-                            raise RuntimeError(f"index file {no} is full after {count + put} items; "
-                                               "the item ranking is inconsistent")
-                        count += put
-            if f is not None:
-                finish()
-        finally:
-            if f is not None:
-                f.close()
-            shutil.rmtree(tmp_root, ignore_errors=True)
-        return IndexFilesWritten(done)
-
-    def commit(self, messages):
-        files = [x for m in messages if m is not None for x in m.files]
-        _write_result(self.spec["result"], {"files": files})
-
-    def abort(self, messages):
-        pass
+    prev_phy = prev_ts = 0
+    if prev is not None:
+        p = load_slice(prev[0], ITEM_DTYPE, prev[1], 1)
+        prev_phy, prev_ts = int(p["phy"][0]), int(p["ts"][0])
+    name = index_file_name(base_ms + no)
+    f = IndexFile(os.path.join(tmp_root, name), cfg.max_hash_slot_num, cfg.max_index_num, read_only=False,
+                  create=True, prev_end_phy=prev_phy, prev_end_ts=prev_ts)
+    count = 0
+    try:
+        for path, first, n in slices:
+            b = load_slice(path, ITEM_DTYPE, first, n)
+            put = f.put_batch(b["hash"].astype(np.int64), b["phy"].astype(np.int64), b["ts"].astype(np.int64))
+            if put != n:
+                raise RuntimeError(f"index file {no} is full after {count + put} items; the item ranking is "
+                                   "inconsistent")
+            count += put
+        f.flush()
+    finally:
+        f.close()
+    index_dir = os.path.join(out_dir, "index")
+    os.makedirs(index_dir, exist_ok=True)
+    os.replace(os.path.join(tmp_root, name), os.path.join(index_dir, name))
+    return {"kind": "index", "file": no, "name": name, "count": count, "files": 1}
 
 
 # ================================================================================================
@@ -682,6 +613,6 @@ def group_evenly(items: list, parts: int) -> list[list]:
     return [g for g in out if g]
 
 
-INTERNAL_SOURCES = (DispatchSource, CQWriterSource, IndexWriterSource, CQUnitsSource, IndexItemsSource, KeysSource,
+INTERNAL_SOURCES = (DispatchSource, RebuildWriteSource, CQUnitsSource, IndexItemsSource, KeysSource,
                     IndexProfileSource)
 

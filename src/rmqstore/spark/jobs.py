@@ -18,6 +18,7 @@ import shutil
 import sys
 import tempfile
 import time
+import uuid
 
 from pyspark import StorageLevel
 from pyspark.sql import DataFrame, SparkSession
@@ -69,7 +70,8 @@ def register(spark: SparkSession) -> None:
 def _job_conf(spark: SparkSession, **conf):
     """Session settings for the duration of a job: shuffle partitions exactly as planned (no
     adaptive coalescing), Python filter pushdown on; previous values restored afterwards."""
-    conf = {"spark.sql.adaptive.enabled": "false", "spark.sql.python.filterPushdown.enabled": "true", **conf}
+    conf = {"spark.sql.adaptive.enabled": "false", "spark.sql.python.filterPushdown.enabled": "true",
+            "spark.sql.inMemoryColumnarStorage.compressed": "false", **conf}
     old = {k: spark.conf.get(k, None) for k in conf}
     for k, v in conf.items():
         spark.conf.set(k, v)
@@ -81,25 +83,6 @@ def _job_conf(spark: SparkSession, **conf):
                 spark.conf.unset(k)
             else:
                 spark.conf.set(k, v)
-
-
-_HASH_KEYS: dict[int, list[int]] = {}
-
-
-def _partition_keys(spark: SparkSession, n: int) -> list[int]:
-    """``keys[j]`` is a long whose Spark hash lands in partition ``j`` of ``repartition(n, col)``, so a
-    job can send rows to the partition it chose (balanced) rather than where hashing puts them."""
-    keys = _HASH_KEYS.get(n)
-    if keys is None:
-        found: dict[int, int] = {}
-        lo = 0
-        while len(found) < n:
-            rows = spark.range(lo, lo + 64 * n).select("id", F.expr(f"pmod(hash(id), {n})").alias("p")).collect()
-            for r in rows:
-                found.setdefault(r.p, r.id)
-            lo += 64 * n
-        keys = _HASH_KEYS[n] = [found[j] for j in range(n)]
-    return keys
 
 
 def _lpt(weights: list[int], n: int) -> list[int]:
@@ -152,61 +135,51 @@ def _parallelism(spark: SparkSession) -> int:
 # ================================================================================================
 
 class _Dispatch:
-    """The dispatch blocks of every commitlog span (persisted), the span summaries, the end of
-    valid data ``end`` and the spans whose records lie before it (ids ``<= last_span``)."""
+    """Dispatch every commitlog span (stage 1 of rebuild): the span summaries, the end of valid
+    data ``end`` and the spans whose records lie before it (ids ``<= last_span``)."""
 
     def __init__(self, spark: SparkSession, store_dir: str, cfg: MessageStoreConfig, split_size: int,
-                 check_crc: bool, steps: _Steps):
+                 check_crc: bool, steps: _Steps, tmp: str):
         self.store_dir, self.cfg = store_dir, cfg
         seg_size = cfg.mapped_file_size_commit_log
         self.segments = S.list_segments(store_dir, seg_size)
         spans = S.plan_spans(self.segments, seg_size, split_size)
-        self.spans = spans
         groups, k = [], 0
         for g in S.group_spans(spans, split_size):
             groups.append([[k + i, sp.seg, sp.start, sp.end] for i, sp in enumerate(g)])
             k += len(g)
         spec = {"store": store_dir, "cfg": I.cfg_to_json(cfg), "groups": groups, "check_crc": check_crc,
-                "prop_crc": check_crc and cfg.force_verify_prop_crc}
-        self.df = None
-        self.summaries: list[S.SpanSummary] = []
+                "prop_crc": check_crc and cfg.force_verify_prop_crc, "tmp": tmp}
         self.info: list[dict] = []
+        self.summaries: list[S.SpanSummary] = []
         self.end = S.ChainEnd(self.segments[0] if self.segments else 0, S.END)
         self.last_span = -1
         if not spans:
             return
-        self.df = (spark.read.format("rmqstore_dispatch").option("spec", json.dumps(spec)).load()
-                   .persist(StorageLevel.MEMORY_AND_DISK))
-        rows = sorted(self.df.where(f"kind = {I.SUMMARY}").select("span", "info").collect(), key=lambda r: r.span)
+        rows = spark.read.format("rmqstore_dispatch").option("spec", json.dumps(spec)).load().collect()
         steps.mark("dispatch")
-        self.info = [json.loads(r.info) for r in rows]
+        self.info = [json.loads(r.info) for r in sorted(rows, key=lambda r: r.span)]
         self.summaries = [S.SpanSummary.from_dict(x) for x in self.info]
         self.end = end = S.stitch_chain(self.segments, seg_size, self.summaries)
-        for sid, sm in enumerate(self.summaries):
-            if sm.first is not None and sm.first < end.offset:
-                if sm.chain_end is not None and sm.chain_end < end.offset:
-                    continue  # the chain goes on past this span
-                if sm.chain_end is None or sm.chain_end > end.offset:
-                    raise CorruptRecordError(
-                        f"records of the span [{sm.span.start}, {sm.span.end}) do not line up with the end of "
-                        f"valid data at {end.offset} (a message body that looks like a record?); retry with "
-                        "another split size", path=S.segment_path(store_dir, sm.span.seg), offset=end.offset)
+        for sm in self.summaries:
+            if sm.first is not None and sm.first < end.offset < (sm.chain_end or 0) or \
+                    (sm.first is not None and sm.first < end.offset and sm.chain_end is None):
+                raise CorruptRecordError(
+                    f"records of the span [{sm.span.start}, {sm.span.end}) do not line up with the end of "
+                    f"valid data at {end.offset} (a message body that looks like a record?); retry with "
+                    "another split size", path=S.segment_path(store_dir, sm.span.seg), offset=end.offset)
         self.last_span = max((sid for sid, sm in enumerate(self.summaries)
                               if sm.first is not None and sm.first < end.offset), default=-1)
         steps.mark("chain")
 
-    def blocks(self, kind: int) -> DataFrame:
-        """Blocks of the records before the end of valid data."""
-        return self.df.where(f"kind = {kind} AND span <= {self.last_span}")
-
     def counts(self) -> list[dict]:
-        """Per-span dispatch counts of the spans before the end of valid data, in span order."""
+        """What was dispatched per span, for the spans before the end of valid data, in order."""
         return [x["dispatch"] for x in self.info[:self.last_span + 1]]
 
-    def close(self) -> None:
-        if self.df is not None:
-            self.df.unpersist()
-            self.df = None
+
+def _resolve(store_dir: str, cfg: MessageStoreConfig | None) -> tuple[str, MessageStoreConfig]:
+    store_dir = os.path.abspath(store_dir)
+    return store_dir, resolve_config(store_dir, None, {}, cfg)
 
 
 MIN_JOB_SPLIT = 4 << 20
@@ -218,11 +191,6 @@ def job_split_size(spark: SparkSession, store_dir: str, cfg: MessageStoreConfig)
     seg = cfg.mapped_file_size_commit_log
     total = len(S.list_segments(store_dir, seg)) * seg
     return max(MIN_JOB_SPLIT, min(S.DEFAULT_SPLIT_SIZE, -(-total // (3 * _parallelism(spark)))))
-
-
-def _resolve(store_dir: str, cfg: MessageStoreConfig | None) -> tuple[str, MessageStoreConfig]:
-    store_dir = os.path.abspath(store_dir)
-    return store_dir, resolve_config(store_dir, None, {}, cfg)
 
 
 # ================================================================================================
@@ -252,16 +220,17 @@ def rebuild(spark: SparkSession, store_dir: str, out_dir: str, cfg: MessageStore
     os.makedirs(out_dir, exist_ok=True)
     register(spark)
     split_size = split_size or job_split_size(spark, store_dir, cfg)
-    P = 2 * _parallelism(spark)
+    P = 3 * _parallelism(spark)
     steps = _Steps()
-    with _job_conf(spark, **{"spark.sql.shuffle.partitions": str(P)}):
-        # like the dispatcher (upstream reput), records are not CRC-checked; a torn last record is
-        d = _Dispatch(spark, store_dir, cfg, split_size, check_crc=False, steps=steps)
+    with _job_conf(spark):
+        # like the dispatcher (upstream reput), records are not CRC-checked (a torn last record is)
+        tmp = os.path.join(out_dir, I.TMP_DIR, uuid.uuid4().hex)
+        d = _Dispatch(spark, store_dir, cfg, split_size, check_crc=False, steps=steps, tmp=tmp)
         try:
-            result = _rebuild(spark, d, cfg, out_dir, P, steps) if d.df is not None else \
+            result = _rebuild(spark, d, cfg, out_dir, P, steps) if d.info else \
                 {"records": 0, "consume_queues": 0, "index_files": 0}
         finally:
-            d.close()
+            shutil.rmtree(tmp, ignore_errors=True)
     shutil.rmtree(os.path.join(out_dir, I.TMP_DIR), ignore_errors=True)
     result.update(end_offset=d.end.offset, out_dir=out_dir, seconds=time.perf_counter() - t0, steps=steps.times)
     return result
@@ -272,76 +241,56 @@ def _rebuild(spark: SparkSession, d: _Dispatch, cfg: MessageStoreConfig, out_dir
     records = sum(c["records"] for c in counts)
     if records == 0:
         return {"records": 0, "consume_queues": 0, "index_files": 0}
-    # --- consume queues: one writer per queue, queues spread over the tasks by size ----------
-    per_queue: dict[tuple[str, int], int] = {}
+    # consume queues: each queue's units, span after span (commitlog order)
+    queues: dict[tuple[str, int], list] = {}
     for c in counts:
-        for t, q, n in c["queues"]:
-            per_queue[(t, q)] = per_queue.get((t, q), 0) + n
-    written_queues = 0
-    if per_queue:
-        queues = sorted(per_queue)
-        nq = min(P, len(queues))
-        keys = _partition_keys(spark, nq)
-        bins = _lpt([per_queue[q] for q in queues], nq)
-        qmap = spark.createDataFrame([(t, q, keys[b]) for (t, q), b in zip(queues, bins)],
-                                     "topic string, queueId int, pkey long")
-        result = _result_path()
-        spec = {"out": out_dir, "cfg": I.cfg_to_json(cfg), "result": result}
-        (d.blocks(I.CQ_BLOCK).join(F.broadcast(qmap), ["topic", "queueId"])
-         .select("pkey", "topic", "queueId", "pos", "n", "data")
-         .repartition(nq, "pkey").sortWithinPartitions("topic", "queueId", "pos")
-         .select("topic", "queueId", "n", "data")
-         .write.format("rmqstore_cq_writer").option("spec", json.dumps(spec)).mode("append").save())
-        written_queues = len(_read_result(result)["queues"])
-        steps.mark("consume_queues")
-    # --- index -------------------------------------------------------------------------------
-    index_files = 0
+        for t, q, first, n in c["queues"]:
+            queues.setdefault((t, q), []).append([c["cq_path"], first, n])
+    work = [("queue", (t, q), sum(x[2] for x in sl), [t, q, sl]) for (t, q), sl in sorted(queues.items())]
+    # index files: items ranked in commitlog order; file k holds ranks [k*cap, (k+1)*cap)
+    nfiles = 0
     if cfg.message_index_enable:
-        index_files = _write_index(spark, d, counts, cfg, out_dir, P)
-        steps.mark("index")
-    return {"records": records, "consume_queues": written_queues, "index_files": index_files}
+        cap = cfg.max_index_num - 1
+        total = sum(c["items"] for c in counts)
+        last = max(c["last"] for c in counts)
+        last_keyed = max(c["last_keyed"] for c in counts)
+        # upstream opens a new file when a record arrives while the current one is full
+        nfiles = 1 if total == 0 else math.ceil(total / cap) + (1 if total % cap == 0 and last_keyed < last else 0)
+        spans = [(c["idx_path"], c["items"]) for c in counts if c["items"]]
+        bases = [0]
+        for _, n in spans:
+            bases.append(bases[-1] + n)
 
+        def ranks(lo: int, hi: int) -> list:
+            """Slices ``[path, first, n]`` of the items ranked ``[lo, hi)``."""
+            out = []
+            for (path, n), b in zip(spans, bases):
+                a, z = max(lo, b), min(hi, b + n)
+                if a < z:
+                    out.append([path, a - b, z - a])
+            return out
 
-def _write_index(spark: SparkSession, d: _Dispatch, counts: list[dict], cfg: MessageStoreConfig, out_dir: str,
-                 P: int) -> int:
-    """Index files from the index blocks. Items are ranked in commitlog order (a span's items come
-    after all items of the spans before it), so item ``r`` goes to file ``r // cap`` and every file
-    can be written on its own."""
-    cap = cfg.max_index_num - 1
-    total = sum(c["items"] for c in counts)
-    last = max(c["last"] for c in counts)
-    last_keyed = max(c["last_keyed"] for c in counts)
-    # upstream opens a new file when a record arrives and the current file is full
-    nfiles = 1 if total == 0 else math.ceil(total / cap) + (1 if total % cap == 0 and last_keyed < last else 0)
-    nparts = min(P, nfiles)
-    keys = _partition_keys(spark, nparts)
-    if total:
-        bases, acc = [], 0
-        for sid, c in enumerate(counts):
-            bases.append((sid, acc))
-            acc += c["items"]
-        base_df = spark.createDataFrame(bases, "span int, base long")
-        r0 = F.col("base") + F.col("first")
-        # a block goes to every file its items fall in, and to the next file when it holds the
-        # item that file's header starts from (its last item closes a file)
-        lo = F.floor(r0 / cap)
-        hi = F.floor((r0 + F.col("n") - 1) / cap)
-        extra = F.when(((r0 + F.col("n")) % cap == 0) & (hi + 1 < nfiles), 1).otherwise(0)
-        rows = (d.blocks(I.INDEX_BLOCK).join(F.broadcast(base_df), "span")
-                .select(r0.alias("r0"), "n", "data", F.explode(F.sequence(lo, hi + extra)).alias("file")))
-    else:  # records without keys still get one (empty) index file
-        rows = spark.createDataFrame([(0, 0, 0, b"")], "file long, r0 long, n int, data binary")
-    key_expr = F.element_at(F.array(*[F.lit(k) for k in keys]), (F.col("file") % nparts + 1).cast("int"))
-    result = _result_path()
-    spec = {"out": out_dir, "slots": cfg.max_hash_slot_num, "items": cfg.max_index_num, "cap": cap,
-            "base_ms": int(time.time() * 1000), "result": result}
-    (rows.withColumn("pkey", key_expr).repartition(nparts, "pkey").sortWithinPartitions("file", "r0")
-     .select("file", "r0", "n", "data")
-     .write.format("rmqstore_index_writer").option("spec", json.dumps(spec)).mode("append").save())
-    files = _read_result(result)["files"]
-    if len(files) != nfiles:
-        raise RuntimeError(f"index: wrote {len(files)} files, expected {nfiles}")
-    return nfiles
+        for k in range(nfiles):
+            prev = None
+            if k:
+                (path, first, _), = ranks(k * cap - 1, k * cap)
+                prev = [path, first]
+            items = ranks(k * cap, min((k + 1) * cap, total))
+            work.append(("index", k, sum(x[2] for x in items) * 2 + 1, [k, prev, items]))
+    # spread the work over the tasks, biggest first, each to the least loaded task
+    ntasks = max(1, min(P, len(work)))
+    tasks = [{"queues": [], "files": []} for _ in range(ntasks)]
+    for (kind, _, _, payload), b in zip(work, _lpt([w[2] for w in work], ntasks)):
+        tasks[b]["queues" if kind == "queue" else "files"].append(payload)
+    spec = {"out": out_dir, "cfg": I.cfg_to_json(cfg), "base_ms": int(time.time() * 1000), "tasks": tasks}
+    rows = spark.read.format("rmqstore_rebuild_write").option("spec", json.dumps(spec)).load().collect()
+    steps.mark("write")
+    written_queues = sum(1 for r in rows if r.kind == "queue")
+    written_files = sum(1 for r in rows if r.kind == "index")
+    if written_queues != len(queues) or written_files != nfiles:
+        raise RuntimeError(f"rebuild wrote {written_queues} queues and {written_files} index files, "
+                           f"expected {len(queues)} and {nfiles}")
+    return {"records": records, "consume_queues": written_queues, "index_files": written_files}
 
 
 # ================================================================================================

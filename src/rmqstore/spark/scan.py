@@ -168,21 +168,31 @@ class Segment:
         limit = min(limit, self.size)
         if pos >= limit:
             return -1
+        if self.is_record_at(pos):
+            return pos
         mm = self.mm
-        # candidates: the magic code at p + 4
-        nxt = [mm.find(m, pos + 4, min(limit + 8, self.size)) for m in _MAGIC_BYTES]
-        while True:
-            live = [c for c in nxt if c >= 0]
-            if not live:
+        stop = min(limit + 8, self.size)
+        window = 1 << 16
+        lo = pos + 5  # magic candidates at p + 4 for p > pos
+        while lo < stop:  # search window by window, so a magic that never occurs costs one window
+            hi = min(stop, lo + window + 3)
+            cands = []
+            for m in _MAGIC_BYTES:
+                c = mm.find(m, lo, hi)
+                while c >= 0:
+                    cands.append(c)
+                    c = mm.find(m, c + 1, hi)
+            for c in sorted(cands):
+                p = c - 4
+                if p >= limit:
+                    return -1
+                if self.is_record_at(p):
+                    return p
+            if hi >= stop:
                 return -1
-            c = min(live)
-            p = c - 4
-            if p >= limit:
-                return -1
-            if self.is_record_at(p):
-                return p
-            nxt = [mm.find(m, c + 1, min(limit + 8, self.size)) if x == c else x
-                   for m, x in zip(_MAGIC_BYTES, nxt)]
+            lo = hi - 3  # a magic code straddling the window edge is found by the next window
+            window = min(window * 2, 1 << 22)
+        return -1
 
     def kind_at(self, p: int) -> str:
         """What the chain finds at ``p``: a record header, a blank, the zero end of data, or junk."""
