@@ -246,7 +246,7 @@ class MappedFile:
         return pos
 
     def flush(self, least_pages: int = 0) -> int:
-        """msync the dirty range if at least ``least_pages`` 4 KiB pages are dirty (or the file is
+        """Flush (fdatasync) if at least ``least_pages`` 4 KiB pages are dirty (or the file is
         full, or ``least_pages == 0`` and any byte is dirty). Returns the flushed position."""
         if self.read_only:
             return self.flushed_position
