@@ -13,6 +13,8 @@ import sys
 import time
 from typing import Iterator
 
+import numpy as np
+
 from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import SupportsTriggerAvailableNow
 from pyspark.sql.types import (ArrayType, BinaryType, IntegerType, LongType, MapType, StringType, StructField,
@@ -103,7 +105,7 @@ def read_partition(opts: ReadOptions, flt: RowFilter, schema: StructType, part) 
         if flt.topics is not None:
             for c in set(codes.tolist()) - allowed.keys():
                 allowed[c] = topics.names[c] in flt.topics
-            topic_ok = C.np.array([allowed[c] for c in range(len(topics.names))], dtype=bool)[codes]
+            topic_ok = np.array([allowed[c] for c in range(len(topics.names))], dtype=bool)[codes]
         m = flt.mask(batch, seg.start, topic_ok)
         if m is not None:
             if not m.any():
