@@ -114,6 +114,7 @@ def _tree_rss(pid: int) -> int:
 
 
 def measure(kind: str, store: str, master: str | None, repeat: int) -> dict:
+    load_before = os.getloadavg()[0]
     cmd = [sys.executable, __file__, "--child", kind, "--store", store, "--repeat", str(repeat)]
     if master:
         cmd += ["--master", master]
@@ -136,6 +137,7 @@ def measure(kind: str, store: str, master: str | None, repeat: int) -> dict:
         raise RuntimeError(f"{kind} {master or ''} failed:\n{out}")
     res = json.loads(out.strip().splitlines()[-1])
     res["peak_rss_mb"] = peak / 2**20
+    res["load"] = (load_before, os.getloadavg()[0])
     return res
 
 
@@ -190,10 +192,12 @@ def report(rows, store: str, command: str) -> str:
         f"Python {platform.python_version()}, {_spark_version()}. Store: {records:,} records, "
         f"{data_mb:,.1f} MB of commitlog data{'' if 'spark-bench-store' in store else ' (' + store + ')'}.",
         "Spark rows are warm (best of the runs after one warm-up in the same session). Peak RSS is the "
-        "whole process tree (driver, JVM, Python workers).",
+        "whole process tree (driver, JVM, Python workers). The machine is shared: the 1-minute load "
+        "average around each measurement is given (2 CPUs; a load above 2 means other processes "
+        "competed for them).",
         "",
-        "| what | master | seconds | MB/s | records/s | peak RSS (MB) |",
-        "|---|---|---:|---:|---:|---:|",
+        "| what | master | seconds | MB/s | records/s | peak RSS (MB) | load avg before/after |",
+        "|---|---|---:|---:|---:|---:|---:|",
     ]
     names = {"inprocess_rebuild": "rebuild, in-process (engine/rebuild.py)", "source": "source full scan (noop sink)",
              "spark_rebuild": "rebuild, Spark"}
@@ -201,7 +205,8 @@ def report(rows, store: str, command: str) -> str:
     for kind, master, r in rows:
         by[(kind, master)] = r
         lines.append(f"| {names[kind]} | {master or '-'} | {r['seconds']:.2f} | {data_mb / r['seconds']:,.1f} | "
-                     f"{r['records'] / r['seconds']:,.0f} | {r['peak_rss_mb']:,.0f} |")
+                     f"{r['records'] / r['seconds']:,.0f} | {r['peak_rss_mb']:,.0f} | "
+                     f"{r['load'][0]:.1f} / {r['load'][1]:.1f} |")
     r1, r2 = by[("spark_rebuild", "local[1]")], by[("spark_rebuild", "local[2]")]
     s1, s2 = by[("source", "local[1]")], by[("source", "local[2]")]
     inproc = by[("inprocess_rebuild", None)]
