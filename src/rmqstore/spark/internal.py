@@ -13,8 +13,8 @@ stage's tasks. Each source takes one option, ``spec``: a JSON document the job w
   consume queues (``ConsumeQueue.put_units`` in commitlog order, as the dispatcher) and some index
   files (``IndexFile.put_batch`` over the items ranked for the file, the header started from the
   previous file's last item).
-* ``rmqstore_cq_units``, ``rmqstore_index_items``, ``rmqstore_index_profile``, ``rmqstore_keys``:
-  consume-queue units, index items, index file profiles and record keys of a store (stats).
+* ``rmqstore_keys``, ``rmqstore_index_profile``: the index keys of every record, and per index
+  file its items, used slots and longest chain (stats).
 """
 from __future__ import annotations
 
@@ -28,10 +28,9 @@ import uuid
 import numpy as np
 import pyarrow as pa
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
-from pyspark.sql.types import BooleanType, ByteType, IntegerType, LongType, StringType, StructField, StructType
+from pyspark.sql.types import BooleanType, IntegerType, LongType, StringType, StructField, StructType
 
 from ..config import MessageStoreConfig
-from ..format import consume_queue as FCQ
 from ..format import index_file as FI
 from ..format import message as M
 from . import scan as S
@@ -328,144 +327,10 @@ def write_index_file(cfg: MessageStoreConfig, tmp_root: str, out_dir: str, base_
     return {"kind": "index", "file": no, "name": name, "count": count, "files": 1}
 
 
-# ================================================================================================
-# Reading a store's consume queues and index files (verify, stats)
-# ================================================================================================
-
-CQ_UNITS_SCHEMA = StructType([
-    StructField("topic", StringType(), False),
-    StructField("queueId", IntegerType(), False),
-    StructField("queueOffset", LongType(), False),
-    StructField("phy", LongType(), False),
-    StructField("size", IntegerType(), False),
-    StructField("tagsCode", LongType(), False),
-    StructField("file", StringType(), False),
-])
-
-
 class FilesPartition(InputPartition):
     def __init__(self, index: int, files: list):
         super().__init__(index)
         self.index, self.files = index, files
-
-
-class CQUnitsSource(DataSource):
-    """Units of consume-queue files: spec ``{"files": [[topic, queueId, path, file start], ...],
-    "groups": [[file indexes], ...], "cq_size": n}``. Only the valid prefix of each queue's files
-    is returned (units with ``phy >= 0 and size > 0``, as recovery reads them); blank pre-fill
-    units ``(0, 0x7FFFFFFF, 0)`` are skipped."""
-
-    @classmethod
-    def name(cls) -> str:
-        return "rmqstore_cq_units"
-
-    def schema(self):
-        return CQ_UNITS_SCHEMA
-
-    def reader(self, schema):
-        return CQUnitsReader(_spec(self.options), schema)
-
-
-class CQUnitsReader(DataSourceReader):
-    def __init__(self, spec, schema):
-        self.spec, self.schema = spec, schema
-
-    def partitions(self):
-        return [FilesPartition(i, [self.spec["files"][j] for j in g]) for i, g in enumerate(self.spec["groups"])]
-
-    def read(self, partition):
-        from pyspark.sql.pandas.types import to_arrow_schema
-
-        arrow_schema = to_arrow_schema(self.schema, timezone="UTC")
-        for topic, qid, path, start in partition.files:
-            with open(path, "rb") as fh:
-                data = fh.read()
-            units = FCQ.decode_units(data)
-            phy = units["phy_offset"].astype(np.int64)
-            size = units["size"].astype(np.int64)
-            ok = (phy >= 0) & (size > 0)
-            bad = np.flatnonzero(~ok)
-            n = int(bad[0]) if bad.size else units.size
-            blank = (phy[:n] == 0) & (size[:n] == 0x7FFFFFFF) & (units["tags_code"][:n] == 0)
-            idx = np.flatnonzero(~blank)
-            if idx.size == 0:
-                continue
-            m = idx.size
-            yield pa.RecordBatch.from_arrays([
-                pa.array([topic] * m, pa.string()),
-                pa.array(np.full(m, qid, dtype=np.int32), pa.int32()),
-                pa.array(start // FCQ.UNIT_SIZE + idx, pa.int64()),
-                pa.array(phy[idx], pa.int64()),
-                pa.array(size[idx].astype(np.int32), pa.int32()),
-                pa.array(units["tags_code"][idx].astype(np.int64), pa.int64()),
-                pa.array([os.path.basename(path)] * m, pa.string()),
-            ], schema=arrow_schema)
-
-
-INDEX_ITEMS_SCHEMA = StructType([
-    StructField("file", StringType(), False),
-    StructField("item", IntegerType(), False),
-    StructField("hash", IntegerType(), False),
-    StructField("phy", LongType(), False),
-    StructField("timeDiff", IntegerType(), False),
-    StructField("prevIndex", IntegerType(), False),
-    StructField("beginTs", LongType(), False),
-    StructField("slot", IntegerType(), False),
-])
-
-
-class IndexItemsSource(DataSource):
-    """Items 1..indexCount-1 of index files: spec ``{"files": [path, ...], "slots": n, "items": n}``,
-    one partition per file."""
-
-    @classmethod
-    def name(cls) -> str:
-        return "rmqstore_index_items"
-
-    def schema(self):
-        return INDEX_ITEMS_SCHEMA
-
-    def reader(self, schema):
-        return IndexItemsReader(_spec(self.options), schema)
-
-
-class IndexItemsReader(DataSourceReader):
-    def __init__(self, spec, schema):
-        self.spec, self.schema = spec, schema
-
-    def partitions(self):
-        return [FilesPartition(i, [p]) for i, p in enumerate(self.spec["files"])]
-
-    def read(self, partition):
-        from pyspark.sql.pandas.types import to_arrow_schema
-
-        from ..io.mapped_file import MappedFile
-
-        arrow_schema = to_arrow_schema(self.schema, timezone="UTC")
-        slots, items = self.spec["slots"], self.spec["items"]
-        for path in partition.files:
-            mf = MappedFile(path, FI.file_size(slots, items), read_only=True)
-            try:
-                begin_ts, _, _, _, _, count = FI.HEADER.unpack_from(mf.mm, 0)
-                count = min(max(count, 1), items)
-                arr = np.frombuffer(mf.mm, dtype=FI.ITEM_DTYPE, count=count, offset=FI.item_pos(slots, 0))[1:]
-                m = arr.size
-                if m == 0:
-                    continue
-                h = arr["key_hash"].astype(np.int32)
-                yield pa.RecordBatch.from_arrays([
-                    pa.array([os.path.basename(path)] * m, pa.string()),
-                    pa.array(np.arange(1, m + 1, dtype=np.int32), pa.int32()),
-                    pa.array(h, pa.int32()),
-                    pa.array(arr["phy_offset"].astype(np.int64), pa.int64()),
-                    pa.array(arr["time_diff"].astype(np.int32), pa.int32()),
-                    pa.array(arr["prev_index"].astype(np.int32), pa.int32()),
-                    pa.array(np.full(m, begin_ts, dtype=np.int64), pa.int64()),
-                    pa.array((h.astype(np.int64) % slots).astype(np.int32), pa.int32()),
-                ], schema=arrow_schema)
-                del arr
-            finally:
-                mf.close()
 
 
 # ================================================================================================
@@ -613,6 +478,5 @@ def group_evenly(items: list, parts: int) -> list[list]:
     return [g for g in out if g]
 
 
-INTERNAL_SOURCES = (DispatchSource, RebuildWriteSource, CQUnitsSource, IndexItemsSource, KeysSource,
-                    IndexProfileSource)
+INTERNAL_SOURCES = (DispatchSource, RebuildWriteSource, KeysSource, IndexProfileSource)
 

@@ -23,7 +23,6 @@ import uuid
 from pyspark import StorageLevel
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
-from pyspark.sql.types import IntegerType, LongType, StringType, StructField, StructType
 
 from ..config import MessageStoreConfig
 from ..errors import CorruptRecordError, StoreIOError

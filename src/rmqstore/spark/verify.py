@@ -16,7 +16,6 @@ verifier's internals, so a change there shows up in one place (and in the compar
 from __future__ import annotations
 
 import json
-import os
 from dataclasses import dataclass
 from types import SimpleNamespace
 
