@@ -260,22 +260,23 @@ def test_index_put_batch_equals_put_key(slots, items, batch, cuts, prev_end):
                                st.sampled_from([0, 1, 2, 0x80]), i64, i32, i64), min_size=1, max_size=6),
        queue_id=i32, qoff=st.integers(0, 2**40), phy=st.integers(0, 2**40), store_ts=i64, born=ipv4, store=ipv4)
 def test_batch_encoder_equals_record_encoder(topic, msgs, queue_id, qoff, phy, store_ts, born, store):
-    """encode_batch_v4 + stamp_batch_v4 (numpy) == encode_record + patch_offsets (struct)."""
+    """encode_batch_v4 + BatchV4.render (numpy headers) == encode_record + offsets (struct)."""
     tb = topic.encode()
     v2 = len(tb) > 127
     tail = (len(tb).to_bytes(2, "big") if v2 else bytes([len(tb)])) + tb
     bh, sh = parse_host(born), parse_host(store)
     props = [P.encode_properties(p) for _, p, *_ in msgs]
-    buf, starts, totals = M.encode_batch_v4(
+    batch = M.encode_batch_v4(
         tail, [m[0] for m in msgs], props, queue_id=queue_id, flags=[m[2] for m in msgs],
         sys_flags=[m[3] for m in msgs], born_timestamps=np.array([m[4] for m in msgs], dtype=np.int64),
         born_host=bh, store_host=sh, reconsume_times=[m[5] for m in msgs], prepared_offsets=[m[6] for m in msgs])
-    M.stamp_batch_v4(buf, starts, qoff, phy, store_ts)
+    buf = batch.render(qoff, phy, store_ts)
+    starts, totals = batch.starts, batch.totals
     want = bytearray()
     for i, (body, _, flag, sys_flag, born_ts, reconsume, prepared) in enumerate(msgs):
         want += M.encode_record(topic=tb, body=body, props=props[i], queue_id=queue_id, flag=flag, sys_flag=sys_flag,
                                 born_timestamp=born_ts, born_host=bh, store_timestamp=store_ts, store_host=sh,
                                 reconsume_times=reconsume, prepared_transaction_offset=prepared, v2=v2,
                                 queue_offset=qoff + i, phy_offset=phy + len(want))
-    assert buf.tobytes() == bytes(want)
+    assert buf == bytes(want)
     assert totals.tolist() == [M.read_layout(want, int(s), len(want)).total for s in starts]

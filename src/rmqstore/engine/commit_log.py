@@ -381,15 +381,15 @@ class CommitLog:
         topic_tail, born_a, born_p, store_a, store_p, overhead, store_hex = plan
         born_ts = np.asarray(born, dtype=np.int64)
         born_unset = born_ts == -1
-        buf, starts, totals = M.encode_batch_v4(
+        batch = M.encode_batch_v4(
             topic_tail, bodies, props, queue_id=first.queue_id, flags=[m.flag for m in msgs],
             sys_flags=[m.sys_flag for m in msgs], born_timestamps=np.where(born_unset, 0, born_ts),
             born_host=born_a + M.I32.pack(born_p), store_host=store_a + M.I32.pack(store_p),
             reconsume_times=[m.reconsume_times for m in msgs],
             prepared_offsets=[m.prepared_transaction_offset for m in msgs])
-        if int(totals.max()) > self._max_record:
+        if int(batch.totals.max()) > self._max_record:
             return None
-        total = int(buf.size)
+        total = batch.size
         if total + M.END_FILE_MIN_BLANK_LENGTH > self.cfg.mapped_file_size_commit_log:
             return _illegal(f"batch of {total} bytes cannot fit one commitlog segment")
         key = (first.topic, first.queue_id)
@@ -400,13 +400,13 @@ class CommitLog:
                 mf = self._segment_for(total)
                 pos = mf.wrote_position
                 phy0 = mf.file_from_offset + pos
-                M.stamp_batch_v4(buf, starts, qoff0, phy0, store_ts, born_unset)
+                buf = batch.render(qoff0, phy0, store_ts, born_unset)
                 mf.write_at(pos, buf)  # first 8 bytes last: the batch appears whole or not at all
                 end = self._publish(mf, pos + total, store_ts, key, qoff0 + len(msgs))
         except (OSError, StoreIOError) as ex:
             return _append_failed(ex)
         status = self._after_append(end, props[0])
-        ids = ",".join([f"{store_hex}{phy0 + s:016X}" for s in starts.tolist()])
+        ids = ",".join([f"{store_hex}{phy0 + s:016X}" for s in batch.starts.tolist()])
         return PutMessageResult(status, ids, phy0, total, qoff0, store_ts, len(msgs))
 
     # ------------------------------------------------------------------------------------------

@@ -442,29 +442,53 @@ FIXED_V4_DTYPE = np.dtype([
 assert FIXED_V4_DTYPE.itemsize == FIXED_V4.size
 
 
-def _scatter_ranges(out: np.ndarray, dest: np.ndarray, lens: np.ndarray, blob: np.ndarray) -> None:
-    """Copy consecutive runs of ``blob`` (lengths ``lens``) to ``out`` at offsets ``dest``."""
-    total = int(lens.sum())
-    if total:
-        within = np.arange(total) - np.repeat(np.cumsum(lens) - lens, lens)
-        out[np.repeat(dest, lens) + within] = blob
+@dataclass
+class BatchV4:
+    """A batch of records sharing topic, queue and IPv4 hosts, encoded except for what the append
+    lock decides (queue offsets, phy offsets, store time): headers live in a numpy structured
+    array, bodies and properties stay as given until :meth:`render` joins everything."""
+
+    hdr: np.ndarray
+    bodies: list
+    props: list
+    topic_tail: bytes
+    plen: bytes
+    starts: np.ndarray
+    totals: np.ndarray
+
+    @property
+    def size(self) -> int:
+        return int(self.totals.sum())
+
+    def render(self, queue_offset0: int, phy0: int, store_timestamp: int, born_unset: np.ndarray | None = None
+               ) -> bytes:
+        """The records back to back: consecutive QUEUEOFFSETs from ``queue_offset0``, PHYSICALOFFSETs
+        from ``phy0``, one STORETIMESTAMP (also the BORNTIMESTAMP where ``born_unset``)."""
+        hdr = self.hdr
+        n = hdr.size
+        hdr["queue_offset"] = np.arange(queue_offset0, queue_offset0 + n, dtype=np.int64)
+        hdr["phy_offset"] = self.starts + np.int64(phy0)
+        hdr["store_timestamp"] = np.int64(store_timestamp)
+        if born_unset is not None and born_unset.any():
+            hdr["born_timestamp"][born_unset] = np.int64(store_timestamp)
+        hb, pb, tt, bodies, props = hdr.tobytes(), self.plen, self.topic_tail, self.bodies, self.props
+        return b"".join([x for i in range(n) for x in (hb[88 * i:88 * i + 88], bodies[i], tt, pb[2 * i:2 * i + 2],
+                                                       props[i])])
 
 
 def encode_batch_v4(topic_tail: bytes, bodies: list[bytes], props: list[bytes], *, queue_id: int, flags, sys_flags,
-                    born_timestamps, born_host: bytes, store_host: bytes, reconsume_times, prepared_offsets
-                    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+                    born_timestamps, born_host: bytes, store_host: bytes, reconsume_times, prepared_offsets) -> BatchV4:
     """Batch form of :func:`encode_record` for records sharing topic, queue and IPv4 hosts.
 
-    ``topic_tail`` is the V1/V2 topic-length field plus the topic bytes. Returns ``(buf, starts,
-    totals)``: the records back to back in one uint8 array, with QUEUEOFFSET, PHYSICALOFFSET and
-    STORETIMESTAMP zero, to be stamped by :func:`stamp_batch_v4` once they are known."""
+    ``topic_tail`` is the V1/V2 topic-length field plus the topic bytes. Every field but the three
+    the append lock owns is filled here with column-wise numpy assignments; :meth:`BatchV4.render`
+    completes them."""
     n = len(bodies)
     blen = np.fromiter(map(len, bodies), dtype=np.int64, count=n)
     plen = np.fromiter(map(len, props), dtype=np.int64, count=n)
     tl = len(topic_tail)
     totals = 88 + blen + tl + 2 + plen
     starts = np.cumsum(totals) - totals
-    out = np.empty(int(totals.sum()), dtype=np.uint8)
     hdr = np.zeros(n, dtype=FIXED_V4_DTYPE)
     hdr["total"] = totals
     hdr["magic"] = MAGIC_V1 if tl and topic_tail[0] <= 127 and tl - 1 == topic_tail[0] else MAGIC_V2
@@ -480,30 +504,7 @@ def encode_batch_v4(topic_tail: bytes, bodies: list[bytes], props: list[bytes], 
     hdr["reconsume_times"] = reconsume_times
     hdr["prepared_transaction_offset"] = prepared_offsets
     hdr["body_len"] = blen
-    out[starts[:, None] + np.arange(88)] = hdr.view(np.uint8).reshape(n, 88)
-    _scatter_ranges(out, starts + 88, blen, np.frombuffer(b"".join(bodies), dtype=np.uint8))
-    mid = np.empty((n, tl + 2), dtype=np.uint8)
-    mid[:, :tl] = np.frombuffer(topic_tail, dtype=np.uint8)
-    mid[:, tl:] = plen.astype(">i2").view(np.uint8).reshape(n, 2)
-    out[(starts + 88 + blen)[:, None] + np.arange(tl + 2)] = mid
-    _scatter_ranges(out, starts + 88 + blen + tl + 2, plen, np.frombuffer(b"".join(props), dtype=np.uint8))
-    return out, starts, totals
-
-
-def _put_i64(out: np.ndarray, pos: np.ndarray, vals) -> None:
-    out[pos[:, None] + _AR[8]] = np.asarray(vals, dtype=">i8").view(np.uint8).reshape(-1, 8)
-
-
-def stamp_batch_v4(out: np.ndarray, starts: np.ndarray, queue_offset0: int, phy0: int, store_timestamp: int,
-                   born_unset: np.ndarray | None = None) -> None:
-    """Fill QUEUEOFFSET (consecutive), PHYSICALOFFSET and STORETIMESTAMP (and BORNTIMESTAMP where
-    the message left it unset) of a batch made by :func:`encode_batch_v4`."""
-    n = starts.size
-    _put_i64(out, starts + QUEUE_OFFSET_POS, queue_offset0 + np.arange(n))
-    _put_i64(out, starts + PHY_OFFSET_POS, phy0 + starts)
-    _put_i64(out, starts + 56, np.full(n, store_timestamp, dtype=np.int64))  # int64: never wrap
-    if born_unset is not None and born_unset.any():
-        _put_i64(out, starts[born_unset] + 40, np.full(int(born_unset.sum()), store_timestamp, dtype=np.int64))
+    return BatchV4(hdr, bodies, props, topic_tail, plen.astype(">i2").tobytes(), starts, totals)
 
 
 def body_crc_ok(buf, batch: RecordBatch) -> np.ndarray:
