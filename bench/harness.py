@@ -16,6 +16,7 @@ import multiprocessing as mp
 import os
 import platform
 import random
+import re
 import resource
 import shutil
 import statistics
@@ -273,7 +274,8 @@ def rmq_query(store, n_keys, samples, exact):
             t = time.perf_counter_ns()
             r = st.query_message("Bench", k, max_num=32, exact=exact)
             lat.append(time.perf_counter_ns() - t)
-            assert len(r.messages) == 1
+            # exact: exactly the one message; exact=False is upstream's answer (hash collisions included)
+            assert len(r.messages) == 1 if exact else any(k in m.keys for m in r.messages)
         secs = time.perf_counter() - t0
     lat.sort()
     return {"ops": samples, "seconds": secs, "p50_us": lat[len(lat) // 2] / 1000,
@@ -317,27 +319,18 @@ def run_child(fn, *args) -> dict:
     return res
 
 
-def profile_top(fn, *args, lines: int = 14) -> str:
-    """pyinstrument's top frames for one run of a workload (used where a target is missed)."""
+def profile_top(fn, *args, lines: int = 16) -> str:
+    """pyinstrument's top frames for one run of a workload (used where a target is missed); runs in
+    this process, after every measurement is done."""
     try:
         from pyinstrument import Profiler
     except ImportError:
         return "(pyinstrument not installed)"
-    ctx = mp.get_context("fork")
-    a, b = ctx.Pipe(duplex=False)
-
-    def target(conn):
-        prof = Profiler(interval=0.0005)
-        prof.start()
-        fn(*args)
-        prof.stop()
-        conn.send(prof.output_text(unicode=False, color=False, show_all=False))
-        conn.close()
-    p = ctx.Process(target=target, args=(b,))
-    p.start()
-    b.close()
-    text = a.recv()
-    p.join()
+    prof = Profiler(interval=0.0005)
+    prof.start()
+    fn(*args)
+    prof.stop()
+    text = prof.output_text(unicode=False, color=False, show_all=False)
     out = [ln for ln in text.splitlines() if ln.strip() and not ln.startswith(("  _", " /", "/ ", "Recorded", "Program"))]
     return "\n".join(out[:lines])
 
@@ -485,7 +478,14 @@ def main() -> None:
         lines.append(f"| {name} | {shown} | {'yes' if ok else '**no**'} |")
         if not ok:
             missed.append((name, fn, fargs))
-    lines.append("| Spark rebuild local[2] ≥ 1.6× local[1] | see the Spark section | |")
+    spark_md = os.path.join(ROOT, "bench", "results", "spark.md")
+    m = re.search(r"local\[2\] vs local\[1\]: \*\*([0-9.]+)x", open(spark_md).read()) if os.path.exists(spark_md) else None
+    if m:
+        ratio = float(m.group(1))
+        lines.append(f"| Spark rebuild local[2] ≥ 1.6× local[1] | {ratio:.2f}× (Spark section below) | "
+                     f"{'yes' if ratio >= 1.6 else '**no**'} |")
+    else:
+        lines.append("| Spark rebuild local[2] ≥ 1.6× local[1] | not measured (run bench/spark_bench.py) | |")
     lines.append("")
     for name, fn, fargs in missed:
         lines += [f"### Missed: {name} — profile (pyinstrument, top frames)", "", "```",
