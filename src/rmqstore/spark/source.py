@@ -235,7 +235,7 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
 
 class RocketMQDataSource(DataSource):
-    """``format("rocketmq")``: a RocketMQ store directory as a DataFrame (see docs/spark.md)."""
+    """``format("rocketmq")``: a RocketMQ store directory as a DataFrame (see "Spark pipeline" in README.md)."""
 
     @classmethod
     def name(cls) -> str:
