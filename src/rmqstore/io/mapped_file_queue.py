@@ -187,25 +187,24 @@ class MappedFileQueue:
         return self.create_file(last.file_from_offset + self.file_size)
 
     def truncate_dirty_files(self, offset: int) -> list[str]:
-        """Drop segments that start at or after ``offset``; set the positions of the one holding it.
-        Returns the paths deleted."""
+        """Drop segments that start after ``offset``; set the positions of the one holding it.
+        Returns the paths deleted.
+
+        Segments are deleted newest first, so a process killed in the middle (recovery itself can
+        be interrupted) leaves a contiguous run of segments, never a hole that the next open would
+        have to refuse; that open simply truncates again."""
         self._check_writable()
         removed = []
         with self._lock:
-            keep = []
-            for mf in self.files:
-                end = mf.file_from_offset + self.file_size
-                if end > offset:
-                    if offset >= mf.file_from_offset:
-                        pos = offset % self.file_size
-                        mf.truncate_positions(pos)
-                        keep.append(mf)
-                    else:
-                        removed.append(mf.path)
-                        mf.destroy()
-                else:
-                    keep.append(mf)
+            keep = [mf for mf in self.files if mf.file_from_offset <= offset]
+            for mf in reversed([mf for mf in self.files if mf.file_from_offset > offset]):
+                removed.append(mf.path)
+                mf.destroy()
+            for mf in keep:
+                if offset < mf.file_from_offset + self.file_size:
+                    mf.truncate_positions(offset - mf.file_from_offset)
             self.files = keep
+        removed.reverse()
         return removed
 
     def delete_first(self, mf: MappedFile, *, keep_mapped: bool = False) -> None:

@@ -143,3 +143,38 @@ def test_read_only_queue_never_creates(tmp_path):
         q.truncate_dirty_files(0)
     assert not (tmp_path / "cl").exists()
     assert q.get_last_mapped_file(0, create=False) is None
+
+
+def test_truncate_interrupted_after_one_deletion_leaves_no_hole(tmp_path, monkeypatch):
+    """A crash in the middle of truncate_dirty_files (kill -9 during recovery) must leave a
+    contiguous run of segments: the next open refuses a queue with a hole."""
+    from rmqstore.io import mapped_file as MF
+    from rmqstore.io.mapped_file_queue import MappedFileQueue
+
+    q = MappedFileQueue(str(tmp_path / "q"), 64)
+    for i in range(6):
+        mf = q.get_last_mapped_file(0)
+        mf.append(bytes([i + 1]) * 64)
+    real_destroy = MF.MappedFile.destroy
+    calls = []
+
+    def destroy_then_die(self):
+        if calls:
+            raise KeyboardInterrupt("killed mid-truncate")
+        calls.append(self.path)
+        real_destroy(self)
+
+    monkeypatch.setattr(MF.MappedFile, "destroy", destroy_then_die)
+    with pytest.raises(KeyboardInterrupt):
+        q.truncate_dirty_files(100)  # keeps segments 0 and 64, deletes 128..320
+    monkeypatch.setattr(MF.MappedFile, "destroy", real_destroy)
+    assert calls == [str(tmp_path / "q" / f"{320:020d}")]  # the newest went first
+    names = sorted(p.name for p in (tmp_path / "q").iterdir())
+    starts = [int(n) for n in names]
+    assert starts == list(range(0, 64 * len(starts), 64))  # contiguous: no hole
+    reopened = MappedFileQueue(str(tmp_path / "q"), 64)
+    reopened.load()  # would raise CorruptRecordError on a hole
+    assert reopened.truncate_dirty_files(100) == [str(tmp_path / "q" / f"{o:020d}") for o in (128, 192, 256)]
+    assert [m.file_from_offset for m in reopened.files] == [0, 64]
+    reopened.close()
+    q.close()
