@@ -25,7 +25,7 @@ from .engine import recovery as R
 from .engine import retention as RT
 from .engine import verify as V
 from .engine.checkpoint import StoreCheckpoint
-from .engine.commit_log import CommitLog, now_ms
+from .engine.commit_log import CommitLog
 from .engine.consume_queue import ConsumeQueue
 from .engine.dispatch import ReputMessageService, dispatch_batch, extract_dispatch_columns
 from .engine.index import IndexFile, IndexService

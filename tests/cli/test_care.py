@@ -4,7 +4,6 @@ from __future__ import annotations
 import json
 import os
 
-import pytest
 
 from rmqstore import MessageStore
 from rmqstore.cli.errors import ExitCode

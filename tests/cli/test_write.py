@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-from rmqstore import MessageStore, MessageStoreConfig
+from rmqstore import MessageStore
 from rmqstore.layout import infer_config
 
 

@@ -15,7 +15,7 @@ from rmqstore.format import consume_queue as CQ
 from rmqstore.format import index_file as IX
 from rmqstore.format import message as M
 from rmqstore.format import properties as P
-from rmqstore.format.hashes import abs_key_hash, crc32, java_hash, java_hash_many
+from rmqstore.format.hashes import abs_key_hash, crc32, java_hash
 from rmqstore.format.msgid import decode_offset_msg_id, encode_offset_msg_id, format_host, parse_host
 from rmqstore.types import tags_code_of
 
@@ -30,34 +30,9 @@ no_sep_text = st.text(st.characters(blacklist_characters="\x01\x02", blacklist_c
                       max_size=12)
 
 
-def reference_hash(s: str) -> int:
-    h = 0
-    for ch in s:
-        cp = ord(ch)
-        units = [cp] if cp < 0x10000 else [0xD800 + ((cp - 0x10000) >> 10), 0xDC00 + ((cp - 0x10000) & 0x3FF)]
-        for u in units:
-            h = (h * 31 + u) % 2**32
-    return h - 2**32 if h >= 2**31 else h
-
-
 # ------------------------------------------------------------------------------------------------
 # Java hash
 # ------------------------------------------------------------------------------------------------
-
-@FAST
-@given(st.lists(st.text(max_size=40), max_size=12))
-def test_java_hash_scalar_numpy_and_definition_agree(strings):
-    many = java_hash_many(strings).tolist()
-    assert many == [java_hash(s) for s in strings] == [reference_hash(s) for s in strings]
-
-
-@FAST
-@given(st.lists(st.text(st.characters(min_codepoint=0x10000), min_size=1, max_size=5), min_size=1, max_size=5))
-def test_java_hash_of_astral_strings(strings):
-    assert java_hash_many(strings).tolist() == [reference_hash(s) for s in strings]
-    for s in strings:
-        assert java_hash(s) == java_hash(s.encode("utf-16-be").decode("utf-16-be", "surrogatepass"))
-
 
 # ------------------------------------------------------------------------------------------------
 # Properties

@@ -12,7 +12,7 @@ from rich.text import Text
 
 from .common import TIME, StoreCommand, store_options
 from .errors import ProblemsFoundError
-from .render import NARROW, TIME_MIN_WIDTH, fmt_bytes, fmt_ts, kv_table, render_mapping, to_jsonable, tz_note
+from .render import NARROW, TIME_MIN_WIDTH, fmt_bytes, fmt_ts, kv_table, to_jsonable, tz_note
 from .commands_read import require_topic
 
 

@@ -337,10 +337,6 @@ class IndexService:
                 f.destroy()
         return removed
 
-    def destroy_files(self, files: list[IndexFile]) -> None:
-        for f in files:
-            f.destroy()
-
     def close(self) -> None:
         with self.lock:
             for f in self.files:

@@ -534,7 +534,7 @@ def decode_message(buf, pos: int, limit: int, *, base_offset: int = 0, path: str
     from ..types import MessageRecord, tags_code_of
     from .msgid import encode_offset_msg_id, format_host
 
-    if limit - pos >= 91 and not check_crc_requires_layout(force_verify_prop_crc, check_crc):
+    if limit - pos >= 91 and not (check_crc and force_verify_prop_crc):  # the properties CRC needs the layout
         rec = _decode_v4_v1(buf, pos, limit, check_crc, check_torn, delay_levels_ms, base_offset, path)
         if rec is not None:
             return rec
@@ -572,11 +572,6 @@ def decode_message(buf, pos: int, limit: int, *, base_offset: int = 0, path: str
         msg_id=encode_offset_msg_id(store_raw, phy), magic=magic,
         tags_code=tags_code_of(topic, props, store_ts, delay_levels_ms),
     )
-
-
-def check_crc_requires_layout(force_verify_prop_crc: bool, check_crc: bool) -> bool:
-    """The properties-CRC check needs the general path."""
-    return check_crc and force_verify_prop_crc
 
 
 _HOSTS: dict = {}

@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from rmqstore.format import hashes as H
 
@@ -109,3 +111,22 @@ def test_crc32_is_masked_to_31_bits():
     assert H.crc32(b"a") == 0x68B7BE43
     assert H.crc32(b"") == 0
     assert H.crc32(memoryview(b"123456789")) == 0x4BF43926
+
+
+# Properties against the definition (hypothesis)
+FAST = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+
+@FAST
+@given(st.lists(st.text(max_size=40), max_size=12))
+def test_java_hash_scalar_numpy_and_definition_agree(strings):
+    many = H.java_hash_many(strings).tolist()
+    assert many == [H.java_hash(s) for s in strings] == [reference_hash(s) for s in strings]
+
+
+@FAST
+@given(st.lists(st.text(st.characters(min_codepoint=0x10000), min_size=1, max_size=5), min_size=1, max_size=5))
+def test_java_hash_of_astral_strings(strings):
+    assert H.java_hash_many(strings).tolist() == [reference_hash(s) for s in strings]
+    for s in strings:
+        assert H.java_hash(s) == H.java_hash(s.encode("utf-16-be").decode("utf-16-be", "surrogatepass"))
