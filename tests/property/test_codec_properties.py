@@ -16,7 +16,8 @@ from rmqstore.format import index_file as IX
 from rmqstore.format import message as M
 from rmqstore.format import properties as P
 from rmqstore.format.hashes import abs_key_hash, crc32, java_hash
-from rmqstore.format.msgid import decode_offset_msg_id, encode_offset_msg_id, format_host, parse_host
+from rmqstore.format.msgid import (decode_offset_msg_id, encode_offset_msg_id, encode_offset_msg_ids, format_host,
+                                   parse_host)
 from rmqstore.types import tags_code_of
 
 #: memory-backed scratch space where there is one (index files are fsynced on flush)
@@ -53,6 +54,30 @@ def test_properties_round_trip(props):
                                             min_size=1, max_size=12), max_size=6))
 def test_values_may_hold_the_name_separator(props):
     assert P.parse_properties(P.encode_properties(props)) == props
+
+
+any_value = st.none() | st.integers(-5, 5) | st.text(st.characters(blacklist_categories=("Cs",)), max_size=6)
+prop_keys = st.text(st.characters(blacklist_categories=("Cs",)), min_size=1, max_size=6) | st.sampled_from(["{", "}{}"])
+
+
+@FAST
+@given(st.lists(prop_keys, unique=True, max_size=4).flatmap(
+    lambda keys: st.lists(st.lists(any_value, min_size=len(keys), max_size=len(keys)), max_size=8).map(
+        lambda rows: [dict(zip(keys, r)) for r in rows])),
+    st.lists(st.dictionaries(prop_keys, any_value, max_size=3), max_size=4))
+def test_properties_batch_encoder_equals_one_by_one(uniform, mixed):
+    """encode_properties_many (one format template for dicts with the same key order) writes the
+    bytes encode_properties writes, also with None values, braces in keys, non-str values, and for
+    batches whose key order differs or that mix shapes."""
+    for batch in (uniform, mixed, uniform + mixed, [list(d.items()) for d in uniform]):
+        keys = P.uniform_keys(batch)
+        assert P.encode_properties_many(batch, keys) == [P.encode_properties(p) for p in batch]
+        assert P.encode_properties_many(batch) == [P.encode_properties(p) for p in batch]
+    if len(uniform) > 1 and len(uniform[0]) > 1:
+        assert P.uniform_keys(uniform) == tuple(uniform[0])
+        reordered = [dict(reversed(list(d.items()))) for d in uniform[:1]] + uniform[1:]
+        assert P.uniform_keys(reordered) is None  # same keys, another order: not one template
+        assert P.encode_properties_many(reordered) == [P.encode_properties(p) for p in reordered]
 
 
 @FAST
@@ -230,27 +255,41 @@ def test_index_put_batch_equals_put_key(slots, items, batch, cuts, prev_end):
 
 
 @FAST
+@given(ipv4 | ipv6, st.lists(st.integers(0, 2**63 - 1), max_size=20))
+def test_batch_msg_ids_equal_one_by_one(host, offsets):
+    raw = parse_host(host)
+    want = ",".join(encode_offset_msg_id(raw, o) for o in offsets)
+    assert encode_offset_msg_ids(raw, offsets) == want
+    assert encode_offset_msg_ids(raw, np.array(offsets, dtype=np.int64)) == want
+
+
+@FAST
 @given(topic=st.text(TOPIC_CHARS, min_size=1, max_size=255),
        msgs=st.lists(st.tuples(st.binary(max_size=100), st.dictionaries(no_sep_text, no_sep_text, max_size=3), i32,
                                st.sampled_from([0, 1, 2, 0x80]), i64, i32, i64), min_size=1, max_size=6),
-       queue_id=i32, qoff=st.integers(0, 2**40), phy=st.integers(0, 2**40), store_ts=i64, born=ipv4, store=ipv4)
-def test_batch_encoder_equals_record_encoder(topic, msgs, queue_id, qoff, phy, store_ts, born, store):
-    """encode_batch_v4 + BatchV4.render (numpy headers) == encode_record + offsets (struct)."""
+       queue_id=i32, qoff=st.integers(0, 2**40), phy=st.integers(0, 2**40), store_ts=i64, born=ipv4, store=ipv4,
+       born_mode=st.sampled_from(["given", "unset", "mask"]))
+def test_batch_encoder_equals_record_encoder(topic, msgs, queue_id, qoff, phy, store_ts, born, store, born_mode):
+    """encode_batch_v4 + BatchV4.render (numpy headers) == encode_record + offsets (struct); a
+    record whose born time is unset (every one, or those of a mask) gets the store time."""
     tb = topic.encode()
     v2 = len(tb) > 127
     tail = (len(tb).to_bytes(2, "big") if v2 else bytes([len(tb)])) + tb
     bh, sh = parse_host(born), parse_host(store)
     props = [P.encode_properties(p) for _, p, *_ in msgs]
+    unset = np.array([born_mode == "unset" or (born_mode == "mask" and m[4] % 2 == 0) for m in msgs])
+    born_ts = [store_ts if u else m[4] for m, u in zip(msgs, unset)]
     batch = M.encode_batch_v4(
         tail, [m[0] for m in msgs], props, queue_id=queue_id, flags=[m[2] for m in msgs],
-        sys_flags=[m[3] for m in msgs], born_timestamps=np.array([m[4] for m in msgs], dtype=np.int64),
+        sys_flags=[m[3] for m in msgs],
+        born_timestamps=None if born_mode == "unset" else np.array([0 if u else m[4] for m, u in zip(msgs, unset)]),
         born_host=bh, store_host=sh, reconsume_times=[m[5] for m in msgs], prepared_offsets=[m[6] for m in msgs])
-    buf = batch.render(qoff, phy, store_ts)
+    buf = batch.render(qoff, phy, store_ts, {"given": None, "unset": True, "mask": unset}[born_mode])
     starts, totals = batch.starts, batch.totals
     want = bytearray()
-    for i, (body, _, flag, sys_flag, born_ts, reconsume, prepared) in enumerate(msgs):
+    for i, (body, _, flag, sys_flag, _, reconsume, prepared) in enumerate(msgs):
         want += M.encode_record(topic=tb, body=body, props=props[i], queue_id=queue_id, flag=flag, sys_flag=sys_flag,
-                                born_timestamp=born_ts, born_host=bh, store_timestamp=store_ts, store_host=sh,
+                                born_timestamp=born_ts[i], born_host=bh, store_timestamp=store_ts, store_host=sh,
                                 reconsume_times=reconsume, prepared_transaction_offset=prepared, v2=v2,
                                 queue_offset=qoff + i, phy_offset=phy + len(want))
     assert buf == bytes(want)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import operator
 import os
 import re
 import struct
@@ -23,7 +24,7 @@ from ..config import MessageStoreConfig
 from ..errors import CorruptRecordError, OffsetError, StoreIOError
 from ..format import message as M
 from ..format import properties as P
-from ..format.msgid import encode_offset_msg_id, parse_host
+from ..format.msgid import encode_offset_msg_id, encode_offset_msg_ids, parse_host
 from ..io.mapped_file_queue import MappedFileQueue
 from ..types import Message, PutMessageResult, PutMessageStatus
 
@@ -50,6 +51,21 @@ def _props_bytes(msg: Message) -> bytes:
     if type(p) is dict:
         return "".join([f"{k}\x01{v}\x02" for k, v in p.items() if v is not None]).encode()
     return msg.encoded_properties()
+
+
+_BATCH_FIELDS = operator.attrgetter("topic", "queue_id", "body", "properties", "flag", "sys_flag", "born_timestamp",
+                                    "born_host", "store_host", "reconsume_times", "prepared_transaction_offset")
+_GET_DELAY = operator.methodcaller("get", P.DELAY)
+
+
+def _is_delayed(value: object) -> bool:
+    """A DELAY property that asks for a delay (upstream ignores an empty value or 0; a None value
+    is not written at all)."""
+    return value is not None and str(value).strip() not in ("", "0")
+
+
+def _is_none(value: object) -> bool:
+    return value is None
 
 
 def now_ms() -> int:
@@ -336,6 +352,9 @@ class CommitLog:
         all in one segment (a blank rolls the whole batch to the next one)."""
         if not msgs:
             return _illegal("empty batch")
+        fast = self._put_batch_fast(msgs)
+        if fast is not None:
+            return fast
         first = msgs[0]
         for m in msgs:
             if m.topic != first.topic or m.queue_id != first.queue_id:
@@ -345,13 +364,10 @@ class CommitLog:
             props = m.properties or {}
             items = props.items() if hasattr(props, "items") else props
             for k, v in items:
-                if k == P.DELAY and str(v).strip() not in ("", "0"):
+                if k == P.DELAY and _is_delayed(v):
                     return _illegal("delayed messages cannot be batched")
         if sum(len(m.body or b"") for m in msgs) > self.cfg.max_message_size:
             return _illegal("message body size exceeded")
-        fast = self._put_batch_fast(msgs)
-        if fast is not None:
-            return fast
         enc = []
         for m in msgs:
             e = self._encode(m)
@@ -361,32 +377,43 @@ class CommitLog:
         return self._append_encoded(enc)
 
     def _put_batch_fast(self, msgs: list[Message]) -> PutMessageResult | None:
-        """Vectorised :meth:`put_messages` for batches of one shape (same hosts, IPv4, V1/V2 topic,
-        no properties CRC); None when the batch needs the general path."""
+        """Vectorised :meth:`put_messages` for the common batch: one topic, queue and pair of IPv4
+        hosts, ``bytes`` bodies, ``dict`` properties without DELAY, no properties CRC, nothing
+        transactional. Every column is pulled out and checked with C-level iteration (``zip``,
+        ``map``, ``set``), headers are filled column-wise in numpy; None sends the batch to the
+        general path (same bytes, more checks, per-message messages for what is wrong)."""
         first = msgs[0]
         plan = self._plans.get((first.topic, first.born_host, first.store_host)) or self._fast_plan(first)
-        if plan is None:
+        if plan is None or type(first.queue_id) is not int or first.queue_id < 0:
             return None
-        bodies, props, born = [], [], []
-        for m in msgs:
-            if (m.born_host != first.born_host or m.store_host != first.store_host or type(m.body) is not bytes
-                    or m.sys_flag & _SLOW_SYSFLAGS):
-                return None
-            pb = _props_bytes(m)
-            if len(pb) > _MAX_PROPS or b"INNER_NUM\x01" in pb:
-                return None
-            bodies.append(m.body)
-            props.append(pb)
-            born.append(-1 if m.born_timestamp is None else m.born_timestamp)
+        (topics, queue_ids, bodies, props, flags, sys_flags, born, born_hosts, store_hosts, reconsume,
+         prepared) = zip(*map(_BATCH_FIELDS, msgs))
+        if (len(set(topics)) != 1 or len(set(queue_ids)) != 1 or len(set(born_hosts)) != 1
+                or len(set(store_hosts)) != 1 or set(map(type, bodies)) != {bytes} or set(map(type, props)) != {dict}):
+            return None
+        sys_flags = np.asarray(sys_flags, dtype=np.int32)  # (OverflowError: _range_checked answers)
+        keys = P.uniform_keys(props)
+        if (sys_flags & _SLOW_SYSFLAGS).any() or (
+                (keys is None or P.DELAY in keys) and any(map(_is_delayed, filter(None, map(_GET_DELAY, props))))):
+            return None
+        if sum(map(len, bodies)) > self._max_body:
+            return _illegal("message body size exceeded")
+        pbytes = P.encode_properties_many(props, keys)
+        if max(map(len, pbytes)) > _MAX_PROPS or b"INNER_NUM\x01" in b"\x00".join(pbytes):
+            return None
         topic_tail, born_a, born_p, store_a, store_p, overhead, store_hex = plan
-        born_ts = np.asarray(born, dtype=np.int64)
-        born_unset = born_ts == -1
+        unset = born.count(None)
+        if unset == 0:
+            born_ts, born_unset = np.asarray(born, dtype=np.int64), None
+        elif unset == len(born):  # the store time for every record
+            born_ts, born_unset = None, True
+        else:
+            born_unset = np.fromiter(map(_is_none, born), dtype=bool, count=len(born))
+            born_ts = np.asarray([0 if b is None else b for b in born], dtype=np.int64)
         batch = M.encode_batch_v4(
-            topic_tail, bodies, props, queue_id=first.queue_id, flags=[m.flag for m in msgs],
-            sys_flags=[m.sys_flag for m in msgs], born_timestamps=np.where(born_unset, 0, born_ts),
-            born_host=born_a + M.I32.pack(born_p), store_host=store_a + M.I32.pack(store_p),
-            reconsume_times=[m.reconsume_times for m in msgs],
-            prepared_offsets=[m.prepared_transaction_offset for m in msgs])
+            topic_tail, bodies, pbytes, queue_id=first.queue_id, flags=flags, sys_flags=sys_flags,
+            born_timestamps=born_ts, born_host=born_a + M.I32.pack(born_p), store_host=store_a + M.I32.pack(store_p),
+            reconsume_times=reconsume, prepared_offsets=prepared)
         if int(batch.totals.max()) > self._max_record:
             return None
         total = batch.size
@@ -405,8 +432,8 @@ class CommitLog:
                 end = self._publish(mf, pos + total, store_ts, key, qoff0 + len(msgs))
         except (OSError, StoreIOError) as ex:
             return _append_failed(ex)
-        status = self._after_append(end, props[0])
-        ids = ",".join([f"{store_hex}{phy0 + s:016X}" for s in batch.starts.tolist()])
+        status = self._after_append(end, pbytes[0])
+        ids = encode_offset_msg_ids(store_a + M.I32.pack(store_p), batch.starts + phy0)
         return PutMessageResult(status, ids, phy0, total, qoff0, store_ts, len(msgs))
 
     # ------------------------------------------------------------------------------------------

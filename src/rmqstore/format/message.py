@@ -37,6 +37,8 @@ from __future__ import annotations
 import struct
 import zlib
 from dataclasses import dataclass
+from itertools import chain, repeat
+from operator import itemgetter
 from typing import NamedTuple
 
 import numpy as np
@@ -460,27 +462,37 @@ class BatchV4:
     def size(self) -> int:
         return int(self.totals.sum())
 
-    def render(self, queue_offset0: int, phy0: int, store_timestamp: int, born_unset: np.ndarray | None = None
-               ) -> bytes:
+    def render(self, queue_offset0: int, phy0: int, store_timestamp: int,
+               born_unset: np.ndarray | bool | None = None) -> bytes:
         """The records back to back: consecutive QUEUEOFFSETs from ``queue_offset0``, PHYSICALOFFSETs
-        from ``phy0``, one STORETIMESTAMP (also the BORNTIMESTAMP where ``born_unset``)."""
+        from ``phy0``, one STORETIMESTAMP (also the BORNTIMESTAMP where ``born_unset``, a mask, or
+        of every record when it is True)."""
         hdr = self.hdr
         n = hdr.size
         hdr["queue_offset"] = np.arange(queue_offset0, queue_offset0 + n, dtype=np.int64)
         hdr["phy_offset"] = self.starts + np.int64(phy0)
         hdr["store_timestamp"] = np.int64(store_timestamp)
-        if born_unset is not None and born_unset.any():
+        if born_unset is True:
+            hdr["born_timestamp"] = np.int64(store_timestamp)
+        elif born_unset is not None and born_unset.any():
             hdr["born_timestamp"][born_unset] = np.int64(store_timestamp)
-        hb, pb, tt, bodies, props = hdr.tobytes(), self.plen, self.topic_tail, self.bodies, self.props
-        return b"".join([x for i in range(n) for x in (hb[88 * i:88 * i + 88], bodies[i], tt, pb[2 * i:2 * i + 2],
-                                                       props[i])])
+        # interleave header, body, topic, properties length and properties with C-level iterators
+        pieces = zip(map(_first, _S88.iter_unpack(hdr.tobytes())), self.bodies, repeat(self.topic_tail),
+                     map(_first, _S2.iter_unpack(self.plen)), self.props)
+        return b"".join(chain.from_iterable(pieces))
+
+
+_S88 = struct.Struct("88s")
+_S2 = struct.Struct("2s")
+_first = itemgetter(0)
 
 
 def encode_batch_v4(topic_tail: bytes, bodies: list[bytes], props: list[bytes], *, queue_id: int, flags, sys_flags,
                     born_timestamps, born_host: bytes, store_host: bytes, reconsume_times, prepared_offsets) -> BatchV4:
     """Batch form of :func:`encode_record` for records sharing topic, queue and IPv4 hosts.
 
-    ``topic_tail`` is the V1/V2 topic-length field plus the topic bytes. Every field but the three
+    ``topic_tail`` is the V1/V2 topic-length field plus the topic bytes; a column given as None is
+    all zero. Every field but the three
     the append lock owns is filled here with column-wise numpy assignments; :meth:`BatchV4.render`
     completes them."""
     n = len(bodies)
@@ -489,21 +501,21 @@ def encode_batch_v4(topic_tail: bytes, bodies: list[bytes], props: list[bytes], 
     tl = len(topic_tail)
     totals = 88 + blen + tl + 2 + plen
     starts = np.cumsum(totals) - totals
-    hdr = np.zeros(n, dtype=FIXED_V4_DTYPE)
+    row = np.zeros(1, dtype=FIXED_V4_DTYPE)  # the fields every record shares, then copied n times
+    row["magic"] = MAGIC_V1 if tl and topic_tail[0] <= 127 and tl - 1 == topic_tail[0] else MAGIC_V2
+    row["queue_id"] = queue_id
+    row["born_addr"] = born_host[:4]
+    row["born_port"] = I32.unpack_from(born_host, 4)[0]
+    row["store_addr"] = store_host[:4]
+    row["store_port"] = I32.unpack_from(store_host, 4)[0]
+    hdr = np.repeat(row, n)
     hdr["total"] = totals
-    hdr["magic"] = MAGIC_V1 if tl and topic_tail[0] <= 127 and tl - 1 == topic_tail[0] else MAGIC_V2
-    hdr["body_crc"] = [crc32(b) for b in bodies]
-    hdr["queue_id"] = queue_id
-    hdr["flag"] = flags
-    hdr["sys_flag"] = sys_flags
-    hdr["born_timestamp"] = born_timestamps
-    hdr["born_addr"] = born_host[:4]
-    hdr["born_port"] = I32.unpack_from(born_host, 4)[0]
-    hdr["store_addr"] = store_host[:4]
-    hdr["store_port"] = I32.unpack_from(store_host, 4)[0]
-    hdr["reconsume_times"] = reconsume_times
-    hdr["prepared_transaction_offset"] = prepared_offsets
+    hdr["body_crc"] = np.fromiter(map(zlib.crc32, bodies), dtype=np.int64, count=n) & 0x7FFFFFFF
     hdr["body_len"] = blen
+    for name, values in (("flag", flags), ("sys_flag", sys_flags), ("born_timestamp", born_timestamps),
+                         ("reconsume_times", reconsume_times), ("prepared_transaction_offset", prepared_offsets)):
+        if values is not None and (values.any() if isinstance(values, np.ndarray) else any(values)):  # else 0
+            hdr[name] = values
     return BatchV4(hdr, bodies, props, topic_tail, plen.astype(">i2").tobytes(), starts, totals)
 
 

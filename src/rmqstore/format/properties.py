@@ -13,7 +13,9 @@ offsets are final, fills in ``crc32(record[:-20])`` as 10 decimal digits least-s
 """
 from __future__ import annotations
 
-from typing import Iterable, Mapping
+from itertools import chain, starmap
+from operator import itemgetter
+from typing import Iterable, Mapping, Sequence
 
 NAME_VALUE_SEPARATOR = b"\x01"
 PROPERTY_SEPARATOR = b"\x02"
@@ -37,6 +39,39 @@ def encode_properties(props: PropertiesInput) -> bytes:
         return b""
     items = props.items() if hasattr(props, "items") else props
     return "".join([f"{k}\x01{v}\x02" for k, v in items if v is not None]).encode("utf-8")
+
+
+def uniform_keys(props_list: Sequence[PropertiesInput]) -> tuple | None:
+    """The key tuple shared, in the same order, by every entry when all are ``dict`` (as a
+    producer builds them); None otherwise."""
+    if props_list and set(map(type, props_list)) == {dict}:
+        orders = set(map(tuple, props_list))
+        if len(orders) == 1:
+            return next(iter(orders))
+    return None
+
+
+def encode_properties_many(props_list: Sequence[PropertiesInput], keys: tuple | None = None) -> list[bytes]:
+    """:func:`encode_properties` of each entry, the same bytes.
+
+    With ``keys`` from :func:`uniform_keys` (and no ``None`` value), every entry is encoded with one
+    format template and C-level iteration; otherwise entry by entry."""
+    n = len(props_list)
+    if keys is not None:
+        if not keys:
+            return [b""] * n
+        template = "".join(map(_template_part, keys))
+        values = list(map(itemgetter(*keys), props_list))
+        flat = values if len(keys) == 1 else list(chain.from_iterable(values))
+        if None not in flat:  # (an object equal to None only costs the slow path)
+            strings = map(template.format, values) if len(keys) == 1 else starmap(template.format, values)
+            return list(map(str.encode, strings))
+    return [encode_properties(p) for p in props_list]
+
+
+def _template_part(key: object) -> str:
+    """``key 0x01 {} 0x02`` for :meth:`str.format`, braces in the key escaped."""
+    return f"{key}".replace("{", "{{").replace("}", "}}") + "\x01{}\x02"
 
 
 def parse_properties(raw: bytes | memoryview | str) -> dict[str, str]:

@@ -34,6 +34,8 @@ PAGE = mmap.PAGESIZE
 OS_PAGE_SIZE = 4096
 #: First bytes of an append written last (TOTALSIZE + MAGIC of a record).
 PUBLISH_BYTES = 8
+#: Writes at least this long use ``pwrite`` instead of a copy into the mapping (see ``write_at``).
+PWRITE_MIN = 4096
 
 
 def fsync_dir(path: str) -> None:
@@ -218,15 +220,34 @@ class MappedFile:
 
     def write_at(self, pos: int, data) -> None:
         """Write ``data`` at ``pos`` (no position changes), its first 8 bytes last like
-        :meth:`append`: a batch of records written at once appears whole or not at all."""
+        :meth:`append`: a batch of records written at once appears whole or not at all.
+
+        Large writes go through ``pwrite`` on the file rather than a copy into the mapping: the
+        page cache is the same (readers of the mapping see the bytes), but the kernel fills fresh
+        pages without a page fault per 4 KiB (on ext4 a first write through a shared mapping costs
+        about 10 us a page), the GIL is released during the copy, and a full disk is an
+        ``OSError`` rather than a ``SIGBUS``."""
         self._check_writable()
         n = len(data)
-        if n > PUBLISH_BYTES:
+        if n >= PWRITE_MIN:
+            mv = memoryview(data)
+            self._pwrite_all(mv[PUBLISH_BYTES:], pos + PUBLISH_BYTES)
+            self.mm[pos:pos + PUBLISH_BYTES] = mv[:PUBLISH_BYTES]
+        elif n > PUBLISH_BYTES:
             mv = memoryview(data)
             self.mm[pos + PUBLISH_BYTES:pos + n] = mv[PUBLISH_BYTES:]
             self.mm[pos:pos + PUBLISH_BYTES] = mv[:PUBLISH_BYTES]
         else:
             self.mm[pos:pos + n] = data
+
+    def _pwrite_all(self, mv: memoryview, pos: int) -> None:
+        if pos < 0 or pos + len(mv) > self.file_size:
+            raise StoreIOError(f"write of {len(mv)} bytes at {pos} overflows the segment", path=self.path, offset=pos)
+        while len(mv):
+            k = os.pwrite(self._fd, mv, pos)
+            if k <= 0:  # pragma: no cover - regular files write at least one byte or raise
+                raise StoreIOError(f"pwrite wrote nothing at {pos}", path=self.path, offset=pos)
+            mv, pos = mv[k:], pos + k
 
     def append(self, data) -> int:
         """Write at the write position; returns the position written at."""

@@ -4,6 +4,7 @@
 """
 from __future__ import annotations
 
+import dataclasses
 import struct
 import threading
 import time
@@ -323,8 +324,11 @@ def test_batch_records_have_their_own_lengths(open_store):
     ([], "empty"),
     ([msg("A"), msg("A b")], "topic"),
 ])
-def test_bad_batches_write_nothing(open_store, make_config, batch, reason):
+@pytest.mark.parametrize("dict_props", [False, True])  # dicts take the vectorised path, pairs the general one
+def test_bad_batches_write_nothing(open_store, make_config, batch, reason, dict_props):
     st = open_store(cfg=make_config(max_message_size=1024))
+    if dict_props:
+        batch = [dataclasses.replace(m, properties=dict(m.properties or ())) for m in batch]
     r = st.put_messages(batch)
     assert r.status is ILLEGAL and reason in r.error
     assert st.max_phy_offset == 0 and st.get_max_offset_in_queue("A", 0, committed=False) == 0
@@ -397,13 +401,43 @@ def test_batch_has_one_store_time(open_store, make_config, host):
     ("born_timestamp", 2**63), ("prepared_transaction_offset", -2**63 - 1), ("store_timestamp", 2**63),
 ])
 @pytest.mark.parametrize("host", ["10.0.0.1:10911", "[::1]:10911"])
-@pytest.mark.parametrize("batch", [False, True])
+@pytest.mark.parametrize("batch", [False, True, "dict"])
 def test_out_of_range_fields_are_illegal(open_store, field, value, host, batch):
     """Fields wider than their on-disk integer give MESSAGE_ILLEGAL (not a struct error); nothing
-    is written and the store stays usable."""
+    is written and the store stays usable. ("dict": a batch of two with dict properties, the
+    vectorised path.)"""
     st = open_store()
     bad = msg(store_host=host, **{field: value})
-    r = st.put_messages([bad]) if batch else st.put_message(bad)
+    if batch == "dict":
+        r = st.put_messages([dataclasses.replace(bad, properties={"a": v}) for v in "12"])
+    else:
+        r = st.put_messages([bad]) if batch else st.put_message(bad)
     assert r.status is ILLEGAL and field in r.error
     assert st.max_phy_offset == 0 and st.get_max_offset_in_queue("T", 0, committed=False) == 0
     _assert_nothing_written_then_usable(st)
+
+
+@pytest.mark.parametrize("dict_props", [False, True])
+def test_failed_write_of_a_batch_is_not_acknowledged_and_leaves_nothing(open_store, make_config, monkeypatch,
+                                                                         dict_props):
+    """A write error in the middle of a batch (ENOSPC or EIO from pwrite) gives
+    CREATE_MAPPED_FILE_FAILED; nothing becomes visible, and the next put takes the same place."""
+    from rmqstore.io.mapped_file import MappedFile
+    st = open_store(cfg=make_config(mapped_file_size_commit_log=1 << 20))
+    batch = [msg(body=bytes([i]) * 1000, props={"KEYS": f"k{i}"} if dict_props else [("KEYS", f"k{i}")])
+             for i in range(8)]  # 8 KiB: written with pwrite
+    real = MappedFile._pwrite_all
+
+    def fail(self, mv, pos):
+        real(self, mv[:len(mv) // 2], pos)  # half of it lands, then the disk fails
+        raise OSError(28, "No space left on device")
+    monkeypatch.setattr(MappedFile, "_pwrite_all", fail)
+    r = st.put_messages(batch)
+    assert r.status is PutMessageStatus.CREATE_MAPPED_FILE_FAILED and "No space" in r.error
+    assert _segment_bytes(st, 0, 8) == bytes(8)  # the first record's header was never published
+    monkeypatch.setattr(MappedFile, "_pwrite_all", real)
+    _assert_nothing_written_then_usable(st)
+    r = st.put_messages(batch)
+    assert r.status is OK and r.queue_offset == 1
+    st.wait_dispatched()
+    assert [m.body for m in st.get_message("g", "T", 0, 1, 8).messages] == [m.body for m in batch]

@@ -1,6 +1,7 @@
 """MappedFile (DefaultMappedFile): fixed-size zero-filled segments, read-only mapping."""
 from __future__ import annotations
 
+import errno
 import os
 
 import numpy as np
@@ -97,4 +98,53 @@ def test_truncate_positions_and_zero_from(tmp_path):
     assert (mf.wrote_position, mf.flushed_position) == (50, 50)
     mf.zero_from(50)
     assert bytes(mf.read(0, 256)) == b"\xff" * 50 + bytes(206)
+    mf.close()
+
+
+def test_large_write_at_goes_through_pwrite_and_is_visible_in_the_mapping(tmp_path, monkeypatch):
+    path = str(tmp_path / "00000000000000000000")
+    mf = MappedFile(path, 64 * 1024, create=True)
+    calls = []
+    real = os.pwrite
+    monkeypatch.setattr(os, "pwrite", lambda fd, data, pos: calls.append((pos, len(data))) or real(fd, data, pos))
+    data = bytes(range(256)) * 40  # 10 KiB
+    mf.write_at(100, data)
+    assert calls == [(108, len(data) - 8)]  # everything but the first 8 bytes, which go last, via the mapping
+    assert bytes(mf.mm[100:100 + len(data)]) == data
+    other = MappedFile(path, 64 * 1024, read_only=True)
+    assert bytes(other.read(100, len(data))) == data
+    other.close()
+    mf.write_at(20000, b"small")  # small writes are copies into the mapping
+    assert len(calls) == 1 and bytes(mf.mm[20000:20005]) == b"small"
+    mf.close()
+
+
+def test_short_pwrites_are_continued(tmp_path, monkeypatch):
+    mf = MappedFile(str(tmp_path / "00000000000000000000"), 64 * 1024, create=True)
+    real = os.pwrite
+    monkeypatch.setattr(os, "pwrite", lambda fd, data, pos: real(fd, bytes(data)[:1000], pos))
+    data = os.urandom(9000)
+    mf.write_at(5, data)
+    assert bytes(mf.mm[5:9005]) == data
+    mf.close()
+
+
+def test_failed_large_write_publishes_nothing(tmp_path, monkeypatch):
+    """A write that fails part way (ENOSPC, EIO) leaves the first 8 bytes zero: no reader and no
+    recovery takes the half-written bytes for a record."""
+    mf = MappedFile(str(tmp_path / "00000000000000000000"), 64 * 1024, create=True)
+    real = os.pwrite
+    seen = []
+
+    def fail_second(fd, data, pos):
+        seen.append(pos)
+        if len(seen) > 1:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real(fd, bytes(data)[:4000], pos)
+    monkeypatch.setattr(os, "pwrite", fail_second)
+    with pytest.raises(OSError):
+        mf.write_at(0, b"\x01" * 10000)
+    assert bytes(mf.mm[0:8]) == bytes(8) and bytes(mf.mm[8:4008]) == b"\x01" * 4000
+    with pytest.raises(StoreIOError):
+        mf.write_at(60 * 1024, bytes(8 * 1024))  # past the end of the segment
     mf.close()
