@@ -19,10 +19,8 @@ and writes it, with the command that produced it, to bench/results/durability.md
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import platform
-import resource
 import shutil
 import sys
 import tempfile
@@ -38,33 +36,10 @@ GIB = 1 << 30
 
 
 def _in_child(fn, *args) -> dict:
-    """Run ``fn(*args)`` in a forked child; returns its result dict plus the child's peak RSS."""
-    r, w = os.pipe()
-    pid = os.fork()
-    if pid == 0:
-        code = 0
-        try:
-            os.close(r)
-            out = fn(*args)
-            out["rss_mib"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-            os.write(w, json.dumps(out).encode())
-        except BaseException as e:  # noqa: BLE001
-            os.write(w, json.dumps({"error": repr(e)}).encode())
-            code = 1
-        finally:
-            os._exit(code)
-    os.close(w)
-    buf = b""
-    while True:
-        chunk = os.read(r, 1 << 16)
-        if not chunk:
-            break
-        buf += chunk
-    os.close(r)
-    os.waitpid(pid, 0)
-    res = json.loads(buf)
-    if "error" in res:
-        raise RuntimeError(res["error"])
+    """Run ``fn(*args)`` in a forked child (the harness's runner); its peak RSS in MiB included."""
+    from harness import run_child
+    res = run_child(fn, *args)
+    res["rss_mib"] = res["rss_mb"]
     return res
 
 
