@@ -411,7 +411,10 @@ def tail_extents(files, end: int, zero_window: int) -> list[tuple[object, int, i
         u8 = mf.u8
         while pos < mf.file_size:
             block = u8[pos:pos + chunk]
-            nz = np.flatnonzero(block)
+            # ``!= 0`` takes a snapshot first: a writer in another process may be filling these very
+            # pages (a read-only open of a live store), and flatnonzero on the live view counts and
+            # then collects, failing when the count changed in between
+            nz = np.flatnonzero(block != 0)
             if nz.size:
                 last_nz = pos + int(nz[-1])
             pos += block.size
