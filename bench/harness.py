@@ -1,6 +1,6 @@
 """Side-by-side benchmarks of rmqstore, its peers and the machine's floors; writes BENCHMARKS.md.
 
-Run:  .venv/bin/python bench/harness.py            (full: 3 rounds, ~10 minutes)
+Run:  .venv/bin/python bench/harness.py            (full: 3 rounds, about 18 minutes on 2 cores)
       .venv/bin/python bench/harness.py --quick    (1 round, smaller counts; for a smoke run)
 
 Every measurement runs in a fresh child process (fork), so its peak RSS is its own; the
