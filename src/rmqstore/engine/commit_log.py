@@ -53,8 +53,12 @@ def _props_bytes(msg: Message) -> bytes:
     return msg.encoded_properties()
 
 
-_BATCH_FIELDS = operator.attrgetter("topic", "queue_id", "body", "properties", "flag", "sys_flag", "born_timestamp",
-                                    "born_host", "store_host", "reconsume_times", "prepared_transaction_offset")
+#: the fields a batch usually shares (one set of these tuples of size 1 checks them all at once)
+_SHARED_FIELDS = operator.attrgetter("topic", "queue_id", "born_host", "store_host", "flag", "sys_flag",
+                                     "reconsume_times", "prepared_transaction_offset")
+_BODY = operator.attrgetter("body")
+_PROPERTIES = operator.attrgetter("properties")
+_BORN = operator.attrgetter("born_timestamp")
 _GET_DELAY = operator.methodcaller("get", P.DELAY)
 
 
@@ -386,15 +390,28 @@ class CommitLog:
         plan = self._plans.get((first.topic, first.born_host, first.store_host)) or self._fast_plan(first)
         if plan is None or type(first.queue_id) is not int or first.queue_id < 0:
             return None
-        (topics, queue_ids, bodies, props, flags, sys_flags, born, born_hosts, store_hosts, reconsume,
-         prepared) = zip(*map(_BATCH_FIELDS, msgs))
-        if (len(set(topics)) != 1 or len(set(queue_ids)) != 1 or len(set(born_hosts)) != 1
-                or len(set(store_hosts)) != 1 or set(map(type, bodies)) != {bytes} or set(map(type, props)) != {dict}):
+        try:
+            shared = set(map(_SHARED_FIELDS, msgs))
+        except TypeError:  # an unhashable field: the general path says what is wrong
             return None
-        sys_flags = np.asarray(sys_flags, dtype=np.int32)  # (OverflowError: _range_checked answers)
+        if len(shared) == 1:  # the usual batch: these fields are the same in every message
+            _, _, _, _, flags, sys_flag, reconsume, prepared = next(iter(shared))
+            if sys_flag & _SLOW_SYSFLAGS:
+                return None
+            sys_flags = sys_flag
+        else:
+            (topics, queue_ids, born_hosts, store_hosts, flags, sys_flags, reconsume,
+             prepared) = zip(*map(_SHARED_FIELDS, msgs))
+            if len(set(topics)) != 1 or len(set(queue_ids)) != 1 or len(set(born_hosts)) != 1 or len(set(store_hosts)) != 1:
+                return None
+            sys_flags = np.asarray(sys_flags, dtype=np.int32)  # (OverflowError: _range_checked answers)
+            if (sys_flags & _SLOW_SYSFLAGS).any():
+                return None
+        bodies, props, born = list(map(_BODY, msgs)), list(map(_PROPERTIES, msgs)), list(map(_BORN, msgs))
+        if set(map(type, bodies)) != {bytes} or set(map(type, props)) != {dict}:
+            return None
         keys = P.uniform_keys(props)
-        if (sys_flags & _SLOW_SYSFLAGS).any() or (
-                (keys is None or P.DELAY in keys) and any(map(_is_delayed, filter(None, map(_GET_DELAY, props))))):
+        if (keys is None or P.DELAY in keys) and any(map(_is_delayed, filter(None, map(_GET_DELAY, props)))):
             return None
         if sum(map(len, bodies)) > self._max_body:
             return _illegal("message body size exceeded")

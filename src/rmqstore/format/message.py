@@ -491,8 +491,8 @@ def encode_batch_v4(topic_tail: bytes, bodies: list[bytes], props: list[bytes], 
                     born_timestamps, born_host: bytes, store_host: bytes, reconsume_times, prepared_offsets) -> BatchV4:
     """Batch form of :func:`encode_record` for records sharing topic, queue and IPv4 hosts.
 
-    ``topic_tail`` is the V1/V2 topic-length field plus the topic bytes; a column given as None is
-    all zero. Every field but the three
+    ``topic_tail`` is the V1/V2 topic-length field plus the topic bytes; a column given as an int
+    is that value in every record, as None all zero. Every field but the three
     the append lock owns is filled here with column-wise numpy assignments; :meth:`BatchV4.render`
     completes them."""
     n = len(bodies)
@@ -514,7 +514,9 @@ def encode_batch_v4(topic_tail: bytes, bodies: list[bytes], props: list[bytes], 
     hdr["body_len"] = blen
     for name, values in (("flag", flags), ("sys_flag", sys_flags), ("born_timestamp", born_timestamps),
                          ("reconsume_times", reconsume_times), ("prepared_transaction_offset", prepared_offsets)):
-        if values is not None and (values.any() if isinstance(values, np.ndarray) else any(values)):  # else 0
+        if values is None or (isinstance(values, int) and not values):
+            continue  # all zero, as copied from the row
+        if isinstance(values, int) or (values.any() if isinstance(values, np.ndarray) else any(values)):
             hdr[name] = values
     return BatchV4(hdr, bodies, props, topic_tail, plen.astype(">i2").tobytes(), starts, totals)
 

@@ -60,10 +60,16 @@ def encode_properties_many(props_list: Sequence[PropertiesInput], keys: tuple | 
     if keys is not None:
         if not keys:
             return [b""] * n
-        template = "".join(map(_template_part, keys))
-        values = list(map(itemgetter(*keys), props_list))
-        flat = values if len(keys) == 1 else list(chain.from_iterable(values))
-        if None not in flat:  # (an object equal to None only costs the slow path)
+        try:  # a None value is omitted: entry by entry then (so is a value that cannot be compared)
+            has_none = None in chain.from_iterable(map(dict.values, props_list))
+        except Exception:  # noqa: BLE001 - e.g. an array value whose == is not a bool
+            has_none = True
+        if not has_none:
+            if all(type(k) is str and k.isidentifier() for k in keys):  # named fields: no value tuples
+                template = "".join([f"{k}\x01{{{k}}}\x02" for k in keys])
+                return list(map(str.encode, map(template.format_map, props_list)))
+            template = "".join(map(_template_part, keys))
+            values = map(itemgetter(*keys), props_list)
             strings = map(template.format, values) if len(keys) == 1 else starmap(template.format, values)
             return list(map(str.encode, strings))
     return [encode_properties(p) for p in props_list]
