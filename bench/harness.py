@@ -361,6 +361,7 @@ def spark_measure(kind, store, master):
     """One Spark (or in-process rebuild) measurement in its own interpreter and JVM; the best of
     one run after a warm-up run in the same session. Peak RSS is the whole process tree."""
     import spark_bench
+    _settle()
     r = spark_bench.measure(kind, store, master, 1)
     return {"ops": r["records"], "seconds": r["seconds"], "bytes": r["bytes"], "rss_mb": r["peak_rss_mb"]}
 
@@ -380,7 +381,14 @@ def _child(conn, fn, args):
         conn.close()
 
 
+def _settle() -> None:
+    """Write back what earlier measurements left dirty in the page cache, so that the kernel's
+    writeback threads do not compete with the next one for the 2 cores."""
+    os.sync()
+
+
 def run_child(fn, *args) -> dict:
+    _settle()
     ctx = mp.get_context("fork")
     a, b = ctx.Pipe(duplex=False)
     p = ctx.Process(target=_child, args=(b, fn, args))

@@ -196,7 +196,9 @@ class MessageStore:
         self._recover(last_exit_ok, dropped_index)
         if not self.read_only:
             self._write_abort(abort_path)
-            self.commit_log.on_append = self._on_append
+            # ASYNC_FLUSH: every append wakes the dispatcher (the bound method itself: no wrapper
+            # call on the put path); SYNC_FLUSH wakes it after the group commit
+            self.commit_log.on_append = None if self.cfg.sync_flush else self.reput.wake
             self.reput.start()
             self._flusher = threading.Thread(target=self._flush_loop, name="rmqstore-flush", daemon=True)
             self._flusher.start()
@@ -575,10 +577,6 @@ class MessageStore:
     def dispatch_end(self) -> int:
         cl = self.commit_log
         return cl.flushed_offset if self.cfg.sync_flush else cl.confirm_offset
-
-    def _on_append(self, end: int) -> None:
-        if not self.cfg.sync_flush:
-            self.reput.wake()
 
     def on_dispatched(self, store_ts: int) -> None:
         self.checkpoint.values.logics_msg_timestamp = store_ts

@@ -67,7 +67,7 @@ def test_a_writer_dying_mid_batch_leaves_nothing_visible(tmp_path):
             assert not r.ok
         finally:
             mf.mm = real
-        shutil.copytree(path, tmp_path / "crash", ignore=shutil.ignore_patterns("lock"))
+        shutil.copytree(path, tmp_path / "crash", ignore=shutil.ignore_patterns("lock", "*.creating"))
     with MessageStore.open(tmp_path / "crash", cfg) as st:
         rep = st.recovery_report
         end = before[-1].phy_offset + before[-1].wrote_bytes

@@ -89,7 +89,7 @@ def test_rollover_under_load(tmp_path, crash_rng):
         assert cq_files > 100
         _check(st, written, crash_rng)
         # a crash copy taken now (abort file and all) recovers to the same store
-        shutil.copytree(path, str(tmp_path / "crash"), ignore=shutil.ignore_patterns("lock"))
+        shutil.copytree(path, str(tmp_path / "crash"), ignore=shutil.ignore_patterns("lock", "*.creating"))
     with MessageStore.open(str(tmp_path / "crash"), cfg) as st:
         assert st.recovery_report.mode == "abnormal"
         _check(st, written, crash_rng)

@@ -307,32 +307,25 @@ def walk_records(buf, pos: int, end: int, max_records: int | None = None) -> tup
     starts = []
     append = starts.append
     unpack = _TOTAL_MAGIC.unpack_from
-    n = max_records if max_records is not None else 1 << 62
+    last_header = end - 8  # a header starting after this does not fit
     stop = "limit"
-    while pos < end and n > 0:
-        if end - pos < 8:
-            stop = "limit" if end - pos < 8 else stop
+    for _ in range(max_records if max_records is not None else 1 << 62):
+        if pos > last_header:
             break
         total, magic = unpack(buf, pos)
-        if magic == MAGIC_V1 or magic == MAGIC_V2:
-            if total < 91:
-                stop = "invalid"
-                break
-            if pos + total > end:
-                stop = "limit"
-                break
+        if (magic == MAGIC_V1 or magic == MAGIC_V2) and 91 <= total <= end - pos:
             append(pos)
             pos += total
-            n -= 1
+            continue
+        if magic == MAGIC_V1 or magic == MAGIC_V2:
+            stop = "invalid" if total < 91 else "limit"  # (limit: the record ends past ``end``)
         elif magic == BLANK_MAGIC:
             stop = "blank"
-            break
         elif total == 0 and magic == 0:
             stop = "end"
-            break
         else:
             stop = "invalid"
-            break
+        break
     return np.asarray(starts, dtype=np.int64), stop, pos
 
 

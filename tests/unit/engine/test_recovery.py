@@ -154,7 +154,7 @@ def test_index_tail_cut_repairs_slots_ahead_of_the_header(tmp_path):
     with MessageStore.open(path, cfg) as st:
         puts = [st.put_message(_msg(i)) for i in range(40)]
         st.wait_dispatched(timeout=10)
-        shutil.copytree(path, tmp_path / "crash", ignore=shutil.ignore_patterns("lock"))
+        shutil.copytree(path, tmp_path / "crash", ignore=shutil.ignore_patterns("lock", "*.creating"))
     crash = tmp_path / "crash"
     (name,) = os.listdir(crash / "index")
     ipath = crash / "index" / name
