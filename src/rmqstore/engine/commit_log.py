@@ -402,7 +402,7 @@ class CommitLog:
         else:
             (topics, queue_ids, born_hosts, store_hosts, flags, sys_flags, reconsume,
              prepared) = zip(*map(_SHARED_FIELDS, msgs))
-            if len(set(topics)) != 1 or len(set(queue_ids)) != 1 or len(set(born_hosts)) != 1 or len(set(store_hosts)) != 1:
+            if any(len(set(col)) != 1 for col in (topics, queue_ids, born_hosts, store_hosts)):
                 return None
             sys_flags = np.asarray(sys_flags, dtype=np.int32)  # (OverflowError: _range_checked answers)
             if (sys_flags & _SLOW_SYSFLAGS).any():
