@@ -25,6 +25,7 @@ import tempfile
 import threading
 import time
 import zlib
+from functools import partial
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "src"))
@@ -461,8 +462,24 @@ def main() -> None:
 
     groups: dict[str, dict[str, list]] = {}
 
-    def add(group, impl, res):
-        groups.setdefault(group, {}).setdefault(impl, []).append(rate(res))
+    pending: list = []
+
+    def add(group, impl, measure):
+        """Queue one measurement of ``group``; a group's measurements run together when the next
+        group starts, their order rotated by the round so that no implementation always goes first
+        (the first child after a heavy workload runs in its wake: writeback, a cold page cache)."""
+        if pending and pending[0][0] != group:
+            run_pending(current_round[0])
+        groups.setdefault(group, {}).setdefault(impl, [])  # the table keeps the first round's order
+        pending.append((group, impl, measure))
+
+    current_round = [0]
+
+    def run_pending(r):
+        k = r % len(pending) if pending else 0
+        for group, impl, measure in pending[k:] + pending[:k]:
+            groups[group][impl].append(rate(measure()))
+        pending.clear()
 
     print(f"building the prebuilt store ({n_keys:,} keyed messages)...", flush=True)
     prebuilt = _prebuilt(n_keys, 128, "q")
@@ -471,61 +488,64 @@ def main() -> None:
     n_spark = 200_000 if args.quick else 1_000_000
     spark_store = _prebuilt_spark(n_spark)
     for r in range(rounds):
+        current_round[0] = r
         print(f"round {r + 1}/{rounds}", flush=True)
         for size in (128, 1024):
             for keyed in (True, False):
                 g = f"put_message, 1 thread, {size} B body, {'one key' if keyed else 'no key'}"
                 n = n_put if size == 128 else n_put // 2
-                add(g, "rmqstore put_message", run_child(rmq_put, n, size, keyed))
-                add(g, "Python floor (struct.pack + write)", run_child(python_floor, n, size, keyed))
+                add(g, "rmqstore put_message", partial(run_child, rmq_put, n, size, keyed))
+                add(g, "Python floor (struct.pack + write)", partial(run_child, python_floor, n, size, keyed))
                 for peer in ("diskcache.Deque", "diskcache.Index", "persistqueue.Queue", "persistqueue.SQLiteQueue",
                              "litequeue"):
                     if peer == "diskcache.Index" and not keyed:
                         continue
-                    add(g, f"{peer}", run_child(peer_put, peer, n_peer if size == 128 else n_peer // 2, size, keyed))
+                    add(g, f"{peer}", partial(run_child, peer_put, peer, n_peer if size == 128 else n_peer // 2, size, keyed))
         g = "put_message, 4 threads, 128 B, one key"
-        add(g, "rmqstore put_message x4 threads", run_child(rmq_put, n_put, 128, True, 4))
-        add(g, "rmqstore put_message 1 thread", run_child(rmq_put, n_put, 128, True, 1))
+        add(g, "rmqstore put_message x4 threads", partial(run_child, rmq_put, n_put, 128, True, 4))
+        add(g, "rmqstore put_message 1 thread", partial(run_child, rmq_put, n_put, 128, True, 1))
         for b in (32, 256):
             g = f"put_messages, batches of {b}, 128 B, one key"
-            add(g, f"rmqstore put_messages({b})", run_child(rmq_put, n_put, 128, True, 1, b))
-            add(g, "Python floor (struct.pack + write)", run_child(python_floor, n_put, 128, True))
+            add(g, f"rmqstore put_messages({b})", partial(run_child, rmq_put, n_put, 128, True, 1, b))
+            add(g, "Python floor (struct.pack + write)", partial(run_child, python_floor, n_put, 128, True))
             add(g, f"rmqstore put_messages({b}), dispatcher stopped (append path only)",
-                run_child(rmq_put, n_put, 128, True, 1, b, False, False))
+                partial(run_child, rmq_put, n_put, 128, True, 1, b, False, False))
         for size, keyed in ((1024, True), (128, False)):
             g = f"put_messages, batches of 256, {size} B, {'one key' if keyed else 'no key'}"
             n = n_put if size == 128 else n_put // 2
-            add(g, "rmqstore put_messages(256)", run_child(rmq_put, n, size, keyed, 1, 256))
-            add(g, "Python floor (struct.pack + write)", run_child(python_floor, n, size, keyed))
+            add(g, "rmqstore put_messages(256)", partial(run_child, rmq_put, n, size, keyed, 1, 256))
+            add(g, "Python floor (struct.pack + write)", partial(run_child, python_floor, n, size, keyed))
         g = "sustained put_message until dispatched, 128 B, one key"
-        add(g, "rmqstore put_message + wait_dispatched", run_child(rmq_put, n_put, 128, True, 1, 0, True))
-        add(g, "rmqstore put_messages(256) + wait_dispatched", run_child(rmq_put, n_put, 128, True, 1, 256, True))
+        add(g, "rmqstore put_message + wait_dispatched", partial(run_child, rmq_put, n_put, 128, True, 1, 0, True))
+        add(g, "rmqstore put_messages(256) + wait_dispatched", partial(run_child, rmq_put, n_put, 128, True, 1, 256, True))
         g = "dispatch alone (CQ + index, one key per message)"
-        add(g, "rmqstore dispatch_batch", run_child(rmq_dispatch, prebuilt))
+        add(g, "rmqstore dispatch_batch", partial(run_child, rmq_dispatch, prebuilt))
         g = "get_message, pull 32 at a time"
-        add(g, "rmqstore get_message", run_child(rmq_pull, prebuilt))
+        add(g, "rmqstore get_message", partial(run_child, rmq_pull, prebuilt))
         g = f"query_message by key, {n_keys:,} keys indexed"
-        add(g, "rmqstore query_message (exact)", run_child(rmq_query, prebuilt, n_keys, 20_000, True))
-        add(g, "rmqstore query_message (exact=False, upstream)", run_child(rmq_query, prebuilt, n_keys, 20_000, False))
+        add(g, "rmqstore query_message (exact)", partial(run_child, rmq_query, prebuilt, n_keys, 20_000, True))
+        add(g, "rmqstore query_message (exact=False, upstream)", partial(run_child, rmq_query, prebuilt, n_keys, 20_000, False))
         g = "look_message_by_offset"
-        add(g, "rmqstore look_message_by_offset", run_child(rmq_look, prebuilt, 50_000))
+        add(g, "rmqstore look_message_by_offset", partial(run_child, rmq_look, prebuilt, 50_000))
         g = "put_message, SYNC_FLUSH (every PUT_OK on disk, group commit), 128 B, one key"
         for threads in (1, 8):
             add(g, f"rmqstore put_message x{threads} thread{'s' if threads > 1 else ''}",
-                run_child(rmq_sync_put, threads, 2.0 if args.quick else 5.0))
+                partial(run_child, rmq_sync_put, threads, 2.0 if args.quick else 5.0))
         g = f"recovery of {rec_seg / 2**30:.2f} GiB of commitlog (1 KiB bodies, one key each)"
-        add(g, "rmqstore normal recovery (after a clean shutdown)", run_child(rmq_recover, rec_store, rec_seg, False))
+        add(g, "rmqstore normal recovery (after a clean shutdown)", partial(run_child, rmq_recover, rec_store, rec_seg, False))
         add(g, "rmqstore abnormal recovery (crash, no checkpoint: everything re-dispatched)",
-            run_child(rmq_recover, rec_store, rec_seg, True))
+            partial(run_child, rmq_recover, rec_store, rec_seg, True))
         g = f"Spark pipeline on a {n_spark:,}-message store"
-        add(g, "in-process rebuild (engine/rebuild.py), for reference", spark_measure("inprocess_rebuild", spark_store, None))
+        add(g, "in-process rebuild (engine/rebuild.py), for reference", partial(spark_measure, "inprocess_rebuild", spark_store, None))
         for kind, label in (("source", "source full scan (noop sink)"), ("spark_rebuild", "Spark rebuild")):
             for master in ("local[1]", "local[2]"):
-                add(g, f"{label}, {master}", spark_measure(kind, spark_store, master))
+                add(g, f"{label}, {master}", partial(spark_measure, kind, spark_store, master))
+        run_pending(r)
         nbytes = next(iter(groups["put_message, 1 thread, 128 B body, one key"]["Python floor (struct.pack + write)"]))["bytes"]
         g = f"disk floor: sequential write of {nbytes / 1e6:.1f} MB (the 128 B keyed put workload's bytes)"
-        add(g, "buffered write", run_child(disk_floor, nbytes, False))
-        add(g, "write + fdatasync", run_child(disk_floor, nbytes, True))
+        add(g, "buffered write", partial(run_child, disk_floor, nbytes, False))
+        add(g, "write + fdatasync", partial(run_child, disk_floor, nbytes, True))
+        run_pending(r)
 
     lines = ["# Benchmarks", "",
              f"Command: `{' '.join(['.venv/bin/python', 'bench/harness.py'] + sys.argv[1:])}` "
