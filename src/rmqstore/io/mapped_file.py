@@ -224,8 +224,8 @@ class MappedFile:
 
         Large writes go through ``pwrite`` on the file rather than a copy into the mapping: the
         page cache is the same (readers of the mapping see the bytes), but the kernel fills fresh
-        pages without a page fault per 4 KiB (on ext4 a first write through a shared mapping costs
-        about 10 us a page), the GIL is released during the copy, and a full disk is an
+        pages without a page fault per 4 KiB (a first write through a shared mapping cost about
+        10 us a page on this project's VM), the GIL is released during the copy, and a full disk is an
         ``OSError`` rather than a ``SIGBUS``."""
         self._check_writable()
         n = len(data)

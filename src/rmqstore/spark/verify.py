@@ -15,6 +15,8 @@ verifier's internals, so a change there shows up in one place (and in the compar
 """
 from __future__ import annotations
 
+import contextlib
+
 import json
 from dataclasses import dataclass
 from types import SimpleNamespace
@@ -244,32 +246,32 @@ def _framing_start(seg: S.Segment, a: int, b: int) -> int:
 
 # --- consume queues, index files, checkpoint and tail (a read-only store per task) ----------------
 
-def _open_verifier(store_dir: str, cfg, data_end: int):
+@contextlib.contextmanager
+def _verifier(store_dir: str, cfg, data_end: int):
+    """A read-only store and a verifier of its data below ``data_end`` for one task, closed after."""
     from ..engine import verify as V
     from ..message_store import MessageStore
 
     st = MessageStore.open(store_dir, cfg, read_only=True)
-    v = V._Verifier(st, None)
-    v.data_end = data_end
-    return st, v
-
-
-def _queue_rows(store_dir: str, cfg, segments, task: dict):
-    st, v = _open_verifier(store_dir, cfg, task["end"])
     try:
-        mine = {(t, q) for t, q in task["queues"]}
-        v.queue_last = {(t, q): (qo, phy) for t, q, qo, phy in task["queue_last"]}
-        v.cq_hi = {k: hi for k, hi in v.cq_hi.items() if k in mine}
-        v.check_consume_queues()
-        for f in v.f.items:
-            yield _finding_row(f)
+        v = V._Verifier(st, None)
+        v.data_end = data_end
+        yield st, v
     finally:
         st.close()
 
 
+def _queue_rows(store_dir: str, cfg, segments, task: dict):
+    with _verifier(store_dir, cfg, task["end"]) as (_, v):
+        mine = {(t, q) for t, q in task["queues"]}
+        v.queue_last = {(t, q): (qo, phy) for t, q, qo, phy in task["queue_last"]}
+        v.cq_hi = {k: hi for k, hi in v.cq_hi.items() if k in mine}
+        v.check_consume_queues()
+        yield from map(_finding_row, v.f.items)
+
+
 def _index_rows(store_dir: str, cfg, segments, task: dict):
-    st, v = _open_verifier(store_dir, cfg, task["end"])
-    try:
+    with _verifier(store_dir, cfg, task["end"]) as (st, v):
         names = set(task["files"])
         for f in st.index_service.files:
             if f.name not in names:
@@ -277,27 +279,20 @@ def _index_rows(store_dir: str, cfg, segments, task: dict):
             phys, hashes = v._check_index_file(f)
             for p, h in zip(phys.tolist(), hashes.tolist()):
                 yield {"row": GOOD_ITEM, "phy": p, "hash": h}
-        for f in v.f.items:
-            yield _finding_row(f)
-    finally:
-        st.close()
+        yield from map(_finding_row, v.f.items)
 
 
 def _misc_rows(store_dir: str, cfg, segments, task: dict):
     from ..engine import recovery as R
 
-    st, v = _open_verifier(store_dir, cfg, task["end"])
-    try:
+    with _verifier(store_dir, cfg, task["end"]) as (st, v):
         v.scan = R.ScanResult(end=task["end"], last_valid=task["last_valid"], records=task["records"],
                               reason=task["reason"], max_store_timestamp=task["max_ts"])
         v.check_checkpoint()
         v.check_tail()
-        for f in v.f.items:
-            yield _finding_row(f)
+        yield from map(_finding_row, v.f.items)
         yield {"row": SPAN, "info": json.dumps({"judge_lag": bool(v.judge_lag),
                                                 "index_files": len(st.index_service.files)})}
-    finally:
-        st.close()
 
 
 # ================================================================================================
