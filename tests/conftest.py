@@ -36,6 +36,21 @@ VECTOR_SETS = ("basic", "propcrc", "rollover")
 
 
 # ------------------------------------------------------------------------------------------------
+# The machine's disk is not an input
+# ------------------------------------------------------------------------------------------------
+
+@pytest.fixture(autouse=True)
+def _disk_use_is_low(monkeypatch):
+    """Every test sees a disk 10% used, whatever the machine's disk holds: past 85% retention
+    deletes unexpired files at once (upstream's clean-forcibly rule), and a test's answer must not
+    depend on what else shares the disk. Tests of the disk rules set their own ratio; the one test
+    of the real ``statvfs`` reading calls ``monkeypatch.undo()``."""
+    from rmqstore.engine import retention
+
+    monkeypatch.setattr(retention, "disk_used_ratio", lambda path: 0.10)
+
+
+# ------------------------------------------------------------------------------------------------
 # Generic store fixtures
 # ------------------------------------------------------------------------------------------------
 

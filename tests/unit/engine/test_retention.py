@@ -4,7 +4,9 @@ disk-usage triggers, DISK_FULL, OFFSET_TOO_SMALL, the background run, and the be
 from __future__ import annotations
 
 import json
+import math
 import os
+import shutil
 import time
 
 import pytest
@@ -206,3 +208,11 @@ def test_background_retention(tmp_path, monkeypatch):
             time.sleep(0.02)
         assert st.min_phy_offset == 10 * 128
         assert len(os.listdir(path / "commitlog")) == 2
+
+
+def test_disk_used_ratio_reads_the_filesystem(tmp_path, monkeypatch):
+    monkeypatch.undo()  # the real statvfs reading, not the suite's pinned 10%
+    du = shutil.disk_usage(tmp_path)  # free here is what non-root users may still take (f_bavail)
+    want = math.ceil(du.used * 100 / (du.used + du.free)) / 100
+    got = RT.disk_used_ratio(str(tmp_path / "not" / "created" / "yet"))  # the nearest existing parent
+    assert abs(got - want) <= 0.01 and 0 < got <= 1  # the disk may change between the two readings
