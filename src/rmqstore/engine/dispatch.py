@@ -17,6 +17,7 @@ import numpy as np
 
 from ..format import hashes as H
 from ..format import message as M
+from ..format.arrays import stable_argsort
 from ..types import SCHEDULE_TOPIC, tags_code_of
 
 log = logging.getLogger(__name__)
@@ -180,7 +181,7 @@ def extract_dispatch_columns(u8: np.ndarray, batch: M.RecordBatch, delay_levels_
     item_rec = np.concatenate([urec, tok_rec]).astype(np.int64)
     starts = np.concatenate([us, tstart]).astype(np.int64)
     ends = np.concatenate([ue, tend]).astype(np.int64)
-    order = np.argsort(item_rec, kind="stable")  # uniq keys sort before the KEYS tokens of a record
+    order = stable_argsort(item_rec)  # uniq keys sort before the KEYS tokens of a record
     item_rec, starts, ends = item_rec[order], starts[order], ends[order]
     if item_rec.size:
         prefix = np.array([H.java_hash(t + "#") & 0xFFFFFFFF for t in topics], dtype=np.uint64)
@@ -206,7 +207,7 @@ def dispatch_batch(buf, batch: M.RecordBatch, *, cq_for: Callable, index_service
         sel = np.flatnonzero((tx != M.TX_PREPARED) & (tx != M.TX_ROLLBACK))
         if sel.size:
             key = cols.topic_ids[sel].astype(np.int64) * (1 << 32) + batch.queue_id[sel].astype(np.int64)
-            order = np.argsort(key, kind="stable")
+            order = stable_argsort(key)
             sel, key = sel[order], key[order]
             bounds = np.flatnonzero(np.diff(key)) + 1
             for grp in np.split(sel, bounds):

@@ -52,6 +52,7 @@ from ..errors import ReadOnlyStoreError, StoreIOError
 from ..format import consume_queue as CQF
 from ..format import index_file as IF
 from ..format import message as M
+from ..format.arrays import stable_argsort
 from . import recovery as R
 from .checkpoint import StoreCheckpoint
 from .consume_queue import ConsumeQueue
@@ -186,7 +187,7 @@ class _Verifier:
         sel = np.flatnonzero(in_cq)
         if sel.size:
             key = cols.topic_ids[sel].astype(np.int64) * (1 << 32) + batch.queue_id[sel].astype(np.int64)
-            order = np.argsort(key, kind="stable")
+            order = stable_argsort(key)
             sel, key = sel[order], key[order]
             for grp in np.split(sel, np.flatnonzero(np.diff(key)) + 1):
                 i0 = int(grp[0])
