@@ -45,10 +45,12 @@ def test_vectors_rebuild_like_rocketmq(spark, vector, tmp_path):
 
 
 def test_generated_store_rebuild(spark, generated, tmp_path):
-    """200,000 messages over 63 commitlog segments, 19 queues (hundreds of CQ files), 228 index files."""
+    """200,000 messages over 63 commitlog segments, 19 queues (hundreds of CQ files), 228 index
+    files, each written by three shards in parallel tasks."""
     before = digests(generated.path, "commitlog")
     local = rebuild_in_process(generated.path, str(tmp_path / "local"), generated.config)
-    res = rebuild(spark, generated.path, str(tmp_path / "spark"), generated.config, split_size=8 << 20)
+    res = rebuild(spark, generated.path, str(tmp_path / "spark"), generated.config, split_size=8 << 20,
+                  index_shards=3)
     assert res["records"] == local.records >= 200_000
     assert res["index_files"] == local.index_files > 100
     assert res["consume_queues"] == local.consume_queues
@@ -81,12 +83,13 @@ def _small_store(path: str, case: str):
     return cfg
 
 
+@pytest.mark.parametrize("shards", [None, 5], ids=["planned", "5-shards"])
 @pytest.mark.parametrize("case", ["full_then_keyless", "no_keys", "key_split_across_files", "index_disabled"])
-def test_index_file_rolling_edge_cases(spark, tmp_path, case):
+def test_index_file_rolling_edge_cases(spark, tmp_path, case, shards):
     store = str(tmp_path / "store")
     cfg = _small_store(store, case)
     local = rebuild_in_process(store, str(tmp_path / "local"), cfg)
-    res = rebuild(spark, store, str(tmp_path / "spark"), cfg)
+    res = rebuild(spark, store, str(tmp_path / "spark"), cfg, index_shards=shards)
     same_output(str(tmp_path / "local"), str(tmp_path / "spark"))
     assert res["index_files"] == local.index_files
     if case == "full_then_keyless":
@@ -109,3 +112,13 @@ def test_empty_store(spark, tmp_path):
     (store / "commitlog").mkdir(parents=True)
     res = rebuild(spark, str(store), str(tmp_path / "out"))
     assert (res["records"], res["consume_queues"], res["index_files"]) == (0, 0, 0)
+
+
+def test_index_shards_are_planned_by_weight():
+    from rmqstore.spark.internal import plan_index_shards
+
+    assert plan_index_shards([4_000_000, 660_000], cores=2, other=1_000_000) == [2, 1]  # no task over half
+    assert plan_index_shards([4_000_000, 660_000], cores=1, other=1_000_000) == [1, 1]
+    assert plan_index_shards([100] * 8, cores=4) == [1] * 8  # many small files: one task each
+    assert plan_index_shards([10**7], cores=8) == [8]
+    assert plan_index_shards([], cores=2, other=5) == []

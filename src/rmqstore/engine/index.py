@@ -20,10 +20,34 @@ import numpy as np
 from ..config import MessageStoreConfig
 from ..errors import CorruptRecordError, StoreIOError
 from ..format import index_file as F
+from ..format.arrays import stable_argsort
 from ..format.hashes import abs_key_hash_many, index_key_hash, java_hash_many
 from ..io.mapped_file import MappedFile
 
 log = logging.getLogger(__name__)
+
+
+def link_chains(slot_of: np.ndarray, nums: np.ndarray, old: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
+    """Chain items into their slots: item ``nums[i]`` (increasing) goes to slot ``slot_of[i]``,
+    whose newest item before these was ``old[i]`` (0 = empty). Returns each item's prevIndex, the
+    slots touched with their new newest item, and how many of those slots were empty."""
+    m = int(slot_of.size)
+    order = stable_argsort(slot_of)  # by slot, item order inside a slot
+    s_sorted = slot_of[order]
+    n_sorted = nums[order]
+    first = np.empty(m, dtype=bool)  # the oldest item of its slot in this batch
+    first[0] = True
+    np.not_equal(s_sorted[1:], s_sorted[:-1], out=first[1:])
+    last = np.empty(m, dtype=bool)  # the newest
+    last[-1] = True
+    last[:-1] = first[1:]
+    prev_sorted = np.empty(m, dtype=np.int64)
+    prev_sorted[1:] = n_sorted[:-1]
+    heads_before = old[order[first]]
+    prev_sorted[first] = heads_before
+    prev = np.empty(m, dtype=np.int64)
+    prev[order] = prev_sorted
+    return prev, s_sorted[last], n_sorted[last], int(np.count_nonzero(heads_before == 0))
 
 
 class IndexFile:
@@ -93,38 +117,71 @@ class IndexFile:
             diffs[:] = F.time_diff_seconds(ts, self.begin_ts)
         old = self._slots[slot_of].astype(np.int64)
         old = np.where((old <= 0) | (old > count), 0, old)
-        order = np.argsort(slot_of, kind="stable")
-        s_sorted = slot_of[order]
-        first = np.empty(m, dtype=bool)
-        first[0] = True
-        first[1:] = s_sorted[1:] != s_sorted[:-1]
-        n_sorted = nums[order]
-        prev_sorted = np.empty(m, dtype=np.int64)
-        prev_sorted[first] = old[order][first]
-        prev_sorted[~first] = n_sorted[np.flatnonzero(~first) - 1]
-        prev = np.empty(m, dtype=np.int64)
-        prev[order] = prev_sorted
+        prev, head_slots, heads, new_slots = link_chains(slot_of, nums, old)
         items = np.empty(m, dtype=F.ITEM_DTYPE)
         items["key_hash"] = hashes
         items["phy_offset"] = phys
         items["time_diff"] = diffs
         items["prev_index"] = prev
-        start = F.item_pos(self.slot_num, count)
-        self.mf.mm[start:start + m * F.ITEM_SIZE] = items.tobytes()
-        last = np.empty(m, dtype=bool)
-        last[-1] = True
-        last[:-1] = s_sorted[1:] != s_sorted[:-1]
-        slot_writes = np.empty(int(last.sum()), dtype=">i4")
-        slot_writes[:] = n_sorted[last]
-        target = s_sorted[last]
-        slots_rw = np.frombuffer(self.mf.mm, dtype=">i4", count=self.slot_num, offset=F.HEADER_SIZE)
-        slots_rw[target] = slot_writes
-        del slots_rw
-        self.slot_count += int((old[order][first] == 0).sum())
+        self.mf.write_at(F.item_pos(self.slot_num, count), items.tobytes())
+        self._write_slots(head_slots, heads)
+        self.slot_count += new_slots
         self.index_count = count + m
         self.end_phy, self.end_ts = int(phys[-1]), int(ts[-1])
         self.write_header()
         return m
+
+    def _write_slots(self, slots: np.ndarray, heads: np.ndarray) -> None:
+        view = np.frombuffer(self.mf.mm, dtype=">i4", count=self.slot_num, offset=F.HEADER_SIZE)
+        view[slots] = heads
+        del view
+
+    def put_shard(self, hashes: np.ndarray, phys: np.ndarray, ts: np.ndarray, shard: int, shards: int
+                  ) -> tuple[int, int]:
+        """Of ``put_batch(hashes, phys, ts)`` on this fresh file, write shard ``shard`` of
+        ``shards``: the items of one run of ranks (each item's prevIndex is the newest earlier item
+        of its slot, found without the other shards) and the entries of one run of slots (the
+        newest item of each). Shards write disjoint bytes, so different processes can write them
+        into the same file at once; together they write what one ``put_batch`` writes, the header
+        aside (:meth:`finish_shards`). Returns the items written and the slots given an entry."""
+        n = int(hashes.size)
+        if self.index_count > 1 or n > self.capacity_left:
+            raise ValueError(f"put_shard needs a fresh file with room for {n} items ({self.path})")
+        if not 0 <= shard < shards:
+            raise ValueError(f"shard {shard} of {shards}")
+        a, b = shard * n // shards, (shard + 1) * n // shards
+        lo, hi = shard * self.slot_num // shards, (shard + 1) * self.slot_num // shards
+        slot_of = hashes.astype(np.int64) % self.slot_num
+        nums = np.arange(1, n + 1, dtype=np.int64)
+        if a < b:
+            head = np.zeros(self.slot_num, dtype=np.int64)  # newest item of each slot before rank a
+            np.maximum.at(head, slot_of[:a], nums[:a])
+            prev, _, _, _ = link_chains(slot_of[a:b], nums[a:b], head[slot_of[a:b]])
+            ts = ts.astype(np.int64)
+            diffs = F.time_diff_seconds(ts[a:b], int(ts[0]))
+            if a == 0:  # the file's first item is timed against the predecessor's end (quirk 15.2)
+                diffs[0] = F.time_diff_seconds(int(ts[0]), self.begin_ts)
+            items = np.empty(b - a, dtype=F.ITEM_DTYPE)
+            items["key_hash"] = hashes[a:b]
+            items["phy_offset"] = phys[a:b]
+            items["time_diff"] = diffs
+            items["prev_index"] = prev
+            self.mf.write_at(F.item_pos(self.slot_num, a + 1), items.tobytes())
+        mine = (slot_of >= lo) & (slot_of < hi)
+        heads = np.zeros(hi - lo, dtype=np.int64)
+        np.maximum.at(heads, slot_of[mine] - lo, nums[mine])
+        if hi > lo:
+            self.mf.write_at(F.slot_pos(lo), heads.astype(">i4").tobytes())
+        return b - a, int(np.count_nonzero(heads))
+
+    def finish_shards(self, n: int, first: tuple[int, int], last: tuple[int, int], slot_count: int) -> None:
+        """The header after the shards of ``n`` items: ``first``/``last`` are the ``(phy, ts)`` of
+        the first and last item, ``slot_count`` the sum of the shards' new slots."""
+        self.begin_phy, self.begin_ts = first
+        self.end_phy, self.end_ts = last
+        self.slot_count = slot_count
+        self.index_count = n + 1
+        self.write_header()
 
     def put_key(self, key_hash: int, phy: int, ts: int) -> bool:
         """Scalar ``putKey`` (kept for tests that compare with the batch form)."""
@@ -163,10 +220,12 @@ class IndexFile:
                 break
             n = prev
 
-    def flush(self) -> None:
+    def flush(self, header: bool = True) -> None:
+        """fdatasync the file; ``header=False`` for a shard writer, whose header is not its own."""
         if self.read_only:
             return
-        self.write_header()
+        if header:
+            self.write_header()
         self.mf.wrote_position = self.mf.file_size
         self.mf.flush(0)
 

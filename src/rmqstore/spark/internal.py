@@ -33,6 +33,7 @@ from pyspark.sql.types import BooleanType, IntegerType, LongType, StringType, St
 from ..config import MessageStoreConfig
 from ..format import index_file as FI
 from ..format import message as M
+from ..format.arrays import stable_argsort
 from . import scan as S
 
 TMP_DIR = ".rmqstore-spark-tmp"
@@ -52,6 +53,37 @@ def _spec(options) -> dict:
     if not raw:
         raise ValueError("internal rmqstore data source used without its spec option")
     return json.loads(raw)
+
+
+_MALLOC_TUNED = False
+
+
+def tune_worker_malloc() -> None:
+    """Keep freed memory in this Python worker's heap instead of returning it to the system.
+
+    A task allocates and frees numpy temporaries of several MiB per batch. glibc serves blocks
+    that big with a fresh ``mmap`` and unmaps them on free, so every batch faults its pages in
+    again (on the VM of BENCHMARKS.md about 10 us per 4 KiB page, host-side, and two workers
+    faulting at once slow each other down). A fixed 32 MiB mmap threshold and a high trim
+    threshold keep that memory mapped for the next batch; the worker's peak use is unchanged.
+    glibc only (``mallopt``); elsewhere, and with ``RMQSTORE_MALLOC_TUNING=0``, nothing changes."""
+    global _MALLOC_TUNED
+    if _MALLOC_TUNED:
+        return
+    _MALLOC_TUNED = True
+    if os.environ.get("RMQSTORE_MALLOC_TUNING", "1") == "0":
+        return
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None)
+        mallopt = libc.mallopt
+    except (OSError, AttributeError):
+        return
+    m_trim_threshold, m_top_pad, m_mmap_threshold = -1, -2, -3
+    mallopt(m_mmap_threshold, 32 << 20)
+    mallopt(m_trim_threshold, 1 << 30)
+    mallopt(m_top_pad, 64 << 20)
 
 
 def index_file_name(now_ms: int) -> str:
@@ -126,6 +158,7 @@ class DispatchReader(DataSourceReader):
     def read(self, partition):
         from pyspark.sql.pandas.types import to_arrow_schema
 
+        tune_worker_malloc()
         spec = self.spec
         cfg = cfg_from_json(spec["cfg"])
         os.makedirs(spec["tmp"], exist_ok=True)
@@ -186,7 +219,7 @@ def dispatch_span(store_dir: str, cfg: MessageStoreConfig, span_id: int, span: S
     if units:
         u = np.concatenate(units)
         q = np.concatenate(unit_q)
-        order = np.argsort(q, kind="stable")  # grouped by queue, commitlog order inside a queue
+        order = stable_argsort(q)  # grouped by queue, commitlog order inside a queue
         u, q = u[order], q[order]
         cq_path = os.path.join(tmp, f"span-{span_id}.cq")
         _save(cq_path, u)
@@ -224,16 +257,17 @@ WRITE_SCHEMA = StructType([
     StructField("file", IntegerType(), True),      # index file number
     StructField("name", StringType(), True),
     StructField("count", LongType(), False),       # units / items written
-    StructField("files", IntegerType(), False),    # files written
+    StructField("files", IntegerType(), False),    # files written (0 for an index shard: the driver finishes it)
+    StructField("slots", LongType(), True),        # index shard: slots it newly used (hashSlotCount)
 ])
 
 
 class RebuildWriteSource(DataSource):
     """Runs the writer tasks planned by the driver (a read whose partitions are tasks; the rows are
-    what each task wrote). spec: ``out``, ``cfg``, ``base_ms``, ``tasks``: each
+    what each task wrote). spec: ``out``, ``cfg``, ``tasks``: each
     ``{"queues": [[topic, queueId, [[path, first, n], ...]], ...],
-    "files": [[file number, prev or null, [[path, first, n], ...]], ...]}`` where ``prev`` is
-    ``[path, index]`` of the item a file's header starts from."""
+    "shards": [[file number, path, [[path, first, n], ...], shard, shards], ...]}``: shard ``shard``
+    of ``shards`` of the index file the driver prepared at ``path``, from the file's items."""
 
     @classmethod
     def name(cls) -> str:
@@ -256,13 +290,13 @@ class RebuildWriteReader(DataSourceReader):
     def read(self, partition):
         from pyspark.sql.pandas.types import to_arrow_schema
 
+        tune_worker_malloc()
         spec = self.spec
         cfg = cfg_from_json(spec["cfg"])
         tmp_root = _task_tmp(spec["out"])
         try:
             rows = [write_queue(cfg, tmp_root, spec["out"], t, q, slices) for t, q, slices in partition.task["queues"]]
-            rows += [write_index_file(cfg, tmp_root, spec["out"], spec["base_ms"], no, prev, slices)
-                     for no, prev, slices in partition.task["files"]]
+            rows += [write_index_shard(cfg, path, no, slices, j, m) for no, path, slices, j, m in partition.task["shards"]]
         finally:
             shutil.rmtree(tmp_root, ignore_errors=True)
         if rows:
@@ -295,36 +329,69 @@ def write_queue(cfg: MessageStoreConfig, tmp_root: str, out_dir: str, topic: str
     return {"kind": "queue", "topic": topic, "queueId": qid, "count": units, "files": files}
 
 
-def write_index_file(cfg: MessageStoreConfig, tmp_root: str, out_dir: str, base_ms: int, no: int, prev, slices
-                     ) -> dict:
-    """Index file ``no``: its header starts from the item ``prev`` (the previous file's last, as a
-    new file starts from its predecessor's end), then its items in rank order with
-    ``IndexFile.put_batch``."""
+def index_items(slices) -> np.ndarray:
+    """The items of one index file, in rank order, from their ``[path, first, n]`` slices."""
+    parts = [load_slice(path, ITEM_DTYPE, first, n) for path, first, n in slices]
+    return np.concatenate(parts) if parts else np.zeros(0, dtype=ITEM_DTYPE)
+
+
+def write_index_shard(cfg: MessageStoreConfig, path: str, no: int, slices, shard: int, shards: int) -> dict:
+    """Shard ``shard`` of ``shards`` of index file ``no`` (prepared at ``path`` by the driver),
+    with ``IndexFile.put_shard``: shards write disjoint bytes, so they run in parallel; the driver
+    writes the header."""
+    from ..engine.index import IndexFile
+
+    b = index_items(slices)
+    f = IndexFile(path, cfg.max_hash_slot_num, cfg.max_index_num, read_only=False)
+    try:
+        count, new_slots = f.put_shard(b["hash"].astype(np.int64), b["phy"].astype(np.int64),
+                                       b["ts"].astype(np.int64), shard, shards)
+        f.flush(header=False)
+    finally:
+        f.close()
+    return {"kind": "index", "file": no, "name": os.path.basename(path), "count": count, "files": 0,
+            "slots": new_slots}
+
+
+def plan_index_shards(weights: list[int], cores: int, other: int = 0) -> list[int]:
+    """How many shards each index file is written in: enough that no shard outweighs an
+    even share of the whole write step (index files plus ``other`` work, over ``cores``), at most
+    ``cores``."""
+    share = max(1, -(-(sum(weights) + other) // max(1, cores)))
+    return [max(1, min(cores, -(-w // share))) for w in weights]
+
+
+def prepare_index_file(cfg: MessageStoreConfig, path: str, prev) -> None:
+    """Create index file ``path`` empty, its header starting from the item ``prev`` (``[path,
+    index]`` of the previous file's last item, or None), as a new file starts from its
+    predecessor's end."""
     from ..engine.index import IndexFile
 
     prev_phy = prev_ts = 0
     if prev is not None:
         p = load_slice(prev[0], ITEM_DTYPE, prev[1], 1)
         prev_phy, prev_ts = int(p["phy"][0]), int(p["ts"][0])
-    name = index_file_name(base_ms + no)
-    f = IndexFile(os.path.join(tmp_root, name), cfg.max_hash_slot_num, cfg.max_index_num, read_only=False,
-                  create=True, prev_end_phy=prev_phy, prev_end_ts=prev_ts)
-    count = 0
+    IndexFile(path, cfg.max_hash_slot_num, cfg.max_index_num, read_only=False, create=True,
+              prev_end_phy=prev_phy, prev_end_ts=prev_ts).close()
+
+
+def finish_index_file(cfg: MessageStoreConfig, path: str, slices, slot_count: int, index_dir: str) -> None:
+    """Write the header of a file whose shards are written (first and last item from ``slices``),
+    sync it and move it into ``index_dir``."""
+    from ..engine.index import IndexFile
+
+    f = IndexFile(path, cfg.max_hash_slot_num, cfg.max_index_num, read_only=False)
     try:
-        for path, first, n in slices:
-            b = load_slice(path, ITEM_DTYPE, first, n)
-            put = f.put_batch(b["hash"].astype(np.int64), b["phy"].astype(np.int64), b["ts"].astype(np.int64))
-            if put != n:
-                raise RuntimeError(f"index file {no} is full after {count + put} items; the item ranking is "
-                                   "inconsistent")
-            count += put
+        if slices:
+            a = load_slice(slices[0][0], ITEM_DTYPE, slices[0][1], 1)
+            z = load_slice(slices[-1][0], ITEM_DTYPE, slices[-1][1] + slices[-1][2] - 1, 1)
+            f.finish_shards(sum(x[2] for x in slices), (int(a["phy"][0]), int(a["ts"][0])),
+                            (int(z["phy"][0]), int(z["ts"][0])), slot_count)
         f.flush()
     finally:
         f.close()
-    index_dir = os.path.join(out_dir, "index")
     os.makedirs(index_dir, exist_ok=True)
-    os.replace(os.path.join(tmp_root, name), os.path.join(index_dir, name))
-    return {"kind": "index", "file": no, "name": name, "count": count, "files": 1}
+    os.replace(path, os.path.join(index_dir, os.path.basename(path)))
 
 
 class FilesPartition(InputPartition):

@@ -197,7 +197,7 @@ def job_split_size(spark: SparkSession, store_dir: str, cfg: MessageStoreConfig)
 # ================================================================================================
 
 def rebuild(spark: SparkSession, store_dir: str, out_dir: str, cfg: MessageStoreConfig | None = None, *,
-            split_size: int | None = None) -> dict:
+            split_size: int | None = None, index_shards: int | None = None) -> dict:
     """Write ``out_dir/consumequeue`` and ``out_dir/index`` from the commitlog of ``store_dir``, in
     parallel; byte-identical to the in-process rebuild (:func:`rmqstore.engine.rebuild.rebuild`),
     index file names aside. The store is only read.
@@ -205,7 +205,9 @@ def rebuild(spark: SparkSession, store_dir: str, out_dir: str, cfg: MessageStore
     Records are dispatched per commitlog byte range; consume queues are written per queue (each
     record carries its queue offset, so a queue only needs its own rows in commitlog order); index
     items are ranked in commitlog order (per-range counts, prefix sums on the driver), which fixes
-    the file and slot of each, so every index file is built on its own.
+    the file and slot of each, so every index file is built on its own, and a big one by several
+    tasks at once, each writing a run of its items and a run of its slot table (``index_shards`` per file; default:
+    enough that no task outweighs an even share of the write step, at most one per core).
 
     Returns ``records``, ``consume_queues``, ``index_files``, ``seconds``, ``end_offset``, ``out_dir``."""
     t0 = time.perf_counter()
@@ -226,7 +228,7 @@ def rebuild(spark: SparkSession, store_dir: str, out_dir: str, cfg: MessageStore
         tmp = os.path.join(out_dir, I.TMP_DIR, uuid.uuid4().hex)
         d = _Dispatch(spark, store_dir, cfg, split_size, check_crc=False, steps=steps, tmp=tmp)
         try:
-            result = _rebuild(spark, d, cfg, out_dir, P, steps) if d.info else \
+            result = _rebuild(spark, d, cfg, out_dir, P, steps, tmp, index_shards) if d.info else \
                 {"records": 0, "consume_queues": 0, "index_files": 0}
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
@@ -235,7 +237,8 @@ def rebuild(spark: SparkSession, store_dir: str, out_dir: str, cfg: MessageStore
     return result
 
 
-def _rebuild(spark: SparkSession, d: _Dispatch, cfg: MessageStoreConfig, out_dir: str, P: int, steps: _Steps) -> dict:
+def _rebuild(spark: SparkSession, d: _Dispatch, cfg: MessageStoreConfig, out_dir: str, P: int, steps: _Steps,
+             tmp: str, index_shards: int | None) -> dict:
     counts = d.counts()
     records = sum(c["records"] for c in counts)
     if records == 0:
@@ -246,8 +249,10 @@ def _rebuild(spark: SparkSession, d: _Dispatch, cfg: MessageStoreConfig, out_dir
         for t, q, first, n in c["queues"]:
             queues.setdefault((t, q), []).append([c["cq_path"], first, n])
     work = [("queue", (t, q), sum(x[2] for x in sl), [t, q, sl]) for (t, q), sl in sorted(queues.items())]
-    # index files: items ranked in commitlog order; file k holds ranks [k*cap, (k+1)*cap)
-    nfiles = 0
+    # index files: items ranked in commitlog order; file k holds ranks [k*cap, (k+1)*cap). The
+    # driver prepares each file (empty, header from its predecessor's last item); shards with
+    # disjoint runs of ranks and slots fill it in parallel; the driver writes the header and moves it in place.
+    files = []
     if cfg.message_index_enable:
         cap = cfg.max_index_num - 1
         total = sum(c["items"] for c in counts)
@@ -269,26 +274,38 @@ def _rebuild(spark: SparkSession, d: _Dispatch, cfg: MessageStoreConfig, out_dir
                     out.append([path, a - b, z - a])
             return out
 
+        build = os.path.join(tmp, "index")
+        os.makedirs(build, exist_ok=True)
+        base_ms = int(time.time() * 1000)
         for k in range(nfiles):
-            prev = None
-            if k:
-                (path, first, _), = ranks(k * cap - 1, k * cap)
-                prev = [path, first]
             items = ranks(k * cap, min((k + 1) * cap, total))
-            work.append(("index", k, sum(x[2] for x in items) * 2 + 1, [k, prev, items]))
+            path = os.path.join(build, I.index_file_name(base_ms + k))
+            I.prepare_index_file(cfg, path, ranks(k * cap - 1, k * cap)[0] if k else None)
+            files.append((k, path, items, sum(x[2] for x in items)))
+        queue_weight = sum(w[2] for w in work)
+        nshards = [index_shards] * len(files) if index_shards else \
+            I.plan_index_shards([2 * n + 1 for *_, n in files], _parallelism(spark), queue_weight)
+        for (k, path, items, n), m in zip(files, nshards):
+            for j in range(m if n else 0):
+                # every shard reads all of the file's items (the chains before its own run)
+                work.append(("index", k, (2 * n + 1) // m + n // 4, [k, path, items, j, m]))
     # spread the work over the tasks, biggest first, each to the least loaded task
     ntasks = max(1, min(P, len(work)))
-    tasks = [{"queues": [], "files": []} for _ in range(ntasks)]
+    tasks = [{"queues": [], "shards": []} for _ in range(ntasks)]
     for (kind, _, _, payload), b in zip(work, _lpt([w[2] for w in work], ntasks)):
-        tasks[b]["queues" if kind == "queue" else "files"].append(payload)
-    spec = {"out": out_dir, "cfg": I.cfg_to_json(cfg), "base_ms": int(time.time() * 1000), "tasks": tasks}
-    rows = spark.read.format("rmqstore_rebuild_write").option("spec", json.dumps(spec)).load().collect()
-    steps.mark("write")
+        tasks[b]["queues" if kind == "queue" else "shards"].append(payload)
+    spec = {"out": out_dir, "cfg": I.cfg_to_json(cfg), "tasks": tasks}
+    rows = spark.read.format("rmqstore_rebuild_write").option("spec", json.dumps(spec)).load().collect() if work else []
     written_queues = sum(1 for r in rows if r.kind == "queue")
-    written_files = sum(1 for r in rows if r.kind == "index")
-    if written_queues != len(queues) or written_files != nfiles:
-        raise RuntimeError(f"rebuild wrote {written_queues} queues and {written_files} index files, "
-                           f"expected {len(queues)} and {nfiles}")
+    for k, path, items, n in files:
+        mine = [r for r in rows if r.kind == "index" and r.file == k]
+        if sum(r["count"] for r in mine) != n:
+            raise RuntimeError(f"index file {k}: the shards wrote {sum(r['count'] for r in mine)} items, expected {n}")
+        I.finish_index_file(cfg, path, items, sum(r.slots for r in mine), os.path.join(out_dir, "index"))
+    steps.mark("write")
+    written_files = len(files)
+    if written_queues != len(queues):
+        raise RuntimeError(f"rebuild wrote {written_queues} queues, expected {len(queues)}")
     return {"records": records, "consume_queues": written_queues, "index_files": written_files}
 
 

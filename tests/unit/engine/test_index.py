@@ -5,6 +5,8 @@ import os
 
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from rmqstore import CorruptRecordError, MessageStoreConfig
 from rmqstore.engine.checkpoint import StoreCheckpoint
@@ -241,3 +243,45 @@ def test_delete_expired(tmp_path):
     assert [f.end_phy for f in svc.files] == [600]
     assert svc.delete_expired(10**9) == []              # never the last file
     svc.close()
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(n=st.integers(0, 120), slots=st.integers(1, 40), shards=st.integers(1, 5), chunks=st.integers(1, 4),
+       prev_ts=st.sampled_from([0, 1_700_000_000_000]), seed=st.integers(0, 2**32 - 1))
+def test_put_shard_writes_what_put_batch_writes(tmp_path_factory, n, slots, shards, chunks, prev_ts, seed):
+    """Shards (runs of ranks and of slots), written in any order into one file, then the header:
+    the same bytes as put_batch over the same items in a few calls (the in-process dispatcher's way)."""
+    d = tmp_path_factory.mktemp("shard")
+    rng = np.random.default_rng(seed)
+    hashes = rng.integers(0, 2**31 - 1, n)
+    hashes[rng.random(n) < 0.3] = 7  # long chains in one slot
+    phys = np.cumsum(rng.integers(1, 500, n)) + 4096
+    ts = 1_700_000_000_000 + np.cumsum(rng.integers(0, 3000, n))
+    whole = IndexFile(str(d / "a"), slots, 130, read_only=False, create=True, prev_end_phy=4000, prev_end_ts=prev_ts)
+    for part in np.array_split(np.arange(n), chunks):
+        assert whole.put_batch(hashes[part], phys[part], ts[part]) == part.size
+    whole.flush()
+    IndexFile(str(d / "b"), slots, 130, read_only=False, create=True, prev_end_phy=4000, prev_end_ts=prev_ts).close()
+    written = used = 0
+    for j in rng.permutation(shards).tolist():
+        f = IndexFile(str(d / "b"), slots, 130, read_only=False)
+        c, u = f.put_shard(hashes, phys, ts, j, shards)
+        written, used = written + c, used + u
+        f.flush(header=False)
+        f.close()
+    assert written == n and used == len(set((hashes % slots).tolist()))
+    f = IndexFile(str(d / "b"), slots, 130, read_only=False)
+    if n:
+        f.finish_shards(n, (int(phys[0]), int(ts[0])), (int(phys[-1]), int(ts[-1])), used)
+    f.flush()
+    f.close()
+    whole.close()
+    assert (d / "a").read_bytes() == (d / "b").read_bytes()
+
+
+def test_put_shard_refuses_a_used_file(tmp_path):
+    f = IndexFile(str(tmp_path / "f"), 8, 16, read_only=False, create=True)
+    f.put_batch(np.array([1]), np.array([100]), np.array([1_700_000_000_000]))
+    with pytest.raises(ValueError, match="fresh file"):
+        f.put_shard(np.array([2]), np.array([200]), np.array([1_700_000_000_000]), 0, 1)
+    f.close()
