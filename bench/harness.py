@@ -358,12 +358,17 @@ def _generate_spark_store(path, n):
     return {}
 
 
+SPARK_RUNS = 3
+
+
 def spark_measure(kind, store, master):
-    """One Spark (or in-process rebuild) measurement in its own interpreter and JVM; the best of
-    one run after a warm-up run in the same session. Peak RSS is the whole process tree."""
+    """One Spark (or in-process rebuild) measurement in its own interpreter and JVM: the median of
+    SPARK_RUNS runs after a warm-up run in the same session (one timed run was at the mercy of a
+    single noisy moment; local[2] runs kept getting faster for two or three runs after the warm-up).
+    Peak RSS is the whole process tree."""
     import spark_bench
     _settle()
-    r = spark_bench.measure(kind, store, master, 1)
+    r = spark_bench.measure(kind, store, master, SPARK_RUNS)
     return {"ops": r["records"], "seconds": r["seconds"], "bytes": r["bytes"], "rss_mb": r["peak_rss_mb"],
             "steps": r.get("steps", {})}
 
@@ -558,7 +563,8 @@ def main() -> None:
              "Durability settings: rmqstore ASYNC_FLUSH (page cache, flushed every 500 ms; default), diskcache "
              "defaults (SQLite WAL, synchronous=NORMAL), persist-queue `Queue(autosave=True)` and "
              "`SQLiteQueue(auto_commit=True)`, litequeue defaults (SQLite WAL). Peers get `(key, body)` when the "
-             "workload is keyed; `diskcache.Index` is the keyed store (`index[key] = body`).", ""]
+             "workload is keyed; `diskcache.Index` is the keyed store (`index[key] = body`). Spark rows: each "
+             f"child starts a SparkSession, runs the job once to warm up, then takes the median of {SPARK_RUNS} runs.", ""]
     summary = {}
     for g, impls in groups.items():
         unit = ("B/s" if g.startswith("disk floor") else "MB/s" if g.startswith("recovery")
@@ -634,8 +640,9 @@ def main() -> None:
         lines += ["### Missed: Spark rebuild local[2] ≥ 1.6× local[1] — where the time goes (median seconds per step)",
                   "", "```", *spark_steps, "```",
                   "dispatch: the tasks that read the byte ranges and write per-range consume-queue units and "
-                  "index items; write: the tasks that assemble each consume queue and index file (one index "
-                  "file is written by one task, so this step does not get faster with more cores).", ""]
+                  "index items; write: the tasks that assemble each consume queue and index file (a big index "
+                  "file in shards, one per core). Both include Spark's task launches (some tens of ms each) and "
+                  "share the two cores with the JVM.", ""]
     for name, fn, fargs in missed:
         lines += [f"### Missed: {name} — profile (pyinstrument, top frames)", "", "```",
                   profile_top(globals()[fn], *fargs), "```", ""]
