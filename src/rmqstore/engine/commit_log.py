@@ -44,6 +44,7 @@ _MAGIC_V1 = M.MAGIC_V1
 _PUT_OK = PutMessageStatus.PUT_OK
 _crc32 = zlib.crc32
 _time_ns = time.time_ns
+_sleep = time.sleep
 
 
 def _props_bytes(msg: Message) -> bytes:
@@ -118,6 +119,48 @@ def _range_checked(put):
     return wrapper
 
 
+class AppendLock:
+    """The append lock, taken without blocking in the common case.
+
+    A plain ``threading.Lock`` makes producer threads convoy under the GIL: a thread that blocks
+    on the lock takes it at the OS level the moment it is released, *before* it has the GIL back,
+    so the releasing thread, still running, blocks on its next put, and the lock and the GIL
+    change hands (two context switches) on every append. Four producers ran 3.5x slower than one.
+
+    Here a thread only ever takes the lock while holding the GIL: it tries without blocking and,
+    when the holder was preempted inside the lock, gives the GIL away (``sleep(0)``) and tries
+    again; after ``SPINS`` tries (the holder is in a long GIL-free call, such as creating a
+    segment) it blocks like a plain lock. Mutual exclusion is the plain lock's."""
+
+    __slots__ = ("_lock", "_try", "release")
+    SPINS = 100
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self._try = self._lock.acquire
+        self.release = self._lock.release
+
+    def acquire(self) -> bool:
+        if self._try(False):
+            return True
+        for _ in range(self.SPINS):
+            _sleep(0)
+            if self._try(False):
+                return True
+        return self._lock.acquire()
+
+    def locked(self) -> bool:
+        return self._lock.locked()
+
+    def __enter__(self) -> "AppendLock":
+        if not self._try(False):
+            self.acquire()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.release()
+
+
 class CommitLog:
     """The commitlog of one store directory."""
 
@@ -126,7 +169,7 @@ class CommitLog:
         self.read_only = read_only
         self.queue = MappedFileQueue(os.path.join(store_dir, "commitlog"), cfg.mapped_file_size_commit_log,
                                      read_only=read_only)
-        self.put_lock = threading.Lock()
+        self.put_lock = AppendLock()
         #: (topic, queue_id) -> next queue offset (upstream ``topicQueueTable``)
         self.topic_queue_table: dict[tuple[str, int], int] = {}
         #: end of completely written data; everything below it is readable

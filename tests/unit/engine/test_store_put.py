@@ -365,6 +365,50 @@ def test_four_writer_threads_get_contiguous_queue_offsets(open_store, make_confi
     assert st.query_message("Threads", "t2-77").messages[0].body == b"2-77"
 
 
+def test_append_lock_excludes_a_holder_that_gives_the_gil_away():
+    from rmqstore.engine.commit_log import AppendLock
+
+    lock, box = AppendLock(), [0]
+
+    def worker():
+        for _ in range(500):
+            with lock:
+                v = box[0]
+                time.sleep(0)  # the GIL goes to another thread inside the critical section
+                box[0] = v + 1
+
+    threads = [threading.Thread(target=worker) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert box[0] == 2000 and not lock.locked()
+
+
+def test_append_lock_blocks_after_its_spins(monkeypatch):
+    """A holder in a long GIL-free call: the waiter yields SPINS times, then blocks until release."""
+    from rmqstore.engine import commit_log as CL
+
+    yields = []
+    monkeypatch.setattr(CL, "_sleep", lambda s: (yields.append(s), time.sleep(s)))
+    lock, held, order = CL.AppendLock(), threading.Event(), []
+
+    def holder():
+        with lock:
+            held.set()
+            time.sleep(0.3)
+            order.append("released")
+
+    t = threading.Thread(target=holder)
+    t.start()
+    held.wait()
+    with lock:
+        order.append("waiter in")
+    t.join()
+    assert order == ["released", "waiter in"]
+    assert yields == [0] * CL.AppendLock.SPINS  # bounded: no busy wait for the whole 0.3 s
+
+
 def test_sync_flush_like_reput_message_service_test(open_store, make_config):
     """ReputMessageServiceTest: 10 messages of 158 bytes; under SYNC_FLUSH a put returns once its
     bytes are flushed, and dispatch follows the flushed offset."""
