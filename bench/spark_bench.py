@@ -158,7 +158,8 @@ def main() -> None:
     if args.child:
         print(json.dumps(child(args.child, args.store, args.master, args.repeat)))
         return
-    command = "python " + " ".join([os.path.relpath(__file__, ROOT)] + sys.argv[1:])
+    env = "".join(f"{k}={os.environ[k]} " for k in ("RMQSTORE_MALLOC_TUNING",) if k in os.environ)
+    command = env + "python " + " ".join([os.path.relpath(__file__, ROOT)] + sys.argv[1:])
     tmp = None
     store = args.store
     if store is None:

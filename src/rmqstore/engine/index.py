@@ -50,6 +50,16 @@ def link_chains(slot_of: np.ndarray, nums: np.ndarray, old: np.ndarray) -> tuple
     return prev, s_sorted[last], n_sorted[last], int(np.count_nonzero(heads_before == 0))
 
 
+def _items_bytes(hashes: np.ndarray, phys: np.ndarray, diffs: np.ndarray, prevs: np.ndarray) -> bytes:
+    """Consecutive 20-byte index items."""
+    items = np.empty(hashes.size, dtype=F.ITEM_DTYPE)
+    items["key_hash"] = hashes
+    items["phy_offset"] = phys
+    items["time_diff"] = diffs
+    items["prev_index"] = prevs
+    return items.tobytes()
+
+
 class IndexFile:
     """One index file (mirrors ``IndexFile`` + ``IndexHeader``)."""
 
@@ -118,12 +128,7 @@ class IndexFile:
         old = self._slots[slot_of].astype(np.int64)
         old = np.where((old <= 0) | (old > count), 0, old)
         prev, head_slots, heads, new_slots = link_chains(slot_of, nums, old)
-        items = np.empty(m, dtype=F.ITEM_DTYPE)
-        items["key_hash"] = hashes
-        items["phy_offset"] = phys
-        items["time_diff"] = diffs
-        items["prev_index"] = prev
-        self.mf.write_at(F.item_pos(self.slot_num, count), items.tobytes())
+        self.mf.write_at(F.item_pos(self.slot_num, count), _items_bytes(hashes, phys, diffs, prev))
         self._write_slots(head_slots, heads)
         self.slot_count += new_slots
         self.index_count = count + m
@@ -161,12 +166,7 @@ class IndexFile:
             diffs = F.time_diff_seconds(ts[a:b], int(ts[0]))
             if a == 0:  # the file's first item is timed against the predecessor's end (quirk 15.2)
                 diffs[0] = F.time_diff_seconds(int(ts[0]), self.begin_ts)
-            items = np.empty(b - a, dtype=F.ITEM_DTYPE)
-            items["key_hash"] = hashes[a:b]
-            items["phy_offset"] = phys[a:b]
-            items["time_diff"] = diffs
-            items["prev_index"] = prev
-            self.mf.write_at(F.item_pos(self.slot_num, a + 1), items.tobytes())
+            self.mf.write_at(F.item_pos(self.slot_num, a + 1), _items_bytes(hashes[a:b], phys[a:b], diffs, prev))
         mine = (slot_of >= lo) & (slot_of < hi)
         heads = np.zeros(hi - lo, dtype=np.int64)
         np.maximum.at(heads, slot_of[mine] - lo, nums[mine])

@@ -297,8 +297,12 @@ def _rebuild(spark: SparkSession, d: _Dispatch, cfg: MessageStoreConfig, out_dir
     spec = {"out": out_dir, "cfg": I.cfg_to_json(cfg), "tasks": tasks}
     rows = spark.read.format("rmqstore_rebuild_write").option("spec", json.dumps(spec)).load().collect() if work else []
     written_queues = sum(1 for r in rows if r.kind == "queue")
+    shard_rows: dict[int, list] = {}
+    for r in rows:
+        if r.kind == "index":
+            shard_rows.setdefault(r.file, []).append(r)
     for k, path, items, n in files:
-        mine = [r for r in rows if r.kind == "index" and r.file == k]
+        mine = shard_rows.get(k, [])
         if sum(r["count"] for r in mine) != n:
             raise RuntimeError(f"index file {k}: the shards wrote {sum(r['count'] for r in mine)} items, expected {n}")
         I.finish_index_file(cfg, path, items, sum(r.slots for r in mine), os.path.join(out_dir, "index"))
