@@ -81,12 +81,17 @@ def _gather_ranges(u8: np.ndarray, pos: np.ndarray, lens: np.ndarray) -> tuple[n
     lens = np.maximum(lens, 0)
     width = lens + 1
     slot = np.cumsum(width) - width
-    out = np.full(int(width.sum()) + 1, 2, dtype=np.uint8)
     total = int(lens.sum())
+    out = np.empty(total + lens.size + 1, dtype=np.uint8)
     if total:
-        rec = np.repeat(np.arange(lens.size), lens)
-        within = np.arange(total) - np.repeat(np.cumsum(lens) - lens, lens)
-        out[slot[rec] + 1 + within] = u8[pos[rec] + within]
+        src = np.repeat(pos - (np.cumsum(lens) - lens), lens)  # each range's shift, byte by byte
+        src += np.arange(total)
+        data = np.ones(out.size, dtype=bool)
+        data[slot] = False
+        data[-1] = False
+        out[data] = u8[src]
+    out[slot] = 2
+    out[-1] = 2
     return out, slot
 
 
@@ -166,10 +171,10 @@ def extract_dispatch_columns(u8: np.ndarray, batch: M.RecordBatch, delay_levels_
     urec, us, ue = _property_values(buf, slot, seps, b"UNIQ_KEY")
     krec, ks, ke = _property_values(buf, slot, seps, b"KEYS")
     if krec.size:
-        inside = np.zeros(buf.size + 1, dtype=np.int32)
-        np.add.at(inside, ks, 1)
-        np.add.at(inside, ke, -1)
-        inside = np.cumsum(inside[:-1]) > 0
+        inside = np.zeros(buf.size + 1, dtype=np.int8)
+        inside[ks] = 1  # value ranges never touch (a 0x02 ends each), so no position repeats
+        inside[ke] = -1
+        inside = np.cumsum(inside[:-1], dtype=np.int8) > 0
         tok = inside & (buf != 0x20)
         prev = np.concatenate([[False], tok[:-1]])
         nxt = np.concatenate([tok[1:], [False]])
