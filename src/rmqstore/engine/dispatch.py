@@ -200,6 +200,21 @@ def extract_dispatch_columns(u8: np.ndarray, batch: M.RecordBatch, delay_levels_
     return DispatchColumns(topic_ids, topics, tags_codes, item_rec, item_hash)
 
 
+def queue_groups(batch: M.RecordBatch, cols: DispatchColumns):
+    """Yield ``(topic, queue_id, records)`` for the records of a batch that get a consume-queue
+    unit (not PREPARED or ROLLBACK), grouped by queue, in commitlog order inside a group."""
+    tx = batch.sys_flag & M.SYSFLAG_TX_MASK
+    sel = np.flatnonzero((tx != M.TX_PREPARED) & (tx != M.TX_ROLLBACK))
+    if not sel.size:
+        return
+    key = cols.topic_ids[sel].astype(np.int64) * (1 << 32) + batch.queue_id[sel].astype(np.int64)
+    order = stable_argsort(key)
+    sel, key = sel[order], key[order]
+    for grp in np.split(sel, np.flatnonzero(np.diff(key)) + 1):
+        i0 = int(grp[0])
+        yield cols.topics[cols.topic_ids[i0]], int(batch.queue_id[i0]), grp
+
+
 def dispatch_batch(buf, batch: M.RecordBatch, *, cq_for: Callable, index_service, delay_levels_ms,
                    topic_cache: dict, build_cq: bool = True, build_index: bool = True) -> None:
     """Write the CQ units and index items of a batch of valid records (commitlog order)."""
@@ -208,17 +223,9 @@ def dispatch_batch(buf, batch: M.RecordBatch, *, cq_for: Callable, index_service
     u8 = buf if isinstance(buf, np.ndarray) else np.frombuffer(buf, dtype=np.uint8)
     cols = extract_dispatch_columns(u8, batch, delay_levels_ms, topic_cache)
     if build_cq:
-        tx = batch.sys_flag & M.SYSFLAG_TX_MASK
-        sel = np.flatnonzero((tx != M.TX_PREPARED) & (tx != M.TX_ROLLBACK))
-        if sel.size:
-            key = cols.topic_ids[sel].astype(np.int64) * (1 << 32) + batch.queue_id[sel].astype(np.int64)
-            order = stable_argsort(key)
-            sel, key = sel[order], key[order]
-            bounds = np.flatnonzero(np.diff(key)) + 1
-            for grp in np.split(sel, bounds):
-                i0 = int(grp[0])
-                cq_for(cols.topics[cols.topic_ids[i0]], int(batch.queue_id[i0])).put_units(
-                    batch.queue_offset[grp], batch.phy_offset[grp], batch.total[grp], cols.tags_codes[grp])
+        for topic, qid, grp in queue_groups(batch, cols):
+            cq_for(topic, qid).put_units(batch.queue_offset[grp], batch.phy_offset[grp], batch.total[grp],
+                                         cols.tags_codes[grp])
     if build_index and index_service is not None:
         index_service.build_index_hashed(batch.phy_offset, batch.store_timestamp, batch.sys_flag,
                                          cols.item_rec, cols.item_hash)

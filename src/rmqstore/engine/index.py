@@ -242,7 +242,8 @@ class IndexFile:
             pass
 
 
-def _index_file_name(now_ms: int) -> str:
+def index_file_name(now_ms: int) -> str:
+    """``yyyyMMddHHmmssSSS`` in local time, as upstream names index files."""
     t = time.localtime(now_ms / 1000)
     return time.strftime("%Y%m%d%H%M%S", t) + f"{now_ms % 1000:03d}"
 
@@ -286,10 +287,10 @@ class IndexService:
     def _new_file(self) -> IndexFile:
         prev = self.files[-1] if self.files else None
         now = int(time.time() * 1000)
-        name = _index_file_name(now)
+        name = index_file_name(now)
         while name <= self._last_name or os.path.exists(os.path.join(self.dir, name)):
             now += 1
-            name = _index_file_name(now)
+            name = index_file_name(now)
         os.makedirs(self.dir, exist_ok=True)
         f = IndexFile(os.path.join(self.dir, name), self.cfg.max_hash_slot_num, self.cfg.max_index_num,
                       read_only=False, create=True,

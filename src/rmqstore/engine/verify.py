@@ -52,11 +52,10 @@ from ..errors import ReadOnlyStoreError, StoreIOError
 from ..format import consume_queue as CQF
 from ..format import index_file as IF
 from ..format import message as M
-from ..format.arrays import stable_argsort
 from . import recovery as R
 from .checkpoint import StoreCheckpoint
 from .consume_queue import ConsumeQueue
-from .dispatch import dispatch_batch, extract_dispatch_columns
+from .dispatch import dispatch_batch, extract_dispatch_columns, queue_groups
 from .index import IndexFile, IndexService
 
 log = logging.getLogger(__name__)
@@ -183,30 +182,24 @@ class _Verifier:
     def _on_batch(self, mf, batch: M.RecordBatch) -> None:
         cols = extract_dispatch_columns(mf.u8, batch, self.store.delay_levels_ms, self.topic_cache)
         tx = batch.sys_flag & M.SYSFLAG_TX_MASK
-        in_cq = (tx != M.TX_PREPARED) & (tx != M.TX_ROLLBACK)
-        sel = np.flatnonzero(in_cq)
-        if sel.size:
-            key = cols.topic_ids[sel].astype(np.int64) * (1 << 32) + batch.queue_id[sel].astype(np.int64)
-            order = stable_argsort(key)
-            sel, key = sel[order], key[order]
-            for grp in np.split(sel, np.flatnonzero(np.diff(key)) + 1):
-                i0 = int(grp[0])
-                qk = (cols.topics[cols.topic_ids[i0]], int(batch.queue_id[i0]))
-                qo = batch.queue_offset[grp]
-                prev = self.queue_last.get(qk)
-                expect_first = prev[0] + 1 if prev else None
-                jumps = np.flatnonzero(np.diff(qo) != 1)
-                if expect_first is not None and int(qo[0]) != expect_first:
-                    self._gap(qk, prev[0], int(qo[0]), prev[1], int(batch.phy_offset[i0]))
-                for j in jumps.tolist():
-                    self._gap(qk, int(qo[j]), int(qo[j + 1]), int(batch.phy_offset[grp[j]]),
-                              int(batch.phy_offset[grp[j + 1]]))
-                self.queue_last[qk] = (int(qo[-1]), int(batch.phy_offset[grp[-1]]))
-                if qk not in self.first_beyond:
-                    beyond = np.flatnonzero(qo >= self.cq_hi.get(qk, 0))
-                    if beyond.size:
-                        j = int(beyond[0])
-                        self.first_beyond[qk] = (int(qo[j]), int(batch.phy_offset[grp[j]]))
+        for topic, qid, grp in queue_groups(batch, cols):
+            i0 = int(grp[0])
+            qk = (topic, qid)
+            qo = batch.queue_offset[grp]
+            prev = self.queue_last.get(qk)
+            expect_first = prev[0] + 1 if prev else None
+            jumps = np.flatnonzero(np.diff(qo) != 1)
+            if expect_first is not None and int(qo[0]) != expect_first:
+                self._gap(qk, prev[0], int(qo[0]), prev[1], int(batch.phy_offset[i0]))
+            for j in jumps.tolist():
+                self._gap(qk, int(qo[j]), int(qo[j + 1]), int(batch.phy_offset[grp[j]]),
+                          int(batch.phy_offset[grp[j + 1]]))
+            self.queue_last[qk] = (int(qo[-1]), int(batch.phy_offset[grp[-1]]))
+            if qk not in self.first_beyond:
+                beyond = np.flatnonzero(qo >= self.cq_hi.get(qk, 0))
+                if beyond.size:
+                    j = int(beyond[0])
+                    self.first_beyond[qk] = (int(qo[j]), int(batch.phy_offset[grp[j]]))
         if self.cfg.message_index_enable and cols.item_rec.size:
             keep = (tx[cols.item_rec] != M.TX_ROLLBACK)
             self.expected_keys.append((batch.phy_offset[cols.item_rec[keep]].astype(np.int64),

@@ -22,7 +22,6 @@ import dataclasses
 import json
 import os
 import shutil
-import time
 import uuid
 
 import numpy as np
@@ -84,12 +83,6 @@ def tune_worker_malloc() -> None:
     mallopt(m_mmap_threshold, 32 << 20)
     mallopt(m_trim_threshold, 1 << 30)
     mallopt(m_top_pad, 64 << 20)
-
-
-def index_file_name(now_ms: int) -> str:
-    """``yyyyMMddHHmmssSSS`` in local time, as the store names index files."""
-    t = time.localtime(now_ms / 1000)
-    return time.strftime("%Y%m%d%H%M%S", t) + f"{now_ms % 1000:03d}"
 
 
 def _task_tmp(out_dir: str) -> str:

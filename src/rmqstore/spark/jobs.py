@@ -25,6 +25,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from ..config import MessageStoreConfig
+from ..engine.index import index_file_name
 from ..errors import CorruptRecordError, StoreIOError
 from . import internal as I
 from . import scan as S
@@ -279,7 +280,7 @@ def _rebuild(spark: SparkSession, d: _Dispatch, cfg: MessageStoreConfig, out_dir
         base_ms = int(time.time() * 1000)
         for k in range(nfiles):
             items = ranks(k * cap, min((k + 1) * cap, total))
-            path = os.path.join(build, I.index_file_name(base_ms + k))
+            path = os.path.join(build, index_file_name(base_ms + k))
             I.prepare_index_file(cfg, path, ranks(k * cap - 1, k * cap)[0] if k else None)
             files.append((k, path, items, sum(x[2] for x in items)))
         queue_weight = sum(w[2] for w in work)
