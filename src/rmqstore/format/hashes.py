@@ -14,6 +14,7 @@ import zlib
 from typing import Sequence
 
 import numpy as np
+from numpy.lib.stride_tricks import sliding_window_view
 
 _MASK32 = 0xFFFFFFFF
 INT_MIN = -(1 << 31)
@@ -101,15 +102,71 @@ def java_hash_many(strings: Sequence[str]) -> np.ndarray:
     return _poly_hash(units, lens).astype(np.uint32).view(np.int32)
 
 
+#: range widths hashed column-wise (Horner over a zero-padded matrix); longer ranges go byte-wise
+_HORNER_WIDTHS = (8, 16, 32, 64)
+#: a length shared by this many ranges is hashed as its own group (no padding to zero)
+_EXACT_GROUP = 256
+
+
+def _horner_ranges(padded: np.ndarray, ends: np.ndarray, lens: np.ndarray, width: int, check_ascii: bool
+                   ) -> tuple[np.ndarray, np.ndarray | None]:
+    """Java hash (and, if asked, ASCII mask) of ranges of at most ``width`` bytes ending at
+    ``ends`` of ``padded`` (whose first ``width`` bytes are zero): each range with the bytes
+    before it as one row of a ``(n, width)`` matrix, those bytes zeroed (a leading zero unit
+    leaves a Java hash 0 unchanged), then ``h = 31 * h + unit`` column by column in uint32, whose
+    overflow is Java's int arithmetic."""
+    units = sliding_window_view(padded, width)[ends - width]
+    if int(lens.min()) < width:
+        units[np.arange(width) < (width - lens)[:, None]] = 0
+    h = np.zeros(lens.size, dtype=np.uint32)
+    for j in range(width):
+        h *= np.uint32(31)
+        h += units[:, j]
+    return h.astype(np.uint64), (units.max(axis=1) < 0x80) if check_ascii else None
+
+
 def java_hash_ranges(buf: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Java hash of byte ranges of ``buf`` read as ASCII text: ``(uint64 hashes, ascii mask)``.
 
     For a range of ASCII bytes the UTF-16 units equal the bytes, so the hash is exact; ranges with a
-    byte >= 0x80 are flagged and must be hashed from their decoded text by the caller."""
+    byte >= 0x80 are flagged and must be hashed from their decoded text by the caller. Ranges are
+    hashed column-wise (:func:`_horner_ranges`): a common length as its own group, the rest in
+    groups of similar length, and the few longer than 64 bytes byte-wise."""
+    starts = np.asarray(starts, dtype=np.int64)
     lens = (ends - starts).astype(np.int64)
+    out = np.zeros(lens.size, dtype=np.uint64)
+    ascii_ok = np.ones(lens.size, dtype=bool)
+    top = _HORNER_WIDTHS[-1]
+    short = (lens > 0) & (lens <= top)
+    if short.any():
+        padded = np.concatenate([np.zeros(top, dtype=np.uint8), buf[:int((starts + lens).max())]])
+        check = bool(padded.max() >= 0x80)
+        counts = np.bincount(lens[short], minlength=top + 1)
+        groups = [(w, lens == w) for w in np.flatnonzero(counts >= _EXACT_GROUP).tolist()]
+        rest = short.copy()
+        for _, sel in groups:
+            rest &= ~sel
+        lo = 0
+        for w in _HORNER_WIDTHS:
+            groups.append((w, rest & (lens > lo) & (lens <= w)))
+            lo = w
+        for w, mask in groups:
+            sel = np.flatnonzero(mask)
+            if sel.size:
+                h, ok = _horner_ranges(padded, starts[sel] + lens[sel] + top,
+                                       lens[sel], w, check)
+                out[sel] = h
+                if ok is not None:
+                    ascii_ok[sel] = ok
+    sel = np.flatnonzero(lens > top)
+    if sel.size:
+        out[sel], ascii_ok[sel] = _bytewise_ranges(buf, starts[sel], lens[sel])
+    return out, ascii_ok
+
+
+def _bytewise_ranges(buf: np.ndarray, starts: np.ndarray, lens: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`java_hash_ranges` for ranges of any length (one term per byte; for long ranges)."""
     total = int(lens.sum())
-    if total == 0:
-        return np.zeros(lens.size, dtype=np.uint64), np.ones(lens.size, dtype=bool)
     seg = np.repeat(np.arange(lens.size), lens)
     within = np.arange(total) - np.repeat(np.cumsum(lens) - lens, lens)
     units = buf[starts[seg] + within]

@@ -130,3 +130,37 @@ def test_java_hash_of_astral_strings(strings):
     assert H.java_hash_many(strings).tolist() == [reference_hash(s) for s in strings]
     for s in strings:
         assert H.java_hash(s) == H.java_hash(s.encode("utf-16-be").decode("utf-16-be", "surrogatepass"))
+
+
+# the column-wise hash: a length shared by many ranges is its own group, others are padded into
+# width groups, ranges over 64 bytes are hashed byte-wise; every route must give the same answer
+range_texts = st.lists(st.text(st.characters(max_codepoint=0x7F), max_size=90) | st.text("ab中", max_size=8),
+                       max_size=40)
+
+
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(range_texts, st.integers(0, 600), st.integers(0, 70), st.randoms(use_true_random=False))
+def test_java_hash_ranges_matches_the_definition_on_every_route(texts, common, common_len, rnd):
+    texts = texts + ["".join(rnd.choice("xyz0189#-") for _ in range(common_len)) for _ in range(common)]
+    rnd.shuffle(texts)
+    raw = [t.encode() for t in texts]
+    buf = np.frombuffer(b"".join(raw) + b"\x00", dtype=np.uint8)  # (never an empty buffer)
+    lens = np.array([len(r) for r in raw], dtype=np.int64)
+    ends = np.cumsum(lens)
+    h, ascii_ok = H.java_hash_ranges(buf, ends - lens, ends)
+    assert ascii_ok.tolist() == [r.isascii() for r in raw]
+    got = H.to_int32(h).tolist()
+    for t, r, v in zip(texts, raw, got):
+        if r.isascii():
+            assert v == reference_hash(t), t
+
+
+def test_java_hash_ranges_ignores_bytes_outside_the_ranges():
+    # a range's neighbours (before it: the zero padding of the column-wise hash) never leak in
+    buf = np.frombuffer(b"\xffabc\xffdefgh\xff" + b"k" * 300, dtype=np.uint8)
+    starts = np.array([1, 5, 11, 11] + [11 + i for i in range(300)], dtype=np.int64)
+    ends = np.array([4, 10, 11, 311] + [12 + i for i in range(300)], dtype=np.int64)
+    h, ok = H.java_hash_ranges(buf, starts, ends)
+    assert ok.all()
+    want = [reference_hash("abc"), reference_hash("defgh"), 0, reference_hash("k" * 300)] + [reference_hash("k")] * 300
+    assert H.to_int32(h).tolist() == want
