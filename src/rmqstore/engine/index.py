@@ -79,8 +79,10 @@ class IndexFile:
                 self.begin_phy = self.end_phy = prev_end_phy
             if prev_end_ts > 0:
                 self.begin_ts = self.end_ts = prev_end_ts
+            # keys land in random slots: fault the whole slot table in now, with the GIL released
+            self.mf.populate(0, F.item_pos(slots, 0))
             # upstream setters write through; indexCount stays 0 on disk until the first put/flush
-            F.HEADER.pack_into(mm, 0, self.begin_ts, self.end_ts, self.begin_phy, self.end_phy, 0, 0)
+            self.mf.pwrite(0, F.HEADER.pack(self.begin_ts, self.end_ts, self.begin_phy, self.end_phy, 0, 0))
         else:
             (self.begin_ts, self.end_ts, self.begin_phy, self.end_phy, self.slot_count,
              self.index_count) = F.HEADER.unpack_from(mm, 0)
@@ -105,8 +107,10 @@ class IndexFile:
         return max(0, self.index_num - self.index_count)
 
     def write_header(self) -> None:
-        F.HEADER.pack_into(self.mf.mm, 0, self.begin_ts, self.end_ts, self.begin_phy, self.end_phy,
-                           self.slot_count, self.index_count)
+        # through the file, not the mapping: after a flush the header page is write-protected
+        # again, and the next write fault (a journal handle) can take milliseconds with the GIL held
+        self.mf.pwrite(0, F.HEADER.pack(self.begin_ts, self.end_ts, self.begin_phy, self.end_phy,
+                                        self.slot_count, self.index_count))
 
     def put_batch(self, hashes: np.ndarray, phys: np.ndarray, ts: np.ndarray) -> int:
         """Put as many items as fit (``putKey`` for each, in order); returns how many were put."""

@@ -148,3 +148,42 @@ def test_failed_large_write_publishes_nothing(tmp_path, monkeypatch):
     with pytest.raises(StoreIOError):
         mf.write_at(60 * 1024, bytes(8 * 1024))  # past the end of the segment
     mf.close()
+
+
+def _write_faults(mf: MappedFile, start: int, end: int) -> int:
+    """Page faults taken writing a zero byte into each page of ``[start, end)`` of the mapping."""
+    import resource
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+    for off in range(start, end, 4096):
+        mf.mm[off] = 0
+    return resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before
+
+
+def test_populate_faults_a_range_in_and_changes_nothing(tmp_path):
+    plain = MappedFile(str(tmp_path / "00000000000000000000"), 1 << 20, create=True)
+    mf = MappedFile(str(tmp_path / "00000000000001048576"), 1 << 20, create=True)
+    mf.append(b"\x07" * 100)
+    if not mf.populate(256 * 1024 + 5, 512 * 1024):
+        pytest.skip("MADV_POPULATE_WRITE needs Linux 5.14")
+    assert _write_faults(plain, 256 * 1024, 512 * 1024) >= 32  # 64 pages: a write fault each
+    assert _write_faults(mf, 256 * 1024, 512 * 1024) < 8  # already mapped writable
+    assert bytes(mf.mm[:100]) == b"\x07" * 100 and not any(mf.mm[100:])
+    assert mf.populate(0, 0) and mf.populate(0, 10 << 20)  # empty and past-the-end ranges are fine
+    mf.close()
+    plain.close()
+    assert not mf.populate(0, 4096)  # closed
+    ro = MappedFile(mf.path, 1 << 20, read_only=True)
+    assert not ro.populate(0, 4096)
+    ro.close()
+
+
+def test_pwrite_and_append_write_through_the_file(tmp_path, monkeypatch):
+    mf = MappedFile(str(tmp_path / "00000000000000000000"), 64 * 1024, create=True)
+    calls = []
+    real = os.pwrite
+    monkeypatch.setattr(os, "pwrite", lambda fd, data, pos: calls.append((pos, len(data))) or real(fd, data, pos))
+    mf.pwrite(10, b"header")  # small, still through the file
+    assert calls == [(10, 6)] and bytes(mf.mm[10:16]) == b"header"
+    assert mf.append(b"u" * 5000) == 0 and mf.wrote_position == 5000  # a large append: like write_at
+    assert calls[1] == (8, 4992) and bytes(mf.mm[:5000]) == b"u" * 5000
+    mf.close()
