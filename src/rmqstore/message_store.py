@@ -199,6 +199,7 @@ class MessageStore:
             # ASYNC_FLUSH: every append wakes the dispatcher (the bound method itself: no wrapper
             # call on the put path); SYNC_FLUSH wakes it after the group commit
             self.commit_log.on_append = None if self.cfg.sync_flush else self.reput.wake
+            self.commit_log.hints = self.reput.hints
             self.reput.start()
             self._flusher = threading.Thread(target=self._flush_loop, name="rmqstore-flush", daemon=True)
             self._flusher.start()
