@@ -1,18 +1,26 @@
-"""Internal data sources of the Spark jobs (registered by :func:`.jobs.register`; not for users).
+"""The tasks of the rebuild job and the internal data sources of the stats job (registered by
+:func:`.jobs.register`; not for users).
 
-Without pandas, PySpark moves data between Python and the JVM as Arrow batches only through the
-Python Data Source API, so every job stage here is a data source read whose partitions are the
-stage's tasks. Each source takes one option, ``spec``: a JSON document the job writes on the driver.
+Rebuild runs two stages as plain RDD jobs (``parallelize(tasks).mapPartitions``, see
+:func:`.jobs._run_tasks`): a task gets its part of a JSON-able spec the driver wrote, does its
+work on files and returns a small summary. Launching an RDD job costs less than a Python data
+source read (which plans its partitions in a Python worker of its own), and no row of data crosses
+the JVM in either stage.
 
-* ``rmqstore_dispatch``: per commitlog span, the records are dispatched with the in-process
+* :func:`dispatch_task`: per commitlog span, the records are dispatched with the in-process
   dispatcher's batch codec (:func:`~rmqstore.engine.dispatch.extract_dispatch_columns`); the
   consume-queue units and index items go to two files per span under the rebuild output's
   temporary directory and the task returns the span's summary (:class:`~.scan.SpanSummary`, counts,
   where each queue's units are).
-* ``rmqstore_rebuild_write``: tasks planned by the driver from those summaries, each writing some
-  consume queues (``ConsumeQueue.put_units`` in commitlog order, as the dispatcher) and some index
-  files (``IndexFile.put_batch`` over the items ranked for the file, the header started from the
-  previous file's last item).
+* :func:`write_task`: planned by the driver from those summaries, each writing some consume
+  queues (``ConsumeQueue.put_units`` in commitlog order, as the dispatcher) and some shards of
+  index files (``IndexFile.put_shard`` over the items ranked for the file; the driver prepares each
+  file, its header started from the previous file's last item, and finishes it).
+
+Without pandas, PySpark moves data between Python and the JVM as Arrow batches only through the
+Python Data Source API, so the stats job, whose rows Spark SQL aggregates, reads data sources (each
+takes one option, ``spec``, a JSON document the job writes on the driver):
+
 * ``rmqstore_keys``, ``rmqstore_index_profile``: the index keys of every record, and per index
   file its items, used slots and longest chain (stats).
 """
@@ -96,11 +104,6 @@ def _task_tmp(out_dir: str) -> str:
 # Dispatch
 # ================================================================================================
 
-DISPATCH_SCHEMA = StructType([
-    StructField("span", IntegerType(), False),
-    StructField("info", StringType(), False),     # SpanSummary + what was dispatched, JSON
-])
-
 #: A span's consume-queue units, grouped by queue (commitlog order within a queue), and its index
 #: items in commitlog order: written by the dispatch task under the output's temporary directory
 #: (the output must be visible to every executor anyway) and read back by the writer tasks, so the
@@ -125,42 +128,17 @@ class SpansPartition(InputPartition):
         self.index, self.spans = index, spans  # [span id, segment start, start, end]
 
 
-class DispatchSource(DataSource):
-    @classmethod
-    def name(cls) -> str:
-        return "rmqstore_dispatch"
-
-    def schema(self):
-        return DISPATCH_SCHEMA
-
-    def reader(self, schema):
-        return DispatchReader(_spec(self.options), schema)
-
-
-class DispatchReader(DataSourceReader):
-    """spec: ``store``, ``cfg``, ``groups`` (spans per partition), ``tmp`` (directory for the span
-    files), ``check_crc``, ``prop_crc``. One row per span: its summary."""
-
-    def __init__(self, spec: dict, schema: StructType):
-        self.spec = spec
-        self.schema = schema
-
-    def partitions(self):
-        return [SpansPartition(i, g) for i, g in enumerate(self.spec["groups"])]
-
-    def read(self, partition):
-        from pyspark.sql.pandas.types import to_arrow_schema
-
-        tune_worker_malloc()
-        spec = self.spec
-        cfg = cfg_from_json(spec["cfg"])
-        os.makedirs(spec["tmp"], exist_ok=True)
-        rows = []
-        for span_id, seg0, a, b in partition.spans:
-            info = dispatch_span(spec["store"], cfg, span_id, S.Span(seg0, a, b), spec["tmp"],
-                                 check_crc=spec["check_crc"], prop_crc=spec["prop_crc"])
-            rows.append({"span": span_id, "info": json.dumps(info)})
-        yield pa.RecordBatch.from_pylist(rows, schema=to_arrow_schema(self.schema, timezone="UTC"))
+def dispatch_task(spec: dict, spans: list[list[int]]) -> list[tuple[int, dict]]:
+    """One dispatch task (stage 1 of rebuild, run as an RDD task): ``spans`` (``[span id, segment
+    start, start, end]``) one after the other with :func:`dispatch_span`, so the task holds one
+    span's units and items at a time. spec: ``store``, ``cfg``, ``tmp``, ``check_crc``,
+    ``prop_crc``. Returns ``(span id, summary)`` per span."""
+    tune_worker_malloc()
+    cfg = cfg_from_json(spec["cfg"])
+    os.makedirs(spec["tmp"], exist_ok=True)
+    return [(span_id, dispatch_span(spec["store"], cfg, span_id, S.Span(seg0, a, b), spec["tmp"],
+                                    check_crc=spec["check_crc"], prop_crc=spec["prop_crc"]))
+            for span_id, seg0, a, b in spans]
 
 
 def dispatch_span(store_dir: str, cfg: MessageStoreConfig, span_id: int, span: S.Span, tmp: str,
@@ -237,63 +215,21 @@ def dispatch_span(store_dir: str, cfg: MessageStoreConfig, span_id: int, span: S
 # Writing consume queues and index files (the second stage of rebuild)
 # ================================================================================================
 
-class TaskPartition(InputPartition):
-    def __init__(self, index: int, task: dict):
-        super().__init__(index)
-        self.index, self.task = index, task
-
-
-WRITE_SCHEMA = StructType([
-    StructField("kind", StringType(), False),      # "queue" or "index"
-    StructField("topic", StringType(), True),
-    StructField("queueId", IntegerType(), True),
-    StructField("file", IntegerType(), True),      # index file number
-    StructField("name", StringType(), True),
-    StructField("count", LongType(), False),       # units / items written
-    StructField("files", IntegerType(), False),    # files written (0 for an index shard: the driver finishes it)
-    StructField("slots", LongType(), True),        # index shard: slots it newly used (hashSlotCount)
-])
-
-
-class RebuildWriteSource(DataSource):
-    """Runs the writer tasks planned by the driver (a read whose partitions are tasks; the rows are
-    what each task wrote). spec: ``out``, ``cfg``, ``tasks``: each
-    ``{"queues": [[topic, queueId, [[path, first, n], ...]], ...],
-    "shards": [[file number, path, [[path, first, n], ...], shard, shards], ...]}``: shard ``shard``
-    of ``shards`` of the index file the driver prepared at ``path``, from the file's items."""
-
-    @classmethod
-    def name(cls) -> str:
-        return "rmqstore_rebuild_write"
-
-    def schema(self):
-        return WRITE_SCHEMA
-
-    def reader(self, schema):
-        return RebuildWriteReader(_spec(self.options), schema)
-
-
-class RebuildWriteReader(DataSourceReader):
-    def __init__(self, spec, schema):
-        self.spec, self.schema = spec, schema
-
-    def partitions(self):
-        return [TaskPartition(i, t) for i, t in enumerate(self.spec["tasks"])]
-
-    def read(self, partition):
-        from pyspark.sql.pandas.types import to_arrow_schema
-
-        tune_worker_malloc()
-        spec = self.spec
-        cfg = cfg_from_json(spec["cfg"])
-        tmp_root = _task_tmp(spec["out"])
-        try:
-            rows = [write_queue(cfg, tmp_root, spec["out"], t, q, slices) for t, q, slices in partition.task["queues"]]
-            rows += [write_index_shard(cfg, path, no, slices, j, m) for no, path, slices, j, m in partition.task["shards"]]
-        finally:
-            shutil.rmtree(tmp_root, ignore_errors=True)
-        if rows:
-            yield pa.RecordBatch.from_pylist(rows, schema=to_arrow_schema(self.schema, timezone="UTC"))
+def write_task(spec: dict, task: dict) -> list[dict]:
+    """One writer task (stage 2 of rebuild, run as an RDD task): ``task["queues"]`` with
+    :func:`write_queue`, then ``task["shards"]`` with :func:`write_index_shard`; spec ``out``,
+    ``cfg``. Returns a row per queue (``kind`` "queue", ``topic``, ``queueId``, ``count`` units,
+    ``files``) and per shard (``kind`` "index", ``file`` number, ``name``, ``count`` items,
+    ``slots`` it newly used)."""
+    tune_worker_malloc()
+    cfg = cfg_from_json(spec["cfg"])
+    tmp_root = _task_tmp(spec["out"])
+    try:
+        rows = [write_queue(cfg, tmp_root, spec["out"], t, q, slices) for t, q, slices in task["queues"]]
+        rows += [write_index_shard(cfg, path, no, slices, j, m) for no, path, slices, j, m in task["shards"]]
+    finally:
+        shutil.rmtree(tmp_root, ignore_errors=True)
+    return rows
 
 
 def write_queue(cfg: MessageStoreConfig, tmp_root: str, out_dir: str, topic: str, qid: int, slices) -> dict:
@@ -408,7 +344,8 @@ KEYS_SCHEMA = StructType([
 
 class KeysSource(DataSource):
     """The index keys of every record (UNIQ_KEY, then each KEYS token; none for ROLLBACK), with the
-    hash the index files them under: spec as ``rmqstore_dispatch`` (store, cfg, groups)."""
+    hash the index files them under: spec ``store``, ``cfg``, ``groups`` (``[[span id, segment
+    start, start, end], ...]`` per partition)."""
 
     @classmethod
     def name(cls) -> str:
@@ -538,5 +475,5 @@ def group_evenly(items: list, parts: int) -> list[list]:
     return [g for g in out if g]
 
 
-INTERNAL_SOURCES = (DispatchSource, RebuildWriteSource, KeysSource, IndexProfileSource)
+INTERNAL_SOURCES = (KeysSource, IndexProfileSource)
 

@@ -1,9 +1,11 @@
 """Spark jobs over a store: ``rebuild``, ``verify``, ``export``, ``stats``.
 
 Every job reads the store through executors only: the driver lists the commitlog (file names and
-sizes), plans byte ranges and collects small summaries. Data moves between Python and the JVM as
+sizes; for ``rebuild`` also where the last segment's data seems to end, a few 4 KiB reads to weigh
+the work), plans byte ranges and collects small summaries. Data moves between Python and the JVM as
 Arrow batches through the Python Data Source API (:mod:`.internal`), and Spark SQL does the
-shuffles, sorts and aggregations. Outputs (``rebuild``, ``export``) are written by executors, so
+shuffles, sorts and aggregations; ``rebuild``, which moves no rows, runs its two stages as RDD jobs
+of planned tasks (cheaper to launch). Outputs (``rebuild``, ``export``) are written by executors, so
 on a cluster the store and output paths must be visible to every executor (a shared filesystem).
 """
 from __future__ import annotations
@@ -126,6 +128,29 @@ class _Steps:
         log.debug("step %s: %.3fs", name, self.times[name])
 
 
+class _Row(dict):
+    """A task's result row (a dict) read as attributes or items, like a ``pyspark.sql.Row``."""
+
+    def __getattr__(self, name: str):
+        try:
+            return self[name]
+        except KeyError:
+            raise AttributeError(name) from None
+
+
+def _run_tasks(spark: SparkSession, fn, spec: dict, tasks: list) -> list:
+    """``fn(spec, task)`` for every task, one Spark task each, as one RDD job (cheaper to launch
+    than a Python data source read); the results in the order of ``tasks``."""
+    if not tasks:
+        return []
+
+    def run(it):
+        return [(i, fn(spec, t)) for i, t in it]
+
+    out = spark.sparkContext.parallelize(list(enumerate(tasks)), len(tasks)).mapPartitions(run).collect()
+    return [r for _, r in sorted(out, key=lambda x: x[0])]
+
+
 def _parallelism(spark: SparkSession) -> int:
     return max(1, spark.sparkContext.defaultParallelism)
 
@@ -143,22 +168,26 @@ class _Dispatch:
         self.store_dir, self.cfg = store_dir, cfg
         seg_size = cfg.mapped_file_size_commit_log
         self.segments = S.list_segments(store_dir, seg_size)
-        spans = S.plan_spans(self.segments, seg_size, split_size)
         groups, k = [], 0
-        for g in S.group_spans(spans, split_size):
-            groups.append([[k + i, sp.seg, sp.start, sp.end] for i, sp in enumerate(g)])
-            k += len(g)
-        spec = {"store": store_dir, "cfg": I.cfg_to_json(cfg), "groups": groups, "check_crc": check_crc,
+        if self.segments:
+            # equal bytes of data per task (the last segment is weighed by its written part)
+            end = S.estimate_data_end(store_dir, self.segments[-1], seg_size)
+            for g in S.plan_balanced(self.segments, seg_size, split_size, dispatch_tasks(spark, self.segments[0], end),
+                                     end):
+                groups.append([[k + i, sp.seg, sp.start, sp.end] for i, sp in enumerate(g)])
+                k += len(g)
+        spec = {"store": store_dir, "cfg": I.cfg_to_json(cfg), "check_crc": check_crc,
                 "prop_crc": check_crc and cfg.force_verify_prop_crc, "tmp": tmp}
         self.info: list[dict] = []
         self.summaries: list[S.SpanSummary] = []
         self.end = S.ChainEnd(self.segments[0] if self.segments else 0, S.END)
         self.last_span = -1
-        if not spans:
+        if not groups:
             return
-        rows = spark.read.format("rmqstore_dispatch").option("spec", json.dumps(spec)).load().collect()
+        steps.mark("plan")
+        out = [x for r in _run_tasks(spark, I.dispatch_task, spec, groups) for x in r]
         steps.mark("dispatch")
-        self.info = [json.loads(r.info) for r in sorted(rows, key=lambda r: r.span)]
+        self.info = [info for _, info in sorted(out, key=lambda x: x[0])]
         self.summaries = [S.SpanSummary.from_dict(x) for x in self.info]
         self.end = end = S.stitch_chain(self.segments, seg_size, self.summaries)
         for sm in self.summaries:
@@ -193,6 +222,20 @@ def job_split_size(spark: SparkSession, store_dir: str, cfg: MessageStoreConfig)
     return max(MIN_JOB_SPLIT, min(S.DEFAULT_SPLIT_SIZE, -(-total // (3 * _parallelism(spark)))))
 
 
+#: Bytes of commitlog data one dispatch task covers at most (the spans of a task run one after the
+#: other, so this bounds a task's time, not its memory: that is one span, at most the split size).
+MAX_TASK_BYTES = 1 << 30
+
+
+def dispatch_tasks(spark: SparkSession, lo: int, hi: int) -> int:
+    """How many dispatch tasks cover the data ``[lo, hi)``: a multiple of the cores, one per core
+    unless that makes a task cover more than ``MAX_TASK_BYTES``. Every task is a fixed cost (tens of
+    milliseconds of the JVM and the Python worker, on the cores the tasks use); equal tasks, one per
+    core, finish together."""
+    cores = _parallelism(spark)
+    return cores * max(1, -(-(hi - lo) // (cores * MAX_TASK_BYTES)))
+
+
 # ================================================================================================
 # rebuild
 # ================================================================================================
@@ -203,14 +246,18 @@ def rebuild(spark: SparkSession, store_dir: str, out_dir: str, cfg: MessageStore
     parallel; byte-identical to the in-process rebuild (:func:`rmqstore.engine.rebuild.rebuild`),
     index file names aside. The store is only read.
 
-    Records are dispatched per commitlog byte range; consume queues are written per queue (each
+    Records are dispatched per commitlog byte range (spans of at most ``split_size`` bytes, grouped
+    into tasks of equal bytes of data, one per core: :func:`dispatch_tasks`); consume queues are written per queue (each
     record carries its queue offset, so a queue only needs its own rows in commitlog order); index
     items are ranked in commitlog order (per-range counts, prefix sums on the driver), which fixes
     the file and slot of each, so every index file is built on its own, and a big one by several
     tasks at once, each writing a run of its items and a run of its slot table (``index_shards`` per file; default:
-    enough that no task outweighs an even share of the write step, at most one per core).
+    enough that no task outweighs an even share of the write step, at most one per core); the
+    writing is spread over one task per core, biggest piece first to the least loaded task.
 
-    Returns ``records``, ``consume_queues``, ``index_files``, ``seconds``, ``end_offset``, ``out_dir``."""
+    Returns ``records``, ``consume_queues``, ``index_files``, ``seconds``, ``end_offset``, ``out_dir``
+    and ``steps``: seconds per step (``plan``, ``dispatch``, ``chain``, ``plan_write``, ``write``,
+    ``finish``; ``dispatch`` and ``write`` are the two Spark jobs)."""
     t0 = time.perf_counter()
     store_dir, cfg = _resolve(store_dir, cfg)
     out_dir = os.path.abspath(out_dir)
@@ -222,7 +269,7 @@ def rebuild(spark: SparkSession, store_dir: str, out_dir: str, cfg: MessageStore
     os.makedirs(out_dir, exist_ok=True)
     register(spark)
     split_size = split_size or job_split_size(spark, store_dir, cfg)
-    P = 3 * _parallelism(spark)
+    P = _parallelism(spark)  # writer tasks: one per core, balanced by weight
     steps = _Steps()
     with _job_conf(spark):
         # like the dispatcher (upstream reput), records are not CRC-checked (a torn last record is)
@@ -295,8 +342,10 @@ def _rebuild(spark: SparkSession, d: _Dispatch, cfg: MessageStoreConfig, out_dir
     tasks = [{"queues": [], "shards": []} for _ in range(ntasks)]
     for (kind, _, _, payload), b in zip(work, _lpt([w[2] for w in work], ntasks)):
         tasks[b]["queues" if kind == "queue" else "shards"].append(payload)
-    spec = {"out": out_dir, "cfg": I.cfg_to_json(cfg), "tasks": tasks}
-    rows = spark.read.format("rmqstore_rebuild_write").option("spec", json.dumps(spec)).load().collect() if work else []
+    steps.mark("plan_write")
+    spec = {"out": out_dir, "cfg": I.cfg_to_json(cfg)}
+    rows = [_Row(r) for rs in _run_tasks(spark, I.write_task, spec, tasks) for r in rs] if work else []
+    steps.mark("write")
     written_queues = sum(1 for r in rows if r.kind == "queue")
     shard_rows: dict[int, list] = {}
     for r in rows:
@@ -307,7 +356,7 @@ def _rebuild(spark: SparkSession, d: _Dispatch, cfg: MessageStoreConfig, out_dir
         if sum(r["count"] for r in mine) != n:
             raise RuntimeError(f"index file {k}: the shards wrote {sum(r['count'] for r in mine)} items, expected {n}")
         I.finish_index_file(cfg, path, items, sum(r.slots for r in mine), os.path.join(out_dir, "index"))
-    steps.mark("write")
+    steps.mark("finish")
     written_files = len(files)
     if written_queues != len(queues):
         raise RuntimeError(f"rebuild wrote {written_queues} queues, expected {len(queues)}")

@@ -122,6 +122,51 @@ def group_spans(spans: list[Span], split_size: int) -> list[list[Span]]:
     return groups
 
 
+_PAGE = 4096
+
+
+def estimate_data_end(store_dir: str, seg_start: int, seg_size: int) -> int:
+    """Where the written data of a segment seems to end (absolute offset): the start of the first
+    4 KiB page that is all zeros, found by a binary search that takes the pages after the data for
+    the segment's zero-filled tail. For weighting work only (a page of zeros inside the data makes
+    it wrong, never the result of a job): about ``log2(seg_size / 4096)`` reads of one page."""
+    pages = -(-seg_size // _PAGE)
+    try:
+        fd = os.open(segment_path(store_dir, seg_start), os.O_RDONLY)
+    except OSError:
+        return seg_start + seg_size
+    try:
+        lo, hi = 0, pages  # pages before lo hold data; the page at hi (if any) is zero
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if os.pread(fd, _PAGE, mid * _PAGE).count(0) == min(_PAGE, seg_size - mid * _PAGE):
+                hi = mid
+            else:
+                lo = mid + 1
+    finally:
+        os.close(fd)
+    return seg_start + min(seg_size, lo * _PAGE)
+
+
+def plan_balanced(segments: list[int], seg_size: int, split_size: int, tasks: int,
+                  data_end: int | None = None) -> list[list[Span]]:
+    """Spans grouped into ``tasks`` groups (one Spark task each) of near-equal bytes of data.
+
+    The data, from the first segment's start to ``data_end`` (default: the end of the last
+    segment), is cut into ``tasks`` equal runs; each run is cut into spans at segment boundaries
+    and every ``split_size`` bytes from a segment's start (no span crosses a segment or exceeds
+    ``split_size``). The last group also covers everything after ``data_end``. Groups hold
+    consecutive spans, in commitlog order; empty groups are dropped."""
+    if not segments:
+        return []
+    lo, hi = segments[0], segments[-1] + seg_size
+    end = hi if data_end is None else max(lo, min(hi, data_end))
+    tasks = max(1, tasks)
+    cuts = [lo + (end - lo) * i // tasks for i in range(tasks)] + [hi]
+    groups = [plan_spans(segments, seg_size, split_size, a, b) for a, b in zip(cuts, cuts[1:]) if a < b]
+    return [g for g in groups if g]
+
+
 # ------------------------------------------------------------------------------------------------
 # One segment, mapped read-only
 # ------------------------------------------------------------------------------------------------
