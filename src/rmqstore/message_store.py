@@ -199,7 +199,6 @@ class MessageStore:
             # ASYNC_FLUSH: every append wakes the dispatcher (the bound method itself: no wrapper
             # call on the put path); SYNC_FLUSH wakes it after the group commit
             self.commit_log.on_append = None if self.cfg.sync_flush else self.reput.wake
-            self.commit_log.hints = self.reput.hints
             self.reput.start()
             self._flusher = threading.Thread(target=self._flush_loop, name="rmqstore-flush", daemon=True)
             self._flusher.start()
@@ -692,9 +691,12 @@ class MessageStore:
         if not self.read_only and self.reput is not None:
             try:
                 self.commit_log.flush(0)
-                self.reput.wake()
-                self._supervise_reput(time.monotonic() + 10)
-                self.reput.wait_until(self.commit_log.confirm_offset, timeout=60)
+                if self.reput.stopped:  # shut down on purpose: dispatch the rest here
+                    self.reput.do_reput()
+                else:
+                    self.reput.wake()
+                    self._supervise_reput(time.monotonic() + 10)
+                    self.reput.wait_until(self.commit_log.confirm_offset, timeout=60)
             except Exception:  # noqa: BLE001 - a failed flush keeps abort: the next open recovers
                 log.exception("flush at close failed")
                 clean = False

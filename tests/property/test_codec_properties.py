@@ -66,17 +66,21 @@ prop_keys = st.text(st.characters(blacklist_categories=("Cs",)), min_size=1, max
         lambda rows: [dict(zip(keys, r)) for r in rows])),
     st.lists(st.dictionaries(prop_keys, any_value, max_size=3), max_size=4))
 def test_properties_batch_encoder_equals_one_by_one(uniform, mixed):
-    """encode_properties_many (one format template for dicts with the same key order) writes the
-    bytes encode_properties writes, also with None values, braces in keys, non-str values, and for
-    batches whose key order differs or that mix shapes."""
+    """encode_properties_many (one format template for dicts with the same key order:
+    uniform_columns + encode_columns) writes the bytes encode_properties writes, also with None
+    values, braces in keys, non-str values, and for batches whose key order differs or that mix shapes."""
     for batch in (uniform, mixed, uniform + mixed, [list(d.items()) for d in uniform]):
-        keys = P.uniform_keys(batch)
-        assert P.encode_properties_many(batch, keys) == [P.encode_properties(p) for p in batch]
-        assert P.encode_properties_many(batch) == [P.encode_properties(p) for p in batch]
+        want = [P.encode_properties(p) for p in batch]
+        assert P.encode_properties_many(batch) == want
+        cols = P.uniform_columns(batch)
+        if cols is not None:
+            got = P.encode_columns(*cols, len(batch))
+            assert got == want or got is None and any(v is None for d in batch for v in d.values())
     if len(uniform) > 1 and len(uniform[0]) > 1:
-        assert P.uniform_keys(uniform) == tuple(uniform[0])
+        keys, cols = P.uniform_columns(uniform)
+        assert keys == tuple(uniform[0]) and cols == [[d[k] for d in uniform] for k in keys]
         reordered = [dict(reversed(list(d.items()))) for d in uniform[:1]] + uniform[1:]
-        assert P.uniform_keys(reordered) is None  # same keys, another order: not one template
+        assert P.uniform_columns(reordered) is None  # same keys, another order: not one template
         assert P.encode_properties_many(reordered) == [P.encode_properties(p) for p in reordered]
 
 

@@ -73,25 +73,26 @@ def _is_delayed(value: object) -> bool:
 _HINT_NAMES = (P.TAGS, P.UNIQ_KEY, P.KEYS)
 
 
-def _hint_columns(props: list[dict], keys: tuple, blob: bytes, topic: str) -> tuple | None:
-    """The TAGS, UNIQ_KEY and KEYS values of a batch for the dispatcher's hint (None where absent),
-    when they are exactly what parsing the written properties back gives: str keys and values,
-    and one 0x01 and one 0x02 per property in ``blob`` (so no name or value holds a separator)."""
+def _hint_columns(keys: tuple, columns: list[list], blob: bytes, topic: str, n: int) -> tuple | None:
+    """The TAGS, UNIQ_KEY and KEYS values of a batch (from :func:`.properties.uniform_columns`)
+    for the dispatcher's hint, None where absent, when they are exactly what parsing the written
+    properties back gives: str keys and values, and one 0x01 and one 0x02 per property in ``blob``
+    (so no name or value holds a separator)."""
     if topic == SCHEDULE_TOPIC or not all(type(k) is str for k in keys):
         return None
-    per = len(props) * len(keys)
+    per = n * len(keys)
     if blob.count(b"\x01") != per or blob.count(b"\x02") != per:
         return None
-    cols = []
+    out = []
     for name in _HINT_NAMES:
         if name in keys:
-            col = list(map(operator.itemgetter(name), props))
+            col = columns[keys.index(name)]
             if set(map(type, col)) != {str}:
                 return None
-            cols.append(col)
+            out.append(col)
         else:
-            cols.append(None)
-    return tuple(cols)
+            out.append(None)
+    return tuple(out)
 
 
 def _is_none(value: object) -> bool:
@@ -480,18 +481,20 @@ class CommitLog:
         bodies, props, born = list(map(_BODY, msgs)), list(map(_PROPERTIES, msgs)), list(map(_BORN, msgs))
         if set(map(type, bodies)) != {bytes} or set(map(type, props)) != {dict}:
             return None
-        keys = P.uniform_keys(props)
-        if (keys is None or P.DELAY in keys) and any(map(_is_delayed, filter(None, map(_GET_DELAY, props)))):
+        cols = P.uniform_columns(props)
+        if (cols is None or P.DELAY in cols[0]) and any(map(_is_delayed, filter(None, map(_GET_DELAY, props)))):
             return None
         if sum(map(len, bodies)) > self._max_body:
             return _illegal("message body size exceeded")
-        pbytes = P.encode_properties_many(props, keys)
+        pbytes = P.encode_columns(*cols, len(props)) if cols is not None else None
+        if pbytes is None:
+            pbytes = list(map(P.encode_properties, props))
         blob = b"\x00".join(pbytes)
         if max(map(len, pbytes)) > _MAX_PROPS or b"INNER_NUM\x01" in blob:
             return None
         hints = self.hints
-        hint_cols = _hint_columns(props, keys, blob, first.topic) \
-            if hints is not None and keys is not None and len(hints) < _MAX_HINTS else None
+        hint_cols = _hint_columns(*cols, blob, first.topic, len(msgs)) \
+            if hints is not None and cols is not None and len(hints) < _MAX_HINTS else None
         topic_tail, born_a, born_p, store_a, store_p, overhead, store_hex = plan
         unset = born.count(None)
         if unset == 0:

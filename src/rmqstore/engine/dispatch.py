@@ -380,6 +380,7 @@ class ReputMessageService:
 
     # --- control -----------------------------------------------------------------------------
     def start(self) -> None:
+        self.store.commit_log.hints = self.hints  # producers hint while this thread runs
         self._thread = threading.Thread(target=self._run, name="rmqstore-reput", daemon=True)
         self._thread.start()
 
@@ -388,11 +389,17 @@ class ReputMessageService:
             self._wake.set()
 
     def shutdown(self) -> None:
+        self.store.commit_log.hints = None
         self._stop.set()
         self._wake.set()
         if self._thread is not None:
             self._thread.join()
             self._thread = None
+
+    @property
+    def stopped(self) -> bool:
+        """:meth:`shutdown` was called (the thread does not come back)."""
+        return self._stop.is_set()
 
     def behind_bytes(self) -> int:
         return max(0, self.store.dispatch_end() - self.reput_from)

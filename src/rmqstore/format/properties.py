@@ -13,7 +13,6 @@ offsets are final, fills in ``crc32(record[:-20])`` as 10 decimal digits least-s
 """
 from __future__ import annotations
 
-from itertools import chain, starmap
 from operator import itemgetter
 from typing import Iterable, Mapping, Sequence
 
@@ -41,37 +40,40 @@ def encode_properties(props: PropertiesInput) -> bytes:
     return "".join([f"{k}\x01{v}\x02" for k, v in items if v is not None]).encode("utf-8")
 
 
-def uniform_keys(props_list: Sequence[PropertiesInput]) -> tuple | None:
-    """The key tuple shared, in the same order, by every entry when all are ``dict`` (as a
-    producer builds them); None otherwise."""
-    if props_list and set(map(type, props_list)) == {dict}:
-        orders = set(map(tuple, props_list))
-        if len(orders) == 1:
-            return next(iter(orders))
-    return None
+def uniform_columns(props_list: Sequence[PropertiesInput]) -> tuple[tuple, list[list]] | None:
+    """``(keys, columns)`` when every entry is a ``dict`` with the same keys in the same order (as
+    a producer builds them): the key tuple and, per key, the list of its values. None otherwise."""
+    if not props_list or set(map(type, props_list)) != {dict}:
+        return None
+    keys = tuple(props_list[0])
+    if not all(map(keys.__eq__, map(tuple, props_list))):
+        return None
+    return keys, [list(map(itemgetter(k), props_list)) for k in keys]
 
 
-def encode_properties_many(props_list: Sequence[PropertiesInput], keys: tuple | None = None) -> list[bytes]:
-    """:func:`encode_properties` of each entry, the same bytes.
+def encode_columns(keys: tuple, columns: list[list], n: int) -> list[bytes] | None:
+    """:func:`encode_properties` of ``n`` entries given as :func:`uniform_columns`, the same bytes,
+    with one format template and C-level iteration; None when a value is None (omitted: entries
+    differ then) or cannot be compared with None."""
+    if not keys:
+        return [b""] * n
+    try:
+        if any(None in col for col in columns):
+            return None
+    except Exception:  # noqa: BLE001 - e.g. an array value whose == is not a bool
+        return None
+    template = "".join(map(_template_part, keys))
+    return list(map(str.encode, map(template.format, *columns)))
 
-    With ``keys`` from :func:`uniform_keys` (and no ``None`` value), every entry is encoded with one
-    format template and C-level iteration; otherwise entry by entry."""
-    n = len(props_list)
-    if keys is not None:
-        if not keys:
-            return [b""] * n
-        try:  # a None value is omitted: entry by entry then (so is a value that cannot be compared)
-            has_none = None in chain.from_iterable(map(dict.values, props_list))
-        except Exception:  # noqa: BLE001 - e.g. an array value whose == is not a bool
-            has_none = True
-        if not has_none:
-            if all(type(k) is str and k.isidentifier() for k in keys):  # named fields: no value tuples
-                template = "".join([f"{k}\x01{{{k}}}\x02" for k in keys])
-                return list(map(str.encode, map(template.format_map, props_list)))
-            template = "".join(map(_template_part, keys))
-            values = map(itemgetter(*keys), props_list)
-            strings = map(template.format, values) if len(keys) == 1 else starmap(template.format, values)
-            return list(map(str.encode, strings))
+
+def encode_properties_many(props_list: Sequence[PropertiesInput]) -> list[bytes]:
+    """:func:`encode_properties` of each entry (the same bytes): with :func:`encode_columns` when
+    the entries are dicts of one key order, otherwise entry by entry."""
+    cols = uniform_columns(props_list)
+    if cols is not None:
+        out = encode_columns(*cols, len(props_list))
+        if out is not None:
+            return out
     return [encode_properties(p) for p in props_list]
 
 

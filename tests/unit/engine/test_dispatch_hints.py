@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 from rmqstore import Message, MessageStore, PutMessageStatus
 from rmqstore.engine import commit_log as CL
 from rmqstore.engine import dispatch as D
+from rmqstore.format import properties as P
 
 T0 = 1_700_000_000_000
 SCRATCH = "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK) else None
@@ -97,20 +98,29 @@ def test_hinted_dispatch_writes_what_reading_back_writes(make_config, tmp_path, 
 
 
 def test_records_without_hints_are_read_back(make_config, tmp_path, hinted, monkeypatch):
-    # the dispatcher stopped: hints pile up to MAX_HINTS, the rest of the records have none
+    # the dispatcher held up: hints pile up to MAX_HINTS, the rest of the records have none
     monkeypatch.setattr(CL, "_MAX_HINTS", 3)
     a, b = _twins(make_config, str(tmp_path))
     for s in (a, b):
-        s.reput.shutdown()
-        for i in range(8):
-            assert s.put_messages(_batch("T", i % 2, 5, start=5 * i)).status is PutMessageStatus.PUT_OK
-    assert len(a.reput.hints) == 3 and b.reput.hints is not None and not b.reput.hints
-    for s in (a, b):
-        s.reput.do_reput()
-    assert hinted["records"] == 15
+        with s.reput.lock:
+            for i in range(8):
+                assert s.put_messages(_batch("T", i % 2, 5, start=5 * i)).status is PutMessageStatus.PUT_OK
+            if s is a:
+                assert len(a.reput.hints) == 3
+        s.wait_dispatched()
+    assert hinted["records"] == 15 and not b.reput.hints
     assert a.reput.reput_from == b.reput.reput_from == a.commit_log.confirm_offset
     fa, fb = _files(str(tmp_path / "a")), _files(str(tmp_path / "b"))
-    a.close()
+    # with the dispatcher stopped, producers hint nothing
+    assert a.commit_log.hints is a.reput.hints
+    a.reput.shutdown()
+    assert a.commit_log.hints is None
+    assert a.put_messages(_batch("T", 0, 5, start=40)).status is PutMessageStatus.PUT_OK
+    assert not a.reput.hints
+    a.close()  # dispatches that batch itself, and exits clean
+    assert not (tmp_path / "a" / "abort").exists()
+    with MessageStore.open(tmp_path / "a", make_config(), read_only=True) as ra:
+        assert ra.get_max_offset_in_queue("T", 0) == 25
     b.close()
     assert fa == fb
 
@@ -142,13 +152,14 @@ def test_any_batch_dispatches_identically(make_config, batches):
 
 
 def test_a_hint_is_only_taken_where_parsing_gives_its_values():
-    keys = ("KEYS", "UNIQ_KEY", "x")
-    plain = [{"KEYS": "k1 k2", "UNIQ_KEY": "U", "x": "1"}]
-    blob = b"KEYS\x01k1 k2\x02UNIQ_KEY\x01U\x02x\x011\x02"
-    assert CL._hint_columns(plain, keys, blob, "T") == (None, ["U"], ["k1 k2"])
+    def columns(props):
+        keys, cols = P.uniform_columns(props)
+        blob = b"\x00".join(P.encode_columns(keys, cols, len(props)))
+        return keys, cols, blob
+
+    plain = columns([{"KEYS": "k1 k2", "UNIQ_KEY": "U", "x": "1"}])
+    assert CL._hint_columns(*plain, "T", 1) == (None, ["U"], ["k1 k2"])
     # a separator inside a value (here "x" would add a TAGS property when parsed)
-    bad = [{"KEYS": "k", "UNIQ_KEY": "U", "x": "1\x02TAGS\x01t"}]
-    assert CL._hint_columns(bad, keys, b"KEYS\x01k\x02UNIQ_KEY\x01U\x02x\x011\x02TAGS\x01t\x02", "T") is None
-    assert CL._hint_columns([{"KEYS": 7, "UNIQ_KEY": "U", "x": "1"}], keys, b"KEYS\x017\x02UNIQ_KEY\x01U\x02x\x011\x02",
-                            "T") is None
-    assert CL._hint_columns(plain, keys, blob, "SCHEDULE_TOPIC_XXXX") is None
+    assert CL._hint_columns(*columns([{"KEYS": "k", "UNIQ_KEY": "U", "x": "1\x02TAGS\x01t"}]), "T", 1) is None
+    assert CL._hint_columns(*columns([{"KEYS": 7, "UNIQ_KEY": "U", "x": "1"}]), "T", 1) is None  # not a str
+    assert CL._hint_columns(*plain, "SCHEDULE_TOPIC_XXXX", 1) is None
