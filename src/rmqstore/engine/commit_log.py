@@ -26,8 +26,7 @@ from ..format import message as M
 from ..format import properties as P
 from ..format.msgid import encode_offset_msg_id, encode_offset_msg_ids, parse_host
 from ..io.mapped_file_queue import MappedFileQueue
-from ..types import SCHEDULE_TOPIC, Message, PutMessageResult, PutMessageStatus
-from .dispatch import MAX_HINTS as _MAX_HINTS
+from ..types import Message, PutMessageResult, PutMessageStatus
 
 log = logging.getLogger(__name__)
 
@@ -68,31 +67,6 @@ def _is_delayed(value: object) -> bool:
     """A DELAY property that asks for a delay (upstream ignores an empty value or 0; a None value
     is not written at all)."""
     return value is not None and str(value).strip() not in ("", "0")
-
-
-_HINT_NAMES = (P.TAGS, P.UNIQ_KEY, P.KEYS)
-
-
-def _hint_columns(keys: tuple, columns: list[list], blob: bytes, topic: str, n: int) -> tuple | None:
-    """The TAGS, UNIQ_KEY and KEYS values of a batch (from :func:`.properties.uniform_columns`)
-    for the dispatcher's hint, None where absent, when they are exactly what parsing the written
-    properties back gives: str keys and values, and one 0x01 and one 0x02 per property in ``blob``
-    (so no name or value holds a separator)."""
-    if topic == SCHEDULE_TOPIC or not all(type(k) is str for k in keys):
-        return None
-    per = n * len(keys)
-    if blob.count(b"\x01") != per or blob.count(b"\x02") != per:
-        return None
-    out = []
-    for name in _HINT_NAMES:
-        if name in keys:
-            col = columns[keys.index(name)]
-            if set(map(type, col)) != {str}:
-                return None
-            out.append(col)
-        else:
-            out.append(None)
-    return tuple(out)
 
 
 def _is_none(value: object) -> bool:
@@ -213,8 +187,6 @@ class CommitLog:
         # a record must fit the segment with room for the 8-byte blank, and the upstream total limit
         self._max_record = min(cfg.max_message_size + _MAX_TOTAL_EXTRA, cfg.mapped_file_size_commit_log - 8)
         self._sync = cfg.sync_flush
-        #: the dispatcher's append hints (``engine.dispatch``), set by the store while it runs one
-        self.hints = None
 
     # ------------------------------------------------------------------------------------------
     # Encoding and validation (outside the lock)
@@ -492,9 +464,6 @@ class CommitLog:
         blob = b"\x00".join(pbytes)
         if max(map(len, pbytes)) > _MAX_PROPS or b"INNER_NUM\x01" in blob:
             return None
-        hints = self.hints
-        hint_cols = _hint_columns(*cols, blob, first.topic, len(msgs)) \
-            if hints is not None and cols is not None and len(hints) < _MAX_HINTS else None
         topic_tail, born_a, born_p, store_a, store_p, overhead, store_hex = plan
         unset = born.count(None)
         if unset == 0:
@@ -524,9 +493,6 @@ class CommitLog:
                 buf = batch.render(qoff0, phy0, store_ts, born_unset)
                 mf.write_at(pos, buf)  # first 8 bytes last: the batch appears whole or not at all
                 end = self._publish(mf, pos + total, store_ts, key, qoff0 + len(msgs))
-                if hint_cols is not None:
-                    hints.append((phy0, end, qoff0, store_ts, first.topic, first.queue_id, batch.starts,
-                                  batch.totals, *hint_cols))
         except (OSError, StoreIOError) as ex:
             return _append_failed(ex)
         status = self._after_append(end, pbytes[0])

@@ -10,9 +10,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections import deque
 from dataclasses import dataclass
-from itertools import chain
 from typing import Callable
 
 import numpy as np
@@ -233,103 +231,6 @@ def dispatch_batch(buf, batch: M.RecordBatch, *, cq_for: Callable, index_service
                                          cols.item_rec, cols.item_hash)
 
 
-# ------------------------------------------------------------------------------------------------
-# Append hints: what an in-process producer already knows about the records it just appended
-# ------------------------------------------------------------------------------------------------
-
-#: A hint is the tuple ``(phy0, end, queue_offset0, store_timestamp, topic, queue_id, starts,
-#: totals, tags, uniq_keys, keys)`` of one appended batch: ``starts``/``totals`` its records'
-#: positions (relative to ``phy0``) and sizes, the last three the batch's TAGS, UNIQ_KEY and KEYS
-#: values (lists of str, or None where the batch has no such property). At most ``MAX_HINTS`` wait
-#: for the dispatcher; beyond that producers add none, and the records are read back as usual.
-MAX_HINTS = 1024
-
-HINT_PHY0, HINT_END = 0, 1
-
-
-def _hint_items(n: int, uniq: list | None, keys: list | None, counts: list, strings: list) -> bool:
-    """Append the index keys of ``n`` records (UNIQ_KEY, then the KEYS tokens) to ``strings`` and
-    their number per record to ``counts``, as upstream's parsing of the written properties would
-    find them (an empty value is no property; KEYS split on single spaces, empty tokens dropped)."""
-    spaced = keys is not None and " " in "".join(keys)
-    if uniq is not None and "" in uniq or keys is not None and "" in keys or spaced:
-        for i in range(n):
-            toks = [uniq[i]] if uniq is not None and uniq[i] else []
-            if keys is not None:
-                toks.extend(k for k in keys[i].split(" ") if k)
-            counts.append(len(toks))
-            strings.extend(toks)
-    elif uniq is not None and keys is not None:
-        counts.extend([2] * n)
-        strings.extend(chain.from_iterable(zip(uniq, keys)))
-    elif uniq is not None or keys is not None:
-        counts.extend([1] * n)
-        strings.extend(uniq if uniq is not None else keys)
-    else:
-        counts.extend([0] * n)
-    return True
-
-
-def dispatch_hints(hints: list, *, cq_for: Callable, index_service, build_index: bool = True) -> bool:
-    """Dispatch consecutive records described by append hints instead of reading them back: the
-    same CQ units and index items as :func:`dispatch_batch` on the bytes (the producer attaches a
-    hint only when its properties parse back to exactly the values it holds). False, with nothing
-    written, when a key is not ASCII (the commitlog path hashes those)."""
-    topics: dict[str, int] = {}
-    tids, sizes = [], []
-    counts: list[int] = []
-    strings: list[str] = []
-    for h in hints:
-        _, _, _, _, topic, _, starts, _, tags, uniq, keys = h
-        n = starts.size
-        sizes.append(n)
-        tids.append(topics.setdefault(topic, len(topics)))
-        if build_index:
-            _hint_items(n, uniq, keys, counts, strings)
-    nrec = np.asarray(sizes, dtype=np.int64)
-    phys = np.concatenate([h[6] + h[0] for h in hints])
-    totals = np.concatenate([h[7] for h in hints])
-    ts = np.repeat(np.asarray([h[3] for h in hints], dtype=np.int64), nrec)
-    if build_index and index_service is not None and strings:
-        blob = "".join(strings)
-        try:
-            u8 = np.frombuffer(blob.encode("ascii"), dtype=np.uint8)
-        except UnicodeEncodeError:
-            return False
-        lens = np.fromiter(map(len, strings), dtype=np.int64, count=len(strings))
-        ends = np.cumsum(lens)
-        kh, _ = H.java_hash_ranges(u8, ends - lens, ends)
-        item_rec = np.repeat(np.arange(phys.size, dtype=np.int64), np.asarray(counts, dtype=np.int64))
-        prefix = np.array([H.java_hash(t + "#") & 0xFFFFFFFF for t in topics], dtype=np.uint64)
-        rec_tid = np.repeat(np.asarray(tids, dtype=np.int64), nrec)
-        full = H.to_int32(H.combine_hash(prefix[rec_tid[item_rec]], kh, lens)).astype(np.int64)
-        item_hash = np.where(full == H.INT_MIN, 0, np.abs(full))
-    else:
-        item_rec = item_hash = np.zeros(0, dtype=np.int64)
-    # consume queues: a hint is one queue's records with consecutive queue offsets
-    by_queue: dict[tuple[str, int], list] = {}
-    pos = 0
-    for h, n in zip(hints, sizes):
-        by_queue.setdefault((h[4], h[5]), []).append((h, pos, n))
-        pos += n
-    for (topic, qid), parts in by_queue.items():
-        sel = np.concatenate([np.arange(p, p + n) for _, p, n in parts]) if len(parts) > 1 else \
-            np.arange(parts[0][1], parts[0][1] + parts[0][2])
-        qoffs = np.concatenate([np.arange(h[2], h[2] + n, dtype=np.int64) for h, _, n in parts])
-        tags = np.concatenate([_tags_codes(h[8], n) for h, _, n in parts])
-        cq_for(topic, qid).put_units(qoffs, phys[sel], totals[sel], tags)
-    if build_index and index_service is not None:
-        index_service.build_index_hashed(phys, ts, np.zeros(phys.size, dtype=np.int32), item_rec, item_hash)
-    return True
-
-
-def _tags_codes(tags: list | None, n: int) -> np.ndarray:
-    if tags is None:
-        return np.zeros(n, dtype=np.int64)
-    codes = {t: (H.java_hash_cached(t) if t else 0) for t in set(tags)}
-    return np.fromiter(map(codes.__getitem__, tags), dtype=np.int64, count=n)
-
-
 def iter_record_batches(queue, start: int, end: int, batch_records: int = BATCH_RECORDS):
     """Yield ``(mapped_file, RecordBatch)`` for the valid records in ``[start, end)`` of a commitlog
     segment queue, in order, following blank records to the next segment.
@@ -375,12 +276,9 @@ class ReputMessageService:
         self._topic_cache: dict[bytes, str] = {}
         self.error: BaseException | None = None
         self.lock = threading.Lock()
-        #: append hints from the producers (``CommitLog.hints``), in commitlog order
-        self.hints: deque = deque()
 
     # --- control -----------------------------------------------------------------------------
     def start(self) -> None:
-        self.store.commit_log.hints = self.hints  # producers hint while this thread runs
         self._thread = threading.Thread(target=self._run, name="rmqstore-reput", daemon=True)
         self._thread.start()
 
@@ -389,7 +287,6 @@ class ReputMessageService:
             self._wake.set()
 
     def shutdown(self) -> None:
-        self.store.commit_log.hints = None
         self._stop.set()
         self._wake.set()
         if self._thread is not None:
@@ -431,17 +328,12 @@ class ReputMessageService:
             end = store.dispatch_end() if end is None else end
             if self.reput_from < cl.min_offset:
                 self.reput_from = cl.min_offset
-            hints = self.hints
             while self.reput_from < end:
-                if hints and self._dispatch_hinted(hints, end):
-                    continue
-                # read records back from the commitlog, up to where the next hint starts
-                limit = hints[0][HINT_PHY0] if hints and self.reput_from < hints[0][HINT_PHY0] < end else end
                 mf = cl.queue.find(self.reput_from)
                 if mf is None:
                     break
                 pos = self.reput_from - mf.file_from_offset
-                seg_end = min(mf.file_size, limit - mf.file_from_offset)
+                seg_end = min(mf.file_size, end - mf.file_from_offset)
                 starts, stop, stop_pos = M.walk_records(mf.mm, pos, seg_end, BATCH_RECORDS)
                 batch = M.decode_batch(mf.u8, starts)
                 k = batch.first_invalid()
@@ -468,33 +360,3 @@ class ReputMessageService:
                 with self._progress:
                     self.reput_from = new
                     self._progress.notify_all()
-
-    def _dispatch_hinted(self, hints: deque, end: int) -> bool:
-        """Dispatch the run of hints that starts at ``reput_from`` (True), or drop the stale ones
-        and say False when the next records have none. Only this thread pops hints; producers
-        append at the other end."""
-        at = self.reput_from
-        while hints and hints[0][HINT_END] <= at:
-            hints.popleft()
-        run, n = [], 0
-        while len(run) < len(hints) and n < BATCH_RECORDS:
-            h = hints[len(run)]
-            if h[HINT_PHY0] != at or h[HINT_END] > end:
-                break
-            run.append(h)
-            at = h[HINT_END]
-            n += h[6].size
-        if not run:
-            return False
-        store = self.store
-        done = dispatch_hints(run, cq_for=store.find_consume_queue, index_service=store.index_service,
-                              build_index=store.cfg.message_index_enable)
-        for _ in run:
-            hints.popleft()
-        if not done:
-            return False
-        store.on_dispatched(run[-1][3])
-        with self._progress:
-            self.reput_from = at
-            self._progress.notify_all()
-        return True

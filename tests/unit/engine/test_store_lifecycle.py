@@ -5,6 +5,7 @@ import dataclasses
 import os
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -53,6 +54,22 @@ def test_lock_abort_and_reopen(store_dir, small_config):
         assert (nxt.queue_offset, nxt.phy_offset) == (2, r[-1].phy_offset + r[-1].wrote_bytes)
         again.wait_dispatched()
         assert [m.body for m in again.get_message("g", "A", 1, 0).messages] == [b"1", b"3", b"5"]
+
+
+def test_close_after_the_dispatcher_was_shut_down_dispatches_the_rest(store_dir, small_config):
+    st = MessageStore.open(store_dir, small_config)
+    st.reput.shutdown()
+    assert st.reput.stopped
+    assert st.put_messages([msg("A", b"%d" % i, queue_id=1, props={"KEYS": f"k{i}"}) for i in range(4)]).status \
+        is PutMessageStatus.PUT_OK
+    assert st.get_max_offset_in_queue("A", 1) == 0  # nothing dispatched yet
+    t = time.monotonic()
+    st.close()  # dispatches itself (it used to wait 60 s for the stopped thread, then leave abort)
+    assert time.monotonic() - t < 10
+    assert not (store_dir / "abort").exists()
+    with MessageStore.open(store_dir, small_config, read_only=True) as ro:
+        assert ro.recovery_report.mode == "normal" and ro.get_max_offset_in_queue("A", 1) == 4
+        assert [m.body for m in ro.query_message("A", "k2").messages] == [b"2"]
 
 
 def test_closed_store_refuses_work(store_dir, small_config):
