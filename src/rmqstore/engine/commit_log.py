@@ -461,8 +461,7 @@ class CommitLog:
         pbytes = P.encode_columns(*cols, len(props)) if cols is not None else None
         if pbytes is None:
             pbytes = list(map(P.encode_properties, props))
-        blob = b"\x00".join(pbytes)
-        if max(map(len, pbytes)) > _MAX_PROPS or b"INNER_NUM\x01" in blob:
+        if max(map(len, pbytes)) > _MAX_PROPS or b"INNER_NUM\x01" in b"\x00".join(pbytes):
             return None
         topic_tail, born_a, born_p, store_a, store_p, overhead, store_hex = plan
         unset = born.count(None)
