@@ -153,8 +153,7 @@ def java_hash_ranges(buf: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> t
         for w, mask in groups:
             sel = np.flatnonzero(mask)
             if sel.size:
-                h, ok = _horner_ranges(padded, starts[sel] + lens[sel] + top,
-                                       lens[sel], w, check)
+                h, ok = _horner_ranges(padded, starts[sel] + lens[sel] + top, lens[sel], w, check)
                 out[sel] = h
                 if ok is not None:
                     ascii_ok[sel] = ok
