@@ -241,8 +241,8 @@ class MappedFile:
 
         Large writes go through ``pwrite`` on the file rather than a copy into the mapping: the
         page cache is the same (readers of the mapping see the bytes), but the kernel fills fresh
-        pages without a page fault per 4 KiB (a first write through a shared mapping cost about
-        10 us a page on this project's VM), the GIL is released during the copy, and a full disk is an
+        pages without a page fault per 4 KiB (a first write through a shared mapping costs 1.4 us a
+        page or more with the GIL held: bench/page_faults.py), the GIL is released during the copy, and a full disk is an
         ``OSError`` rather than a ``SIGBUS``."""
         self._check_writable()
         n = len(data)
@@ -284,7 +284,8 @@ class MappedFile:
     def populate(self, start: int, end: int) -> bool:
         """Fault ``[start, end)`` in for writing ahead of use, without holding the GIL
         (``MADV_POPULATE_WRITE``): random writes into it through the mapping (an index file's
-        slot table) then take no first-write page fault, each about 10 us with the GIL held.
+        slot table) then take no first-write page fault with the GIL held (1.4 us a page or more:
+        bench/page_faults.py; populating costs more CPU, but none of it holds the GIL).
         False where the kernel cannot (before Linux 5.14); nothing else changes then."""
         global _madvise
         if _madvise is None or self.read_only or self.closed:
