@@ -1,6 +1,8 @@
 """Java-compatible hashes and the masked CRC-32 (FORMAT.md §0, §4.2, §6.2), scalar and numpy."""
 from __future__ import annotations
 
+import random
+
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -139,8 +141,11 @@ range_texts = st.lists(st.text(st.characters(max_codepoint=0x7F), max_size=90) |
 
 
 @settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(range_texts, st.integers(0, 600), st.integers(0, 70), st.randoms(use_true_random=False))
-def test_java_hash_ranges_matches_the_definition_on_every_route(texts, common, common_len, rnd):
+@given(range_texts, st.integers(0, 600), st.integers(0, 70), st.integers(0, 2**32))
+def test_java_hash_ranges_matches_the_definition_on_every_route(texts, common, common_len, seed):
+    # the many strings of one length come from a seeded generator, not from hypothesis's data
+    # (drawing hundreds of strings there exceeds its entropy budget)
+    rnd = random.Random(seed)
     texts = texts + ["".join(rnd.choice("xyz0189#-") for _ in range(common_len)) for _ in range(common)]
     rnd.shuffle(texts)
     raw = [t.encode() for t in texts]
