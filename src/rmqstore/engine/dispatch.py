@@ -263,6 +263,13 @@ def iter_record_batches(queue, start: int, end: int, batch_records: int = BATCH_
     return pos_phy, "end"
 
 
+def _contiguous(batch: M.RecordBatch, end_pos: int) -> bool:
+    """Each record of ``batch`` ends where the next starts and the last at ``end_pos`` (record
+    starts handed over by the producer are checked against the records' own TOTALSIZE)."""
+    ends = batch.starts + batch.total
+    return bool(len(batch)) and int(ends[-1]) == end_pos and np.array_equal(ends[:-1], batch.starts[1:])
+
+
 class ReputMessageService:
     """Background dispatcher: follows the commitlog from ``reput_from`` to the confirm offset."""
 
@@ -320,6 +327,32 @@ class ReputMessageService:
                 return
 
     # --- work --------------------------------------------------------------------------------
+    def hinted_starts(self, mf, pos: int, seg_end: int) -> tuple[tuple[np.ndarray, str, int] | None, int]:
+        """Record starts for ``mf`` from ``pos`` out of the ones the producer's batch path left in
+        ``commit_log.batch_starts``: ``(walk_records' answer, seg_end)`` when they begin exactly at
+        ``pos`` (consecutive batches up to ``BATCH_RECORDS`` records, none past ``seg_end``),
+        otherwise ``(None, where the walk should stop)``: the next handed-over batch, so that
+        only records put one at a time are walked. Batches already behind ``pos`` are dropped."""
+        hints = self.store.commit_log.batch_starts
+        base = mf.file_from_offset
+        at = base + pos
+        while hints and hints[0][1] <= at:  # only this thread pops: hints[0] stays until it does
+            hints.popleft()
+        parts, count, limit = [], 0, base + seg_end
+        while hints and count < BATCH_RECORDS:
+            first, end, starts = hints[0]
+            if first != at or end > limit:
+                break
+            parts.append(starts + (first - base))
+            count += len(starts)
+            at = end
+            hints.popleft()
+        if parts:
+            return ((parts[0] if len(parts) == 1 else np.concatenate(parts)), "limit", at - base), seg_end
+        if hints and at < hints[0][0] < limit:
+            return None, hints[0][0] - base
+        return None, seg_end
+
     def do_reput(self, end: int | None = None) -> None:
         """Dispatch everything in ``[reput_from, end)`` (default: the store's dispatch end)."""
         with self.lock:
@@ -334,8 +367,19 @@ class ReputMessageService:
                     break
                 pos = self.reput_from - mf.file_from_offset
                 seg_end = min(mf.file_size, end - mf.file_from_offset)
-                starts, stop, stop_pos = M.walk_records(mf.mm, pos, seg_end, BATCH_RECORDS)
+                hinted, walk_end = self.hinted_starts(mf, pos, seg_end)
+                if hinted is not None:
+                    starts, stop, stop_pos = hinted
+                else:
+                    starts, stop, stop_pos = M.walk_records(mf.mm, pos, walk_end, BATCH_RECORDS)
+                    if not len(starts) and walk_end < seg_end:  # no record ends where a batch was said to start
+                        starts, stop, stop_pos = M.walk_records(mf.mm, pos, seg_end, BATCH_RECORDS)
                 batch = M.decode_batch(mf.u8, starts)
+                if hinted is not None and not _contiguous(batch, stop_pos):
+                    log.warning("dispatch: record starts handed over for [%d, %d) do not match the records; walking them",
+                                self.reput_from, mf.file_from_offset + stop_pos)
+                    starts, stop, stop_pos = M.walk_records(mf.mm, pos, seg_end, BATCH_RECORDS)
+                    batch = M.decode_batch(mf.u8, starts)
                 k = batch.first_invalid()
                 if k < len(batch):
                     batch = batch.take(k)

@@ -1,0 +1,150 @@
+"""The dispatcher takes the record starts that ``put_messages`` hands over (``batch_starts``)
+instead of walking TOTALSIZE record by record: same consume queues and index, fewer records
+walked, and wrong or missing hand-overs fall back to the walk."""
+from __future__ import annotations
+
+import logging
+import os
+
+import numpy as np
+import pytest
+
+from rmqstore import Message
+from rmqstore.engine import commit_log as CL
+from rmqstore.engine import dispatch as D
+
+T0 = 1_700_000_000_000
+
+
+@pytest.fixture
+def walked(monkeypatch):
+    """Counts the records the dispatcher finds by walking."""
+    count = [0]
+    real = D.M.walk_records
+
+    def counting(*a, **kw):
+        out = real(*a, **kw)
+        count[0] += len(out[0])
+        return out
+    monkeypatch.setattr(D.M, "walk_records", counting)
+    return count
+
+
+def _cfg(make_config):
+    # 16 KiB segments: batches roll segments (blank records) and index files fill up
+    return make_config(mapped_file_size_commit_log=16 << 10, mapped_file_size_consume_queue=20 * 64,
+                       max_hash_slot_num=64, max_index_num=128)
+
+
+def _message(i: int) -> Message:
+    m = Message.create("T", b"b%d" % i * (i % 7 + 1), keys=[f"k{i}", f"x{i % 5}"], queue_id=i % 3,
+                       uniq_key=f"U{i:08d}")
+    m.store_timestamp = T0 + i
+    return m
+
+
+def _fill(st) -> int:
+    """Batches (one queue each) and single puts in turn; returns how many records were put alone."""
+    i = singles = 0
+    for round_ in range(14):
+        if round_ % 3 == 2:
+            assert st.put_message(_message(i)).ok
+            i, singles = i + 1, singles + 1
+            continue
+        msgs = [_message(i + j) for j in range(5 + round_ % 4)]
+        for m in msgs:
+            m.queue_id = round_ % 3
+        assert st.put_messages(msgs).ok
+        i += len(msgs)
+    return singles
+
+
+def _derived_files(path) -> list[bytes]:
+    """Consume-queue files by path, then index files in name order (their names are times)."""
+    out = []
+    for sub in ("consumequeue", "index"):
+        for root, _, files in sorted(os.walk(os.path.join(path, sub))):
+            out += [open(os.path.join(root, f), "rb").read() for f in sorted(files)]
+    return out
+
+
+def _dispatched_store(open_store, path, cfg):
+    st = open_store(path, cfg)
+    st.reput.shutdown()  # dispatch later, in this thread, all at once
+    singles = _fill(st)
+    return st, singles
+
+
+def test_handed_starts_replace_the_walk(open_store, tmp_path, make_config, walked, monkeypatch):
+    cfg = _cfg(make_config)
+    st, singles = _dispatched_store(open_store, tmp_path / "hinted", cfg)
+    assert len(st.commit_log.batch_starts) > 0
+    st.reput.do_reput()
+    hinted_walk = walked[0]
+    assert not st.commit_log.batch_starts  # all taken
+    st.close()
+
+    walked[0] = 0
+    monkeypatch.setattr(CL, "START_HINTS_MAX", 0)  # nothing handed over: every record is walked
+    st2, _ = _dispatched_store(open_store, tmp_path / "walked", cfg)
+    assert not st2.commit_log.batch_starts
+    st2.reput.do_reput()
+    total = st2.get_max_offset_in_queue("T", 0) + st2.get_max_offset_in_queue("T", 1) + \
+        st2.get_max_offset_in_queue("T", 2)
+    st2.close()
+    assert walked[0] == total
+    assert hinted_walk == singles  # only the records put one at a time were walked
+    assert _derived_files(tmp_path / "hinted") == _derived_files(tmp_path / "walked")
+
+
+def test_hints_are_bounded_and_the_rest_is_walked(open_store, tmp_path, make_config, walked, monkeypatch):
+    monkeypatch.setattr(CL, "START_HINTS_MAX", 2)
+    cfg = _cfg(make_config)
+    st, _ = _dispatched_store(open_store, tmp_path / "a", cfg)
+    assert len(st.commit_log.batch_starts) == 2
+    st.reput.do_reput()
+    st.close()
+    monkeypatch.setattr(CL, "START_HINTS_MAX", 0)
+    st2, _ = _dispatched_store(open_store, tmp_path / "b", cfg)
+    st2.reput.do_reput()
+    st2.close()
+    assert _derived_files(tmp_path / "a") == _derived_files(tmp_path / "b")
+
+
+@pytest.mark.parametrize("damage", ["shifted", "short", "inside_a_record"])
+def test_wrong_hints_fall_back_to_the_walk(open_store, tmp_path, make_config, caplog, damage):
+    cfg = _cfg(make_config)
+    st, _ = _dispatched_store(open_store, tmp_path / "a", cfg)
+    hints = st.commit_log.batch_starts
+    first, end, starts = hints.popleft()
+    if damage == "shifted":
+        hints.appendleft((first, end, starts + 1))
+    elif damage == "short":  # claims the batch ends before it does
+        hints.appendleft((first, end - 1, starts))
+    else:  # the hint for the next batch starts inside the first record, which is walked
+        nxt = hints.popleft()
+        hints.appendleft((nxt[0] - 3, nxt[1], nxt[2]))
+    with caplog.at_level(logging.WARNING, logger=D.log.name):
+        st.reput.do_reput()
+    st.close()
+    assert st.reput.reput_from == st.commit_log.confirm_offset
+    st2, _ = _dispatched_store(open_store, tmp_path / "b", cfg)
+    st2.commit_log.batch_starts.clear()
+    st2.reput.do_reput()
+    st2.close()
+    assert _derived_files(tmp_path / "a") == _derived_files(tmp_path / "b")
+    if damage != "inside_a_record":
+        assert "do not match the records" in caplog.text
+
+
+def test_live_dispatcher_with_hints_answers_queries(open_store, make_config):
+    st = open_store(cfg=_cfg(make_config))
+    _fill(st)
+    st.wait_dispatched(10)
+    for i in (0, 7, 20, 40):
+        res = st.query_message("T", f"k{i}", begin_ms=0, end_ms=T0 + 10**6)
+        assert [r.properties["UNIQ_KEY"] for r in res.messages] == [f"U{i:08d}"]
+    got = st.get_message("g", "T", 1, 0, 64)
+    offsets = [r.queue_offset for r in got.messages]
+    assert offsets == list(range(len(offsets))) and offsets
+    assert np.all(np.diff([r.phy_offset for r in got.messages]) > 0)
