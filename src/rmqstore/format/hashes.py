@@ -113,16 +113,20 @@ def _horner_ranges(padded: np.ndarray, ends: np.ndarray, lens: np.ndarray, width
     """Java hash (and, if asked, ASCII mask) of ranges of at most ``width`` bytes ending at
     ``ends`` of ``padded`` (whose first ``width`` bytes are zero): each range with the bytes
     before it as one row of a ``(n, width)`` matrix, those bytes zeroed (a leading zero unit
-    leaves a Java hash 0 unchanged), then ``h = 31 * h + unit`` column by column in uint32, whose
-    overflow is Java's int arithmetic."""
+    leaves a Java hash 0 unchanged), then Horner's ``h = 31 * h + unit`` unrolled: the matrix
+    times the column weights ``31**(width-1-j)``, one integer ``dot`` in uint32, whose wrap-around
+    is Java's int arithmetic (one numpy call instead of two per column, most of it without the GIL)."""
     units = sliding_window_view(padded, width)[ends - width]
     if int(lens.min()) < width:
         units[np.arange(width) < (width - lens)[:, None]] = 0
-    h = np.zeros(lens.size, dtype=np.uint32)
-    for j in range(width):
-        h *= np.uint32(31)
-        h += units[:, j]
+    h = units.dot(_column_weights(width))
     return h.astype(np.uint64), (units.max(axis=1) < 0x80) if check_ascii else None
+
+
+@functools.lru_cache(maxsize=None)
+def _column_weights(width: int) -> np.ndarray:
+    """``31**(width-1-j) mod 2**32`` for column j of a ``width``-wide Horner matrix (uint32)."""
+    return _pow31(width)[::-1].astype(np.uint32)
 
 
 def java_hash_ranges(buf: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
