@@ -17,7 +17,7 @@ import numpy as np
 
 from ..format import hashes as H
 from ..format import message as M
-from ..format.arrays import stable_argsort
+from ..format.arrays import range_positions, stable_argsort
 from ..types import SCHEDULE_TOPIC, tags_code_of
 
 log = logging.getLogger(__name__)
@@ -84,8 +84,7 @@ def _gather_ranges(u8: np.ndarray, pos: np.ndarray, lens: np.ndarray) -> tuple[n
     total = int(lens.sum())
     out = np.empty(total + lens.size + 1, dtype=np.uint8)
     if total:
-        src = np.repeat(pos - (np.cumsum(lens) - lens), lens)  # each range's shift, byte by byte
-        src += np.arange(total)
+        src = range_positions(pos, lens)
         data = np.ones(out.size, dtype=bool)
         data[slot] = False
         data[-1] = False

@@ -22,3 +22,28 @@ def stable_argsort(keys: np.ndarray) -> np.ndarray:
     packed.sort()
     packed &= (1 << bits) - 1
     return packed
+
+
+def range_positions(starts: np.ndarray, lens: np.ndarray) -> np.ndarray:
+    """The positions ``starts[i] + j`` for ``j < lens[i]``, range after range, in one int64 array
+    (what ``np.repeat(starts - offsets, lens) + np.arange(total)`` gives, with ``offsets`` each
+    range's place in the output). Built from one cumulative sum over jumps placed where each range
+    begins, because ``np.repeat`` holds the GIL for its whole copy and ``cumsum`` does not: this
+    runs in the dispatcher thread beside producers that need the GIL."""
+    lens = np.asarray(lens, dtype=np.int64)
+    keep = lens > 0
+    if not keep.all():
+        starts, lens = starts[keep], lens[keep]
+    n = int(lens.size)
+    if n == 0:
+        return np.zeros(0, dtype=np.int64)
+    offsets = np.cumsum(lens)
+    total = int(offsets[-1])
+    offsets -= lens
+    shift = np.asarray(starts, dtype=np.int64) - offsets  # source minus output position, per range
+    out = np.zeros(total, dtype=np.int64)
+    out[offsets[0]] = shift[0]
+    out[offsets[1:]] = np.diff(shift)
+    np.cumsum(out, out=out)
+    out += np.arange(total, dtype=np.int64)
+    return out

@@ -16,6 +16,8 @@ from typing import Sequence
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
+from .arrays import range_positions
+
 _MASK32 = 0xFFFFFFFF
 INT_MIN = -(1 << 31)
 
@@ -169,10 +171,7 @@ def java_hash_ranges(buf: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> t
 
 def _bytewise_ranges(buf: np.ndarray, starts: np.ndarray, lens: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """:func:`java_hash_ranges` for ranges of any length (one term per byte; for long ranges)."""
-    total = int(lens.sum())
-    seg = np.repeat(np.arange(lens.size), lens)
-    within = np.arange(total) - np.repeat(np.cumsum(lens) - lens, lens)
-    units = buf[starts[seg] + within]
+    units = buf[range_positions(starts, lens)]
     ascii_ok = np.ones(lens.size, dtype=bool)
     nz = lens > 0
     ascii_ok[nz] = np.maximum.reduceat(units, (np.cumsum(lens) - lens)[nz]) < 0x80

@@ -1,4 +1,5 @@
-"""stable_argsort: the same permutation as numpy's stable argsort, on the fast path and the fallback."""
+"""stable_argsort: the same permutation as numpy's stable argsort, on the fast path and the fallback;
+range_positions: the positions of byte ranges, as their definition with np.repeat gives them."""
 from __future__ import annotations
 
 import numpy as np
@@ -6,7 +7,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
-from rmqstore.format.arrays import stable_argsort
+from rmqstore.format.arrays import range_positions, stable_argsort
 
 
 @given(hnp.arrays(np.int64, st.integers(0, 300), elements=st.integers(0, 12)))
@@ -32,3 +33,12 @@ def test_large_random_input_and_dtypes():
         got = stable_argsort(keys)
         assert got.dtype == np.int64 and np.array_equal(got, np.argsort(keys, kind="stable"))
         assert np.array_equal(keys, before)  # the input is left as it was
+
+
+@given(st.lists(st.tuples(st.integers(0, 10_000), st.integers(-2, 40)), max_size=60))
+def test_range_positions_match_the_definition(ranges):
+    starts = np.array([s for s, _ in ranges], dtype=np.int64)
+    lens = np.array([n for _, n in ranges], dtype=np.int64)
+    want = [s + j for s, n in ranges for j in range(max(n, 0))]
+    got = range_positions(starts, lens)
+    assert got.dtype == np.int64 and got.tolist() == want
