@@ -11,7 +11,8 @@ the JVM in either stage.
   dispatcher's batch codec (:func:`~rmqstore.engine.dispatch.extract_dispatch_columns`); the
   consume-queue units and index items go to two files per span under the rebuild output's
   temporary directory and the task returns the span's summary (:class:`~.scan.SpanSummary`, counts,
-  where each queue's units are).
+  where each queue's units are). On more than one core the tasks run :func:`dispatch_claimed`:
+  each claims spans (a claim file per span) from its own group, then from the others' back ends.
 * :func:`write_task`: planned by the driver from those summaries, each writing some consume
   queues (``ConsumeQueue.put_units`` in commitlog order, as the dispatcher) and some shards of
   index files (``IndexFile.put_shard`` over the items ranked for the file; the driver prepares each
@@ -128,17 +129,49 @@ class SpansPartition(InputPartition):
         self.index, self.spans = index, spans  # [span id, segment start, start, end]
 
 
-def dispatch_task(spec: dict, spans: list[list[int]]) -> list[tuple[int, dict]]:
+def dispatch_task(spec: dict, spans) -> list[tuple[int, dict]]:
     """One dispatch task (stage 1 of rebuild, run as an RDD task): ``spans`` (``[span id, segment
-    start, start, end]``) one after the other with :func:`dispatch_span`, so the task holds one
-    span's units and items at a time. spec: ``store``, ``cfg``, ``tmp``, ``check_crc``,
-    ``prop_crc``. Returns ``(span id, summary)`` per span."""
+    start, start, end]``; any iterable, consumed lazily) one after the other with
+    :func:`dispatch_span`, so the task holds one span's units and items at a time. spec: ``store``,
+    ``cfg``, ``tmp``, ``check_crc``, ``prop_crc``. Returns ``(span id, summary)`` per span."""
     tune_worker_malloc()
     cfg = cfg_from_json(spec["cfg"])
     os.makedirs(spec["tmp"], exist_ok=True)
     return [(span_id, dispatch_span(spec["store"], cfg, span_id, S.Span(seg0, a, b), spec["tmp"],
                                     check_crc=spec["check_crc"], prop_crc=spec["prop_crc"]))
             for span_id, seg0, a, b in spans]
+
+
+CLAIMS_DIR = "claims"
+
+
+def claim_span(claims_dir: str, span_id: int) -> bool:
+    """Claim span ``span_id`` for this task: True for the one caller that creates its claim file
+    (``O_CREAT | O_EXCL`` is atomic on local filesystems and NFSv3+), False for every other.
+    A claim is never released: a claimed span whose result is lost (a failed or a losing
+    speculative task attempt) is found missing by the driver and dispatched again without claims
+    (:class:`.jobs._Dispatch`)."""
+    try:
+        fd = os.open(os.path.join(claims_dir, str(span_id)), os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+    except FileExistsError:
+        return False
+    os.close(fd)
+    return True
+
+
+def dispatch_claimed(spec: dict, home: int) -> list[tuple[int, dict]]:
+    """One dispatch task with dynamic balancing (stage 1 of rebuild on more than one core):
+    ``spec["groups"]`` holds every task's group of spans (``[span id, segment start, start,
+    end]``); the task of group ``home`` claims spans in :func:`~.scan.claim_order` (its own group
+    first, then the back ends of the others) and dispatches each one it wins, so a task on a
+    slower core ends up with fewer spans instead of holding everyone up. The same spec as
+    :func:`dispatch_task`, plus ``groups``; claims live under ``tmp`` (one directory per rebuild).
+    Returns ``(span id, summary)`` per span this task dispatched."""
+    groups = spec["groups"]
+    claims = os.path.join(spec["tmp"], CLAIMS_DIR)
+    os.makedirs(claims, exist_ok=True)
+    mine = (groups[g][i] for g, i in S.claim_order([len(g) for g in groups], home))
+    return dispatch_task(spec, (sp for sp in mine if claim_span(claims, sp[0])))
 
 
 def dispatch_span(store_dir: str, cfg: MessageStoreConfig, span_id: int, span: S.Span, tmp: str,
@@ -232,19 +265,45 @@ def write_task(spec: dict, task: dict) -> list[dict]:
     return rows
 
 
+#: Units of one consume queue put with one ``put_units`` call at most (24 bytes each in memory).
+WRITE_QUEUE_UNITS = 1 << 20
+
+
+def _runs_of_units(slices, limit: int) -> list[list]:
+    """``[path, first, n]`` slices in order, cut into runs of consecutive slices of at most
+    ``limit`` units each (a bigger slice is a run of its own)."""
+    runs: list[list] = []
+    size = 0
+    for sl in slices:
+        if runs and size + sl[2] <= limit:
+            runs[-1].append(sl)
+            size += sl[2]
+        else:
+            runs.append([sl])
+            size = sl[2]
+    return runs
+
+
 def write_queue(cfg: MessageStoreConfig, tmp_root: str, out_dir: str, topic: str, qid: int, slices) -> dict:
     """One consume queue from its units (in commitlog order) with ``ConsumeQueue.put_units``, as
-    the in-process dispatcher writes it; built privately, then renamed into place."""
+    the in-process dispatcher writes it; built privately, then renamed into place.
+
+    Consecutive slices (one per dispatched span) are put together, up to ``WRITE_QUEUE_UNITS``
+    units a call: what ``put_units`` writes does not depend on how the units are batched (they are
+    in commitlog order, so no unit is dropped as already present), and each call has a fixed cost
+    that many small spans (dynamic balancing) would otherwise multiply."""
     from ..engine.consume_queue import ConsumeQueue
 
     cq = ConsumeQueue(tmp_root, topic, qid, cfg, read_only=False)
     units = 0
     try:
-        for path, first, n in slices:
-            b = load_slice(path, CQ_UNIT_DTYPE, first, n)
+        for run in _runs_of_units(slices, WRITE_QUEUE_UNITS):
+            parts = [load_slice(path, CQ_UNIT_DTYPE, first, n) for path, first, n in run]
+            b = np.concatenate(parts) if len(parts) > 1 else parts[0]
             cq.put_units(b["queue_offset"].astype(np.int64), b["phy"].astype(np.int64), b["size"].astype(np.int64),
                          b["tags"].astype(np.int64))
-            units += n
+            units += int(b.size)
+            del parts, b
         cq.flush(0)
         files = len(cq.queue.files)
     finally:

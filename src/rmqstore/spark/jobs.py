@@ -172,8 +172,11 @@ class _Dispatch:
         if self.segments:
             # equal bytes of data per task (the last segment is weighed by its written part)
             end = S.estimate_data_end(store_dir, self.segments[-1], seg_size)
-            for g in S.plan_balanced(self.segments, seg_size, split_size, dispatch_tasks(spark, self.segments[0], end),
-                                     end):
+            plan = S.plan_balanced(self.segments, seg_size, split_size, dispatch_tasks(spark, self.segments[0], end),
+                                   end)
+            if len(plan) > 1:  # tasks balance each other at run time (claims), on small spans at the ends
+                plan = S.cut_tails(plan, steal_piece(end - self.segments[0], len(plan)), end)
+            for g in plan:
                 groups.append([[k + i, sp.seg, sp.start, sp.end] for i, sp in enumerate(g)])
                 k += len(g)
         spec = {"store": store_dir, "cfg": I.cfg_to_json(cfg), "check_crc": check_crc,
@@ -185,9 +188,8 @@ class _Dispatch:
         if not groups:
             return
         steps.mark("plan")
-        out = [x for r in _run_tasks(spark, I.dispatch_task, spec, groups) for x in r]
+        self.info = _dispatch_spans(spark, spec, groups)
         steps.mark("dispatch")
-        self.info = [info for _, info in sorted(out, key=lambda x: x[0])]
         self.summaries = [S.SpanSummary.from_dict(x) for x in self.info]
         self.end = end = S.stitch_chain(self.segments, seg_size, self.summaries)
         for sm in self.summaries:
@@ -204,6 +206,52 @@ class _Dispatch:
     def counts(self) -> list[dict]:
         """What was dispatched per span, for the spans before the end of valid data, in order."""
         return [x["dispatch"] for x in self.info[:self.last_span + 1]]
+
+
+def _dispatch_spans(spark: SparkSession, spec: dict, groups: list[list[list[int]]]) -> list[dict]:
+    """Dispatch every span of ``groups`` (one group per task); the span summaries in span order.
+
+    With more than one group the tasks claim spans (:func:`.internal.dispatch_claimed`), so a
+    task slowed down by a busy core leaves its last spans to the others. A span claimed by a task
+    attempt whose result Spark drops (a failed attempt, the losing copy of a speculative task)
+    comes back from no task: those spans are dispatched again by a second job, without claims. A
+    span dispatched twice writes the same files (renamed into place) and the first summary is kept."""
+    spans = {sp[0]: sp for g in groups for sp in g}
+    if len(groups) > 1:
+        out = [x for r in _run_tasks(spark, I.dispatch_claimed, dict(spec, groups=groups), list(range(len(groups))))
+               for x in r]
+    else:
+        out = [x for r in _run_tasks(spark, I.dispatch_task, spec, groups) for x in r]
+    info: dict[int, dict] = {}
+    for sid, x in out:
+        info.setdefault(sid, x)
+    missing = [spans[sid] for sid in sorted(spans) if sid not in info]
+    if missing:
+        log.info("dispatch: %d claimed spans came back from no task; dispatching them again", len(missing))
+        for r in _run_tasks(spark, I.dispatch_task, spec, I.group_evenly(missing, _parallelism(spark))):
+            for sid, x in r:
+                info.setdefault(sid, x)
+    if sorted(info) != sorted(spans):
+        raise RuntimeError(f"dispatch returned spans {sorted(set(info) ^ set(spans))[:10]} unexpectedly")
+    return [info[sid] for sid in sorted(info)]
+
+
+#: Dynamic balancing of dispatch: the stealable half of a task's data is cut into about this many
+#: spans (:func:`steal_piece`), each between ``MIN_STEAL_PIECE`` and ``MAX_STEAL_PIECE`` bytes.
+STEAL_PIECES = 16
+MIN_STEAL_PIECE = 1 << 20
+MAX_STEAL_PIECE = 8 << 20
+
+
+def steal_piece(data_bytes: int, tasks: int) -> int:
+    """Size of the small spans at the back end of each dispatch task's group (:func:`.scan.cut_tails`).
+
+    A span costs about 1.5 ms of its own (mapping, resynchronising, two files) on the benchmark VM,
+    against about 10 ms per MiB of dispatching, so a few dozen extra spans cost well under 1%, while
+    the tasks finish within one piece of each other: on 2 cores, one task ran 0.45 s longer than the
+    other on the same bytes (a core slowed by a neighbour), with one task per core and no claims."""
+    per_task = max(1, data_bytes // max(1, tasks))
+    return max(MIN_STEAL_PIECE, min(MAX_STEAL_PIECE, per_task // (2 * STEAL_PIECES)))
 
 
 def _resolve(store_dir: str, cfg: MessageStoreConfig | None) -> tuple[str, MessageStoreConfig]:
@@ -247,7 +295,9 @@ def rebuild(spark: SparkSession, store_dir: str, out_dir: str, cfg: MessageStore
     index file names aside. The store is only read.
 
     Records are dispatched per commitlog byte range (spans of at most ``split_size`` bytes, grouped
-    into tasks of equal bytes of data, one per core: :func:`dispatch_tasks`); consume queues are written per queue (each
+    into tasks of equal bytes of data, one per core: :func:`dispatch_tasks`; with several tasks the
+    back half of each group is cut into small spans and the tasks claim spans from each other's
+    back ends as they go, :func:`_dispatch_spans`); consume queues are written per queue (each
     record carries its queue offset, so a queue only needs its own rows in commitlog order); index
     items are ranked in commitlog order (per-range counts, prefix sums on the driver), which fixes
     the file and slot of each, so every index file is built on its own, and a big one by several
@@ -285,6 +335,19 @@ def rebuild(spark: SparkSession, store_dir: str, out_dir: str, cfg: MessageStore
     return result
 
 
+#: What writing one consume queue costs besides its units, in the weight of the write plan (where
+#: a unit weighs 1 and an index item about 2.25): the queue's directory and first file are created
+#: and reserved, synced and renamed into place. On the 1M-message benchmark store (19 queues), a
+#: writer task's queues took about 17 ms each on local[2] whatever their size, as much as some
+#: 200,000 index items; weighing queues by units alone gave one task 14 of them and the other 5.
+QUEUE_FIXED_WEIGHT = 150_000
+
+
+def queue_write_weight(units: int) -> int:
+    """Weight of writing a consume queue of ``units`` units, for balancing the writer tasks."""
+    return units + QUEUE_FIXED_WEIGHT
+
+
 def _rebuild(spark: SparkSession, d: _Dispatch, cfg: MessageStoreConfig, out_dir: str, P: int, steps: _Steps,
              tmp: str, index_shards: int | None) -> dict:
     counts = d.counts()
@@ -296,7 +359,8 @@ def _rebuild(spark: SparkSession, d: _Dispatch, cfg: MessageStoreConfig, out_dir
     for c in counts:
         for t, q, first, n in c["queues"]:
             queues.setdefault((t, q), []).append([c["cq_path"], first, n])
-    work = [("queue", (t, q), sum(x[2] for x in sl), [t, q, sl]) for (t, q), sl in sorted(queues.items())]
+    work = [("queue", (t, q), queue_write_weight(sum(x[2] for x in sl)), [t, q, sl])
+            for (t, q), sl in sorted(queues.items())]
     # index files: items ranked in commitlog order; file k holds ranks [k*cap, (k+1)*cap). The
     # driver prepares each file (empty, header from its predecessor's last item); shards with
     # disjoint runs of ranks and slots fill it in parallel; the driver writes the header and moves it in place.

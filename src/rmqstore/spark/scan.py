@@ -167,6 +167,57 @@ def plan_balanced(segments: list[int], seg_size: int, split_size: int, tasks: in
     return [g for g in groups if g]
 
 
+def cut_tails(groups: list[list[Span]], piece: int, data_end: int | None = None,
+              tail_fraction: float = 0.5) -> list[list[Span]]:
+    """Each group with the last ``tail_fraction`` of its data cut into spans of at most ``piece``
+    bytes (the rest as it was), for dynamic balancing: a task works through its own group front to
+    back, then takes the unclaimed spans of other groups from their back end (see
+    :func:`claim_order`). Big spans first keep the per-span cost low; small spans where the tasks
+    meet mean that when one task runs slower (a busy core on a shared machine), the others take
+    over its last spans and all finish within about one small span of each other.
+
+    Data is measured up to ``data_end`` (default: everything); the part of a group after it (the
+    zero-filled rest of the last segment) is left as planned. Every byte stays in exactly one span,
+    in the same order, and no span grows."""
+    if piece <= 0:
+        raise ValueError(f"piece must be positive, got {piece}")
+    out: list[list[Span]] = []
+    for g in groups:
+        a = g[0].start
+        b = g[-1].end if data_end is None else max(a, min(g[-1].end, data_end))
+        mid = b - int((b - a) * tail_fraction)
+        spans: list[Span] = []
+        for sp in g:
+            lo, hi = max(sp.start, mid), min(sp.end, b)
+            if lo >= hi:  # wholly before the tail, or after the data
+                spans.append(sp)
+                continue
+            if sp.start < lo:
+                spans.append(Span(sp.seg, sp.start, lo))
+            p = lo
+            while p < hi:
+                q = min(p + piece, hi)
+                spans.append(Span(sp.seg, p, q))
+                p = q
+            if hi < sp.end:
+                spans.append(Span(sp.seg, hi, sp.end))
+        out.append(spans)
+    return out
+
+
+def claim_order(sizes: list[int], home: int) -> list[tuple[int, int]]:
+    """The order in which the task of group ``home`` tries to claim spans, as ``(group, index)``,
+    given how many spans each group holds (``sizes``): its own group front to back, then every
+    other group (``home + 1``, ``home + 2``, ... wrapping around) back to front. An owner and a
+    thief thus start at opposite ends of a group and meet where the small spans are
+    (:func:`cut_tails`); a span that is already claimed is skipped, not waited for."""
+    order = [(home, i) for i in range(sizes[home])]
+    for k in range(1, len(sizes)):
+        g = (home + k) % len(sizes)
+        order += [(g, i) for i in range(sizes[g] - 1, -1, -1)]
+    return order
+
+
 # ------------------------------------------------------------------------------------------------
 # One segment, mapped read-only
 # ------------------------------------------------------------------------------------------------
@@ -330,6 +381,21 @@ class SpanSummary:
                    d["stop_detail"], d["head_kind"], [tuple(b) for b in d["breaks"]], d["records"], d["bytes"])
 
 
+def _walk_limit(s: SpanSummary, p: int, b: int, batch_records: int) -> int:
+    """How many records the next walk from ``p`` may follow: ``batch_records``, or fewer when the
+    records seen so far in the span (their mean size) say the span's end ``b`` comes sooner.
+
+    The walk follows TOTALSIZE one record at a time in Python, and the records past ``b`` are
+    thrown away, so walking a whole batch from near the end of a span would cost up to a batch of
+    wasted steps in every span (small spans, as dynamic balancing uses, pay it often). An
+    estimate that falls short only makes one more, smaller batch: the scan goes on from where the
+    walk stopped, and batch boundaries never change what a scan yields."""
+    if s.records < 64:  # no mean yet: a record takes at least 91 bytes
+        return max(16, min(batch_records, (b - p) // 91 + 2))
+    mean = s.bytes / s.records
+    return max(16, min(batch_records, int((b - p) / mean * 1.25) + 16))
+
+
 def scan_span(seg: Segment, span: Span, summary: SpanSummary | None = None, *, check_crc: bool = False,
               prop_crc: bool = False, salvage: bool = True, batch_records: int = DEFAULT_BATCH_RECORDS,
               batch_bytes: int = DEFAULT_BATCH_BYTES):
@@ -361,7 +427,7 @@ def scan_span(seg: Segment, span: Span, summary: SpanSummary | None = None, *, c
         stop(pos, kind, detail)
 
     while 0 <= p < b:
-        starts, _, _ = M.walk_records(seg.mm, p, seg.size, batch_records)
+        starts, _, _ = M.walk_records(seg.mm, p, seg.size, _walk_limit(s, p, b, batch_records))
         starts = starts[:int(np.searchsorted(starts, b))]  # only records that start in the span
         batch = M.decode_batch(seg.u8, starts)
         if len(batch) > 1 and batch_bytes:
