@@ -4,7 +4,7 @@ from __future__ import annotations
 import enum
 import threading
 from dataclasses import dataclass, field
-from typing import Iterable, Mapping, Sequence
+from typing import Callable, Iterable, Mapping, Sequence
 
 from .format import properties as P
 from .format.hashes import java_hash_cached
@@ -153,18 +153,52 @@ def tags_code_of(topic: str, props: Mapping[str, str], store_timestamp: int, del
     return java_hash_cached(tags) if tags else 0
 
 
-@dataclass(slots=True)
 class PutMessageResult:
-    """``PutMessageResult`` + ``AppendMessageResult``. For batches ``msg_id`` joins ids with ','."""
+    """``PutMessageResult`` + ``AppendMessageResult``. For batches ``msg_id`` joins ids with ','.
 
-    status: PutMessageStatus
-    msg_id: str | None = None
-    phy_offset: int = -1
-    wrote_bytes: int = 0
-    queue_offset: int = -1
-    store_timestamp: int = 0
-    msg_num: int = 0
-    error: str | None = None
+    ``msg_id`` may be given as a callable that returns it: it is then computed on first read (as
+    upstream's ``AppendMessageResult`` takes a ``msgIdSupplier``), so a batch producer that never
+    reads the ids does not pay for formatting them."""
+
+    __slots__ = ("status", "_msg_id", "phy_offset", "wrote_bytes", "queue_offset", "store_timestamp", "msg_num",
+                 "error")
+    _FIELDS = ("status", "msg_id", "phy_offset", "wrote_bytes", "queue_offset", "store_timestamp", "msg_num", "error")
+
+    def __init__(self, status: PutMessageStatus, msg_id: str | Callable[[], str] | None = None, phy_offset: int = -1,
+                 wrote_bytes: int = 0, queue_offset: int = -1, store_timestamp: int = 0, msg_num: int = 0,
+                 error: str | None = None) -> None:
+        self.status = status
+        self._msg_id = msg_id
+        self.phy_offset = phy_offset
+        self.wrote_bytes = wrote_bytes
+        self.queue_offset = queue_offset
+        self.store_timestamp = store_timestamp
+        self.msg_num = msg_num
+        self.error = error
+
+    @property
+    def msg_id(self) -> str | None:
+        m = self._msg_id
+        if callable(m):
+            m = self._msg_id = m()
+        return m
+
+    @msg_id.setter
+    def msg_id(self, value: str | None) -> None:
+        self._msg_id = value
+
+    def _astuple(self) -> tuple:
+        return tuple(getattr(self, f) for f in self._FIELDS)
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return self._astuple() == other._astuple()
+
+    __hash__ = None  # mutable, like the dataclass it replaces
+
+    def __repr__(self) -> str:
+        return f"PutMessageResult({', '.join(f'{f}={getattr(self, f)!r}' for f in self._FIELDS)})"
 
     @property
     def ok(self) -> bool:

@@ -506,8 +506,8 @@ class CommitLog:
         except (OSError, StoreIOError) as ex:
             return _append_failed(ex)
         status = self._after_append(end, pbytes[0])
-        ids = encode_offset_msg_ids(store_a + M.I32.pack(store_p), batch.starts + phy0)
-        return PutMessageResult(status, ids, phy0, total, qoff0, store_ts, len(msgs))
+        ids = functools.partial(encode_offset_msg_ids, store_a + M.I32.pack(store_p), batch.starts + phy0)
+        return PutMessageResult(status, ids, phy0, total, qoff0, store_ts, len(msgs))  # ids formatted when read
 
     # ------------------------------------------------------------------------------------------
     # Flushing

@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from rmqstore import Message, PutMessageStatus
+from rmqstore import Message, PutMessageResult, PutMessageStatus
 from rmqstore.format import message as M
 from rmqstore.format import properties as P
 from rmqstore.format.hashes import crc32
@@ -264,6 +264,23 @@ def test_exact_fit_leaves_an_8_byte_blank(open_store, make_config):
 
 def _batch(n=10, **kw):
     return [msg("test-topic", b"body", [("TAGS", "abc")], born_timestamp=T0 + i, **kw) for i in range(n)]
+
+
+def test_batch_msg_ids_are_formatted_when_first_read(open_store, make_config, monkeypatch):
+    from rmqstore.engine import commit_log as CL
+    calls = []
+    real = CL.encode_offset_msg_ids
+    monkeypatch.setattr(CL, "encode_offset_msg_ids", lambda *a: calls.append(a) or real(*a))
+    st = open_store(cfg=make_config(mapped_file_size_commit_log=10240))
+    r = st.put_messages([msg("test-topic", b"body", {"TAGS": "abc"}, born_timestamp=T0 + i) for i in range(10)])
+    assert r.ok and calls == []  # nothing formatted yet (dict properties: the vectorised path)
+    want = ",".join(f"7F00000100002A9F{i * 114:016X}" for i in range(10))
+    assert r.msg_id == want and r.msg_id == want and len(calls) == 1  # once, then kept
+    same = PutMessageResult(r.status, want, r.phy_offset, r.wrote_bytes, r.queue_offset, r.store_timestamp,
+                            r.msg_num)
+    assert r == same and repr(r) == repr(same) and f"msg_id={want!r}" in repr(r)
+    r.msg_id = "x"
+    assert r.msg_id == "x" and r != same
 
 
 @pytest.mark.parametrize("v6,size,id_len", [(False, 114, 32), (True, 138, 56)])
