@@ -115,10 +115,20 @@ def test_empty_store(spark, tmp_path):
 
 
 def test_index_shards_are_planned_by_weight():
-    from rmqstore.spark.internal import plan_index_shards
+    from rmqstore.spark.jobs import QUEUE_FIXED_WEIGHT, _makespan, index_shard_weight, plan_index_shards
 
-    assert plan_index_shards([4_000_000, 660_000], cores=2, other=1_000_000) == [2, 1]  # no task over half
-    assert plan_index_shards([4_000_000, 660_000], cores=1, other=1_000_000) == [1, 1]
+    # the benchmark store: 19 queues of ~52k units, a full index file and a small one, 2 cores
+    queues = [52_000 + QUEUE_FIXED_WEIGHT] * 19
+    assert plan_index_shards([1_900_000, 130_000], cores=2, others=queues) == [2, 1]
+    assert plan_index_shards([1_900_000, 130_000], cores=1, others=queues) == [1, 1]
+    # heavy queues already balance one index file: splitting it would only add its reading cost
+    assert plan_index_shards([1_000_000], cores=2, others=[2_400_000]) == [1]
     assert plan_index_shards([100] * 8, cores=4) == [1] * 8  # many small files: one task each
     assert plan_index_shards([10**7], cores=8) == [8]
-    assert plan_index_shards([], cores=2, other=5) == []
+    assert plan_index_shards([], cores=2, others=[5]) == []
+    assert plan_index_shards([0, 500], cores=2) == [1, 1]
+    # never a heavier write step than one shard per file
+    for items, others in (([1_900_000, 130_000], queues), ([3_000_000, 3_000_000], []), ([50_000], [10**6] * 3)):
+        m = plan_index_shards(items, 2, others)
+        spans = [index_shard_weight(n, k) for n, k in zip(items, m) for _ in range(k)]
+        assert _makespan(others + spans, 2) <= _makespan(others + [index_shard_weight(n, 1) for n in items], 2)

@@ -341,14 +341,6 @@ def write_index_shard(cfg: MessageStoreConfig, path: str, no: int, slices, shard
             "slots": new_slots}
 
 
-def plan_index_shards(weights: list[int], cores: int, other: int = 0) -> list[int]:
-    """How many shards each index file is written in: enough that no shard outweighs an
-    even share of the whole write step (index files plus ``other`` work, over ``cores``), at most
-    ``cores``."""
-    share = max(1, -(-(sum(weights) + other) // max(1, cores)))
-    return [max(1, min(cores, -(-w // share))) for w in weights]
-
-
 def prepare_index_file(cfg: MessageStoreConfig, path: str, prev) -> None:
     """Create index file ``path`` empty, its header starting from the item ``prev`` (``[path,
     index]`` of the previous file's last item, or None), as a new file starts from its

@@ -337,15 +337,61 @@ def rebuild(spark: SparkSession, store_dir: str, out_dir: str, cfg: MessageStore
 
 #: What writing one consume queue costs besides its units, in the weight of the write plan (where
 #: a unit weighs 1 and an index item about 2.25): the queue's directory and first file are created
-#: and reserved, synced and renamed into place. On the 1M-message benchmark store (19 queues), a
-#: writer task's queues took about 17 ms each on local[2] whatever their size, as much as some
-#: 200,000 index items; weighing queues by units alone gave one task 14 of them and the other 5.
-QUEUE_FIXED_WEIGHT = 150_000
+#: and reserved, synced and renamed into place. Calibrated on the 1M-message benchmark store (19
+#: queues, 1M units, a 1.9M-item index file): the queues took 0.18-0.29 s together and the index
+#: file 0.34-0.46 s, so about 5 ms a queue besides its units, some 50,000 weight.
+QUEUE_FIXED_WEIGHT = 50_000
 
 
 def queue_write_weight(units: int) -> int:
     """Weight of writing a consume queue of ``units`` units, for balancing the writer tasks."""
     return units + QUEUE_FIXED_WEIGHT
+
+
+#: What a shard of an index file costs besides its items (mapping the file, reading its slices).
+SHARD_FIXED_WEIGHT = 50_000
+
+
+def index_shard_weight(items: int, shards: int) -> int:
+    """Weight of one of ``shards`` shards of an index file of ``items`` items: its share of the
+    items and slots, plus a quarter of all the file's items, which every shard reads (the chains
+    before its own run), plus a fixed cost."""
+    return (2 * items + 1) // shards + items // 4 + SHARD_FIXED_WEIGHT
+
+
+def _makespan(weights: list[int], n: int) -> int:
+    """The heaviest bin of the longest-processing-time assignment (:func:`_lpt`)."""
+    load = [0] * n
+    for b, w in zip(_lpt(weights, n), weights):
+        load[b] += w
+    return max(load, default=0)
+
+
+def plan_index_shards(items: list[int], cores: int, others: list[int] = ()) -> list[int]:
+    """How many shards each index file (of ``items[k]`` items) is written in, at most ``cores``:
+    from one each, the file with the heaviest shards gets one more as long as that lowers the
+    heaviest task of the plan the writers run (:func:`_lpt` over the shards and the ``others``,
+    the consume queues' weights) by at least 5%. A shard costs more than its share (it reads all
+    the file's items), so a file is split only where that shortens the write step."""
+    shards = [1] * len(items)
+    if cores <= 1:
+        return shards
+
+    def span(m: list[int]) -> int:
+        return _makespan(list(others) + [index_shard_weight(n, k) for n, k in zip(items, m) for _ in range(k)], cores)
+
+    best = span(shards)
+    while True:
+        open_ = [i for i, n in enumerate(items) if n and shards[i] < cores]
+        if not open_:
+            return shards
+        i = max(open_, key=lambda i: index_shard_weight(items[i], shards[i]))
+        shards[i] += 1
+        cand = span(shards)
+        if cand > best * 0.95:
+            shards[i] -= 1
+            return shards
+        best = cand
 
 
 def _rebuild(spark: SparkSession, d: _Dispatch, cfg: MessageStoreConfig, out_dir: str, P: int, steps: _Steps,
@@ -394,13 +440,11 @@ def _rebuild(spark: SparkSession, d: _Dispatch, cfg: MessageStoreConfig, out_dir
             path = os.path.join(build, index_file_name(base_ms + k))
             I.prepare_index_file(cfg, path, ranks(k * cap - 1, k * cap)[0] if k else None)
             files.append((k, path, items, sum(x[2] for x in items)))
-        queue_weight = sum(w[2] for w in work)
         nshards = [index_shards] * len(files) if index_shards else \
-            I.plan_index_shards([2 * n + 1 for *_, n in files], _parallelism(spark), queue_weight)
+            plan_index_shards([n for *_, n in files], _parallelism(spark), [w[2] for w in work])
         for (k, path, items, n), m in zip(files, nshards):
             for j in range(m if n else 0):
-                # every shard reads all of the file's items (the chains before its own run)
-                work.append(("index", k, (2 * n + 1) // m + n // 4, [k, path, items, j, m]))
+                work.append(("index", k, index_shard_weight(n, m), [k, path, items, j, m]))
     # spread the work over the tasks, biggest first, each to the least loaded task
     ntasks = max(1, min(P, len(work)))
     tasks = [{"queues": [], "shards": []} for _ in range(ntasks)]
