@@ -94,12 +94,11 @@ def _gather_ranges(u8: np.ndarray, pos: np.ndarray, lens: np.ndarray) -> tuple[n
     return out, slot
 
 
-def _find(buf: np.ndarray, pat: bytes) -> np.ndarray:
-    """Start positions of ``pat`` in ``buf`` (vectorised: narrow candidates byte by byte)."""
-    m = buf.size - len(pat) + 1
-    if m <= 0:
-        return np.zeros(0, dtype=np.int64)
-    cand = np.flatnonzero(buf[:m] == pat[0])
+def _find_after(buf: np.ndarray, cand: np.ndarray, pat: bytes) -> np.ndarray:
+    """The positions of ``cand`` (sorted, each holding ``pat[0]``) where all of ``pat`` starts in
+    ``buf``, narrowed byte by byte: the separators found once stand for the first byte of every
+    property-name pattern, instead of one pass over the whole buffer per name."""
+    cand = cand[:np.searchsorted(cand, buf.size - len(pat) + 1)]
     for j in range(1, len(pat)):
         cand = cand[buf[cand + j] == pat[j]]
     return cand
@@ -108,7 +107,7 @@ def _find(buf: np.ndarray, pat: bytes) -> np.ndarray:
 def _property_values(buf, slot, seps, name: bytes):
     """(record index, value start, value end) of the effective ``name`` property of each record
     that has one: key and value non-empty, the last occurrence winning (upstream parsing)."""
-    hit = _find(buf, b"\x02" + name + b"\x01")
+    hit = _find_after(buf, seps, b"\x02" + name + b"\x01")
     vstart = hit + len(name) + 2
     vend = seps[np.searchsorted(seps, vstart)]
     keep = vend > vstart
