@@ -36,6 +36,7 @@ CASES = [
     ("SCHEDULE_TOPIC_XXXX", b"DELAY\x010\x02TAGS\x01TagA\x02"),
     ("SCHEDULE_TOPIC_XXXX", b"TAGS\x01TagA\x02"),
     ("T", b"DELAY\x013\x02TAGS\x01TagB\x02"),
+    ("T", b"TAG\x01a\x02TAGSX\x01b\x02KEY\x01c\x02KEYSX\x01d\x02UNIQ_KEYS\x01e\x02"),  # names that only start alike
 ]
 
 
