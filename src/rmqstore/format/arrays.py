@@ -28,8 +28,9 @@ def range_positions(starts: np.ndarray, lens: np.ndarray) -> np.ndarray:
     """The positions ``starts[i] + j`` for ``j < lens[i]``, range after range, in one int64 array
     (what ``np.repeat(starts - offsets, lens) + np.arange(total)`` gives, with ``offsets`` each
     range's place in the output). Built from one cumulative sum over jumps placed where each range
-    begins, because ``np.repeat`` holds the GIL for its whole copy and ``cumsum`` does not: this
-    runs in the dispatcher thread beside producers that need the GIL."""
+    begins: with a pure-Python thread spinning beside it, ``np.repeat`` held the GIL for its whole
+    copy and ``cumsum`` (a ufunc loop) did not, and this runs in the dispatcher thread beside
+    producers that need the GIL."""
     lens = np.asarray(lens, dtype=np.int64)
     keep = lens > 0
     if not keep.all():
