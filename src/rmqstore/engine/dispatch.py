@@ -17,7 +17,7 @@ import numpy as np
 
 from ..format import hashes as H
 from ..format import message as M
-from ..format.arrays import range_positions, stable_argsort
+from ..format.arrays import padded_rows, range_positions, stable_argsort
 from ..types import SCHEDULE_TOPIC, tags_code_of
 
 log = logging.getLogger(__name__)
@@ -76,13 +76,25 @@ class DispatchColumns:
 
 
 def _gather_ranges(u8: np.ndarray, pos: np.ndarray, lens: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Copy byte ranges into one buffer, each preceded by 0x02 (plus a final 0x02).
-    Returns ``(buf, slot_starts)``; range i occupies ``buf[slot_starts[i]+1 : slot_starts[i]+1+lens[i]]``."""
+    """Copy byte ranges into one buffer, each preceded by 0x02 and the last followed by one.
+    Returns ``(buf, slot_starts)``; range i occupies ``buf[slot_starts[i]+1 : slot_starts[i]+1+lens[i]]``
+    and is followed by 0x02 (property values end there, as at a separator).
+
+    Ranges of similar length (the usual properties) are taken as rows of one width, padded with
+    0x02 (empty properties to the parsing), which costs one strided row copy; otherwise the bytes
+    are gathered by position."""
     lens = np.maximum(lens, 0)
+    n = int(lens.size)
+    total = int(lens.sum())
+    width = int(lens.max()) + 2 if n else 0
+    if n and n * width <= 2 * (total + n) + 16 * n and int(pos.max()) + width - 1 <= u8.size:
+        # row i: the byte before range i (then set to 0x02), the range, 0x02 up to the common width
+        rows = padded_rows(u8, pos - 1, lens + 1, width, 2)
+        rows[:, 0] = 2
+        return rows.ravel(), np.arange(n, dtype=np.int64) * width
     width = lens + 1
     slot = np.cumsum(width) - width
-    total = int(lens.sum())
-    out = np.empty(total + lens.size + 1, dtype=np.uint8)
+    out = np.empty(total + n + 1, dtype=np.uint8)
     if total:
         src = range_positions(pos, lens)
         data = np.ones(out.size, dtype=bool)

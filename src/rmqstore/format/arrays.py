@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import numpy as np
+from numpy.lib.stride_tricks import as_strided
 
 
 def stable_argsort(keys: np.ndarray) -> np.ndarray:
@@ -48,3 +49,25 @@ def range_positions(starts: np.ndarray, lens: np.ndarray) -> np.ndarray:
     np.cumsum(out, out=out)
     out += np.arange(total, dtype=np.int64)
     return out
+
+
+def rows_at(u8: np.ndarray, offs: np.ndarray, width: int) -> np.ndarray:
+    """The rows ``u8[o:o + width]`` for each ``o`` of ``offs``, as an ``(n, width)`` copy.
+
+    Taken from a strided view whose row ``o`` starts at byte ``o``, so numpy copies ``width`` bytes
+    per row: for rows of 48 bytes and more, about ten times faster than indexing through an
+    ``offs[:, None] + arange(width)`` matrix. An offset whose row does not fit raises IndexError,
+    as that indexing would."""
+    if u8.size < width:
+        return u8[np.asarray(offs)[:, None] + np.arange(width)]
+    step = u8.strides[0]
+    return as_strided(u8, (u8.size - width + 1, width), (step, step), writeable=False)[offs]
+
+
+def padded_rows(u8: np.ndarray, offs: np.ndarray, lens: np.ndarray, width: int, fill: int) -> np.ndarray:
+    """:func:`rows_at` with the bytes of row i past ``lens[i]`` set to ``fill``. Every row must
+    fit in ``u8`` even where ``lens[i] < width``."""
+    rows = rows_at(u8, offs, width)
+    if width and int(lens.min()) < width:
+        np.copyto(rows, fill, where=np.arange(width) >= lens[:, None])
+    return rows

@@ -45,6 +45,7 @@ import numpy as np
 
 from ..errors import CorruptRecordError
 from . import properties as P
+from .arrays import rows_at
 from .hashes import crc32
 
 MAGIC_V1 = -626843481  # 0xDAA320A7
@@ -276,11 +277,12 @@ HEAD_DTYPE = np.dtype([
     ("queue_offset", ">i8"), ("phy_offset", ">i8"), ("sys_flag", ">i4"), ("born_timestamp", ">i8"),
 ])
 assert HEAD_DTYPE.itemsize == HEAD_SIZE
-_AR = {w: np.arange(w, dtype=np.int64) for w in (1, 2, 4, 8, HEAD_SIZE)}
+_AR = {w: np.arange(w, dtype=np.int64) for w in (1, 2, 4, 8)}
 
 
 def _gather(u8: np.ndarray, offs: np.ndarray, width: int) -> np.ndarray:
-    return u8[offs[:, None] + _AR[width]]
+    """Rows ``u8[o:o + width]`` for each ``o`` in ``offs`` (IndexError if one does not fit)."""
+    return rows_at(u8, offs, width) if width >= 16 else u8[offs[:, None] + _AR[width]]
 
 
 def gather_i64(u8, offs):
@@ -289,10 +291,6 @@ def gather_i64(u8, offs):
 
 def gather_i32(u8, offs):
     return _gather(u8, offs, 4).view(">i4").ravel().astype(np.int32)
-
-
-def gather_i16(u8, offs):
-    return _gather(u8, offs, 2).view(">i2").ravel().astype(np.int16)
 
 
 def walk_records(buf, pos: int, end: int, max_records: int | None = None) -> tuple[np.ndarray, str, int]:
@@ -374,12 +372,24 @@ def decode_batch(u8: np.ndarray, starts: np.ndarray) -> RecordBatch:
 
     ``valid[i]`` is False when record i's magic or length formula does not hold; its other columns
     are then meaningless. Positions that would read past the buffer are clamped and marked invalid.
+    A batch of IPv4-only records (the usual) is read with one 88-byte row per record.
     """
     n = starts.size
     limit = u8.size
     if n == 0:
         z = np.zeros(0, dtype=np.int64)
         return RecordBatch(*([z] * 23), valid=np.zeros(0, dtype=bool))
+    if limit >= FIXED_V4.size and int(starts.min()) >= 0 and int(starts.max()) <= limit - FIXED_V4.size:
+        fixed = _gather(u8, starts, FIXED_V4.size).view(FIXED_V4_DTYPE).ravel()
+        sys_flag = fixed["sys_flag"].astype(np.int32)
+        if not (sys_flag & (SYSFLAG_BORNHOST_V6 | SYSFLAG_STOREHOST_V6)).any():
+            return _decode_v4(u8, starts, fixed, sys_flag)
+    return _decode_any(u8, starts)
+
+
+def _decode_any(u8: np.ndarray, starts: np.ndarray) -> RecordBatch:
+    """:func:`decode_batch` for any mix of IPv4 and IPv6 hosts (each field gathered on its own)."""
+    limit = u8.size
     head = _gather(u8, starts, HEAD_SIZE).view(HEAD_DTYPE).ravel()
     total = head["total"].astype(np.int64)
     magic = head["magic"].astype(np.int32)
@@ -393,38 +403,64 @@ def decode_batch(u8: np.ndarray, starts: np.ndarray) -> RecordBatch:
         ok = offs + width <= np.minimum(ends, limit)
         return np.where(ok, offs, 0), ok
 
-    born_host_pos = starts + 48
     st_off, ok1 = clamp(starts + 48 + b, 8)
-    store_host_pos = starts + 56 + b
     rc_off, ok2 = clamp(starts + 56 + b + s, 4)
     pt_off, ok3 = clamp(starts + 60 + b + s, 8)
     bl_off, ok4 = clamp(starts + 68 + b + s, 4)
-    store_ts = gather_i64(u8, st_off)
-    reconsume = gather_i32(u8, rc_off)
-    prepared = gather_i64(u8, pt_off)
     body_len = gather_i32(u8, bl_off).astype(np.int64)
+    valid &= ok1 & ok2 & ok3 & ok4
+    return _batch_from(u8, starts, head, total, magic, sys_flag, valid, b, s, gather_i64(u8, st_off),
+                       gather_i32(u8, rc_off), gather_i64(u8, pt_off), body_len)
+
+
+def _decode_v4(u8: np.ndarray, starts: np.ndarray, fixed: np.ndarray, sys_flag: np.ndarray) -> RecordBatch:
+    """:func:`decode_batch` for records without IPv6 hosts, whose fixed part (``FIXED_V4_DTYPE``)
+    is read whole: every field up to BODYLENGTH sits inside the 91 bytes a valid record has."""
+    total = fixed["total"].astype(np.int64)
+    magic = fixed["magic"].astype(np.int32)
+    valid = ((magic == MAGIC_V1) | (magic == MAGIC_V2)) & (total >= 91) & (starts + total <= u8.size)
+    eight = np.full(starts.size, 8, dtype=np.int64)
+    return _batch_from(u8, starts, fixed, total, magic, sys_flag, valid, eight, eight.copy(),
+                       fixed["store_timestamp"].astype(np.int64), fixed["reconsume_times"].astype(np.int32),
+                       fixed["prepared_transaction_offset"].astype(np.int64), fixed["body_len"].astype(np.int64))
+
+
+def _be16(u8: np.ndarray, offs: np.ndarray) -> np.ndarray:
+    """Big-endian int16 at each of ``offs`` (two byte gathers; no index matrix)."""
+    return ((u8[offs].astype(np.uint16) << 8) | u8[offs + 1]).view(np.int16).astype(np.int64)
+
+
+def _batch_from(u8, starts, head, total, magic, sys_flag, valid, b, s, store_ts, reconsume, prepared, body_len
+                ) -> RecordBatch:
+    """The variable part (topic and properties lengths, found from BODYLENGTH) and the batch."""
+    limit = u8.size
+    top = np.minimum(starts + total, limit)
     body_pos = starts + 72 + b + s
     v2 = magic == MAGIC_V2
+    any_v2 = bool(v2.any())
     tl_pos = body_pos + np.maximum(body_len, 0)
-    tl_off, ok5 = clamp(tl_pos, 2)
-    tl2 = gather_i16(u8, tl_off).astype(np.int64)
-    tl1 = u8[tl_off].astype(np.int8).astype(np.int64)
-    topic_len = np.where(v2, tl2, tl1)
-    topic_pos = tl_pos + np.where(v2, 2, 1)
-    pl_off, ok6 = clamp(topic_pos + np.maximum(topic_len, 0), 2)
-    props_len = gather_i16(u8, pl_off).astype(np.int64)
-    props_pos = pl_off + 2
-    formula = 72 + b + s + np.maximum(body_len, 0) + np.where(v2, 2, 1) + topic_len + 2 + np.maximum(props_len, 0)
-    valid &= ok1 & ok2 & ok3 & ok4 & ok5 & ok6 & (topic_len >= 0) & (formula == total)
+    ok5 = tl_pos + 2 <= top
+    tl_off = np.where(ok5, tl_pos, 0)
+    topic_len = u8[tl_off].view(np.int8).astype(np.int64)
+    if any_v2:
+        topic_len = np.where(v2, _be16(u8, tl_off), topic_len)
+    topic_pos = tl_pos + (np.where(v2, 2, 1) if any_v2 else 1)
+    pl_pos = topic_pos + np.maximum(topic_len, 0)
+    ok6 = pl_pos + 2 <= top
+    pl_off = np.where(ok6, pl_pos, 0)
+    props_len = _be16(u8, pl_off)
+    formula = (72 + b + s + np.maximum(body_len, 0) + (np.where(v2, 2, 1) if any_v2 else 1) + topic_len + 2
+               + np.maximum(props_len, 0))
+    valid &= ok5 & ok6 & (topic_len >= 0) & (formula == total)
     return RecordBatch(
         starts=starts, total=total, magic=magic, body_crc=head["body_crc"].astype(np.int32),
         queue_id=head["queue_id"].astype(np.int32), flag=head["flag"].astype(np.int32),
         queue_offset=head["queue_offset"].astype(np.int64), phy_offset=head["phy_offset"].astype(np.int64),
         sys_flag=sys_flag, born_timestamp=head["born_timestamp"].astype(np.int64),
-        born_host_pos=born_host_pos, born_host_len=b, store_timestamp=store_ts,
-        store_host_pos=store_host_pos, store_host_len=s, reconsume_times=reconsume,
+        born_host_pos=starts + 48, born_host_len=b, store_timestamp=store_ts,
+        store_host_pos=starts + 56 + b, store_host_len=s, reconsume_times=reconsume,
         prepared_transaction_offset=prepared, body_pos=body_pos, body_len=body_len,
-        topic_pos=topic_pos, topic_len=topic_len, props_pos=props_pos, props_len=props_len, valid=valid,
+        topic_pos=topic_pos, topic_len=topic_len, props_pos=pl_off + 2, props_len=props_len, valid=valid,
     )
 
 

@@ -3,8 +3,11 @@ against upstream property parsing (FORMAT.md §2.4, §4.1, §6.5)."""
 from __future__ import annotations
 
 import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
-from rmqstore.engine.dispatch import extract_dispatch_columns, extract_dispatch_fields, iter_record_batches
+from rmqstore.engine.dispatch import _gather_ranges, extract_dispatch_columns, extract_dispatch_fields, iter_record_batches
 from rmqstore.format import message as M
 from rmqstore.format.hashes import abs_key_hash, java_hash
 from rmqstore.format.msgid import parse_host
@@ -64,17 +67,43 @@ def _upstream(topic, props, ts):
     return tags_code_of(topic, p, ts, DELAYS), [abs_key_hash(java_hash(f"{topic}#{k}")) for k in keys]
 
 
-def test_scalar_and_numpy_extraction_agree_with_upstream_parsing():
-    buf, u8, batch = _records(CASES)
+# one record with long properties: the gather takes its by-position branch, not padded rows
+LONG = ("T", b"KEYS\x01" + b" ".join(b"k%d" % i for i in range(600)) + b"\x02TAGS\x01L\x02")
+
+
+@pytest.mark.parametrize("cases", [CASES, CASES[:3] + [LONG] + CASES[3:]], ids=["padded-rows", "by-position"])
+def test_scalar_and_numpy_extraction_agree_with_upstream_parsing(cases):
+    buf, u8, batch = _records(cases)
     topics, tags, key_lists = extract_dispatch_fields(buf, batch, DELAYS, {})
     cols = extract_dispatch_columns(u8, batch, DELAYS, {})
-    for i, (topic, props) in enumerate(CASES):
+    for i, (topic, props) in enumerate(cases):
         want_tags, want_keys = _upstream(topic, props, T0 + i)
         assert topics[i] == cols.topics[cols.topic_ids[i]] == topic
-        assert int(tags[i]) == int(cols.tags_codes[i]) == want_tags, CASES[i]
-        assert [abs_key_hash(java_hash(s)) for s in key_lists[i]] == want_keys, CASES[i]
-        assert cols.item_hash[cols.item_rec == i].tolist() == want_keys, CASES[i]
+        assert int(tags[i]) == int(cols.tags_codes[i]) == want_tags, cases[i]
+        assert [abs_key_hash(java_hash(s)) for s in key_lists[i]] == want_keys, cases[i]
+        assert cols.item_hash[cols.item_rec == i].tolist() == want_keys, cases[i]
     assert np.all(np.diff(cols.item_rec) >= 0)
+
+
+@given(st.lists(st.binary(max_size=40), max_size=12), st.integers(0, 1), st.booleans())
+def test_gather_ranges_layout(ranges, gap, one_long):
+    """Range i at ``buf[slot[i]+1:][:len]``, 0x02 before it and after it, on both branches (similar
+    lengths: padded rows; one long range: by position), wherever the ranges sit."""
+    if one_long:
+        ranges = ranges + [b"L" * 500]
+    data, pos = bytearray(b"\x07" * 3), []
+    for r in ranges:
+        pos.append(len(data))
+        data += r + b"\x07" * gap
+    u8 = np.frombuffer(bytes(data), dtype=np.uint8)
+    lens = np.array([len(r) for r in ranges], dtype=np.int64)
+    buf, slot = _gather_ranges(u8, np.array(pos, dtype=np.int64), lens)
+    assert buf.dtype == np.uint8 and buf[-1] == 2
+    for i, r in enumerate(ranges):
+        s0 = int(slot[i])
+        assert buf[s0] == 2 and buf[s0 + 1:s0 + 1 + len(r)].tobytes() == r and buf[s0 + 1 + len(r)] == 2
+        nxt = int(slot[i + 1]) if i + 1 < len(ranges) else buf.size
+        assert set(buf[s0 + 1 + len(r):nxt].tolist()) <= {2}  # only separators or padding in between
 
 
 def test_expected_values_of_some_cases():

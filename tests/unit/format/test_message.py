@@ -6,6 +6,8 @@ import struct
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from rmqstore import CorruptRecordError
 from rmqstore.format import message as M
@@ -242,6 +244,50 @@ def test_scalar_and_batch_decode_agree():
         assert hashlib.sha256(m.body).digest() == hashlib.sha256(buf[int(b.body_pos[i]):][:int(b.body_len[i])]).digest()
         assert m.topic.encode() == buf[int(b.topic_pos[i]):][:int(b.topic_len[i])]
         assert m.phy_offset == s
+
+
+V4_CASES = [c for c in CASES if "born_host" not in c and "store_host" not in c]
+
+
+def _same_batches(a: M.RecordBatch, b: M.RecordBatch) -> None:
+    assert a.valid.tolist() == b.valid.tolist()
+    ok = a.valid
+    for name in a.__dict__:
+        assert getattr(a, name)[ok].tolist() == getattr(b, name)[ok].tolist(), name
+
+
+@given(st.lists(st.tuples(st.integers(0, 10_000), st.integers(0, 255)), max_size=6), st.lists(st.integers(0, 3000), max_size=4))
+@settings(max_examples=150, deadline=None)
+def test_ipv4_rows_and_field_gathers_agree_on_damaged_bytes(flips, extra_starts):
+    """decode_batch reads an IPv4-only batch as 88-byte rows (_decode_v4); the any-host path gathers
+    each field. Same validity and, for valid records, the same columns, also where bytes are
+    damaged or a start points inside a record."""
+    buf, starts = _buffer(V4_CASES)
+    bad = bytearray(buf + bytes(64))
+    for at, value in flips:
+        bad[at % len(bad)] = value
+    u8 = np.frombuffer(bytes(bad), np.uint8)
+    offs = np.array(sorted(starts + [x % (len(bad) - 88) for x in extra_starts]), dtype=np.int64)
+    fast = M.decode_batch(u8, offs)
+    if not (fast.sys_flag & (M.SYSFLAG_BORNHOST_V6 | M.SYSFLAG_STOREHOST_V6)).any():
+        assert fast.born_host_len.tolist() == [8] * offs.size  # (the row path was taken)
+    _same_batches(fast, M._decode_any(u8, offs))
+    if not flips:
+        assert fast.valid[np.isin(offs, starts)].all()
+
+
+def test_batch_near_the_buffer_end_takes_field_gathers():
+    buf, starts = _buffer(V4_CASES[:2])
+    u8 = np.frombuffer(buf, np.uint8)
+    offs = np.array(starts + [len(buf) - 60], dtype=np.int64)  # room for a 48-byte head, not an 88-byte row
+    b = M.decode_batch(u8, offs)
+    assert b.valid.tolist() == [True, True, False]
+    _same_batches(b, M._decode_any(u8, offs))
+    buf, starts = _buffer([V4_CASES[1], V4_CASES[0]])
+    cut = np.frombuffer(buf[:-3], np.uint8)  # the last record's properties run past the buffer
+    b = M.decode_batch(cut, np.array(starts, dtype=np.int64))
+    assert b.valid.tolist() == [True, False]
+    _same_batches(b, M._decode_any(cut, np.array(starts, dtype=np.int64)))
 
 
 def test_batch_flags_invalid_records_and_take():
