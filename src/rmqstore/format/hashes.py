@@ -14,9 +14,8 @@ import zlib
 from typing import Sequence
 
 import numpy as np
-from numpy.lib.stride_tricks import sliding_window_view
 
-from .arrays import range_positions
+from .arrays import range_positions, rows_at
 
 _MASK32 = 0xFFFFFFFF
 INT_MIN = -(1 << 31)
@@ -118,7 +117,7 @@ def _horner_ranges(padded: np.ndarray, ends: np.ndarray, lens: np.ndarray, width
     leaves a Java hash 0 unchanged), then Horner's ``h = 31 * h + unit`` unrolled: the matrix
     times the column weights ``31**(width-1-j)``, one integer ``dot`` in uint32, whose wrap-around
     is Java's int arithmetic (one numpy call instead of two per column, most of it without the GIL)."""
-    units = sliding_window_view(padded, width)[ends - width]
+    units = rows_at(padded, ends - width, width)
     if int(lens.min()) < width:
         units[np.arange(width) < (width - lens)[:, None]] = 0
     h = units.dot(_column_weights(width))
