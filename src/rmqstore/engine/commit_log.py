@@ -470,7 +470,7 @@ class CommitLog:
         pbytes = P.encode_columns(*cols, len(props)) if cols is not None else None
         if pbytes is None:
             pbytes = list(map(P.encode_properties, props))
-        if max(map(len, pbytes)) > _MAX_PROPS or b"INNER_NUM\x01" in b"\x00".join(pbytes):
+        if b"INNER_NUM\x01" in b"\x00".join(pbytes):
             return None
         topic_tail, born_a, born_p, store_a, store_p, overhead, store_hex = plan
         unset = born.count(None)
@@ -485,7 +485,7 @@ class CommitLog:
             topic_tail, bodies, pbytes, queue_id=first.queue_id, flags=flags, sys_flags=sys_flags,
             born_timestamps=born_ts, born_host=born_a + M.I32.pack(born_p), store_host=store_a + M.I32.pack(store_p),
             reconsume_times=reconsume, prepared_offsets=prepared)
-        if int(batch.totals.max()) > self._max_record:
+        if batch.props_max > _MAX_PROPS or int(batch.totals.max()) > self._max_record:
             return None
         total = batch.size
         if total + M.END_FILE_MIN_BLANK_LENGTH > self.cfg.mapped_file_size_commit_log:

@@ -34,6 +34,7 @@ and batch (numpy gathers over a ``uint8`` view) for dispatch, recovery, verify a
 """
 from __future__ import annotations
 
+import functools
 import struct
 import zlib
 from dataclasses import dataclass
@@ -482,10 +483,10 @@ class BatchV4:
     hdr: np.ndarray
     bodies: list
     props: list
-    topic_tail: bytes
-    plen: bytes
+    tails: list  # per record: the topic-length field, the topic and the properties length
     starts: np.ndarray
     totals: np.ndarray
+    props_max: int  # the longest properties (bytes)
 
     @property
     def size(self) -> int:
@@ -505,15 +506,54 @@ class BatchV4:
             hdr["born_timestamp"] = np.int64(store_timestamp)
         elif born_unset is not None and born_unset.any():
             hdr["born_timestamp"][born_unset] = np.int64(store_timestamp)
-        # interleave header, body, topic, properties length and properties with C-level iterators
-        pieces = zip(map(_first, _S88.iter_unpack(hdr.tobytes())), self.bodies, repeat(self.topic_tail),
-                     map(_first, _S2.iter_unpack(self.plen)), self.props)
+        # interleave header, body, topic + properties length, properties with C-level iterators
+        pieces = zip(map(_first, _S88.iter_unpack(hdr.tobytes())), self.bodies, self.tails, self.props)
         return b"".join(chain.from_iterable(pieces))
 
 
 _S88 = struct.Struct("88s")
-_S2 = struct.Struct("2s")
 _first = itemgetter(0)
+
+
+class _Tails(dict):
+    """``tails[n]``: a topic's V1/V2 length field and bytes followed by the 2-byte properties
+    length ``n`` (the piece between a record's body and its properties), kept for the first
+    ``TAILS_KEPT`` lengths asked for (then built each time)."""
+
+    __slots__ = ("topic_tail",)
+
+    def __init__(self, topic_tail: bytes):
+        super().__init__()
+        self.topic_tail = topic_tail
+
+    def __missing__(self, n: int) -> bytes:
+        piece = self.topic_tail + I16.pack(n)
+        if len(self) < TAILS_KEPT:
+            self[n] = piece
+        return piece
+
+
+TAILS_KEPT = 1024
+
+
+@functools.lru_cache(maxsize=64)
+def _tails(topic_tail: bytes) -> _Tails:
+    return _Tails(topic_tail)
+
+
+@functools.lru_cache(maxsize=256)
+def _batch_row(topic_tail: bytes, queue_id: int, born_host: bytes, store_host: bytes) -> np.ndarray:
+    """The header fields every record of a batch shares (copied ``n`` times, never written)."""
+    tl = len(topic_tail)
+    row = np.zeros(1, dtype=FIXED_V4_DTYPE)
+    row["magic"] = MAGIC_V1 if tl and topic_tail[0] <= 127 and tl - 1 == topic_tail[0] else MAGIC_V2
+    row["queue_id"] = queue_id
+    row["born_addr"] = born_host[:4]
+    row["born_port"] = I32.unpack_from(born_host, 4)[0]
+    row["store_addr"] = store_host[:4]
+    row["store_port"] = I32.unpack_from(store_host, 4)[0]
+    row.flags.writeable = False
+    return row
 
 
 def encode_batch_v4(topic_tail: bytes, bodies: list[bytes], props: list[bytes], *, queue_id: int, flags, sys_flags,
@@ -523,20 +563,16 @@ def encode_batch_v4(topic_tail: bytes, bodies: list[bytes], props: list[bytes], 
     ``topic_tail`` is the V1/V2 topic-length field plus the topic bytes; a column given as an int
     is that value in every record, as None all zero. Every field but the three
     the append lock owns is filled here with column-wise numpy assignments; :meth:`BatchV4.render`
-    completes them."""
+    completes them. Properties of more than ``MAX_PROPERTIES_SIZE`` bytes cannot be encoded
+    (``props_max`` tells the caller, which must not render such a batch)."""
     n = len(bodies)
+    row = _batch_row(topic_tail, queue_id, born_host, store_host)
     blen = np.fromiter(map(len, bodies), dtype=np.int64, count=n)
-    plen = np.fromiter(map(len, props), dtype=np.int64, count=n)
-    tl = len(topic_tail)
-    totals = 88 + blen + tl + 2 + plen
+    plens = list(map(len, props))
+    plen = np.array(plens, dtype=np.int64)
+    props_max = int(plen.max()) if n else 0
+    totals = 88 + blen + len(topic_tail) + 2 + plen
     starts = np.cumsum(totals) - totals
-    row = np.zeros(1, dtype=FIXED_V4_DTYPE)  # the fields every record shares, then copied n times
-    row["magic"] = MAGIC_V1 if tl and topic_tail[0] <= 127 and tl - 1 == topic_tail[0] else MAGIC_V2
-    row["queue_id"] = queue_id
-    row["born_addr"] = born_host[:4]
-    row["born_port"] = I32.unpack_from(born_host, 4)[0]
-    row["store_addr"] = store_host[:4]
-    row["store_port"] = I32.unpack_from(store_host, 4)[0]
     hdr = np.repeat(row, n)
     hdr["total"] = totals
     hdr["body_crc"] = np.fromiter(map(zlib.crc32, bodies), dtype=np.int64, count=n) & 0x7FFFFFFF
@@ -547,7 +583,8 @@ def encode_batch_v4(topic_tail: bytes, bodies: list[bytes], props: list[bytes], 
             continue  # all zero, as copied from the row
         if isinstance(values, int) or (values.any() if isinstance(values, np.ndarray) else any(values)):
             hdr[name] = values
-    return BatchV4(hdr, bodies, props, topic_tail, plen.astype(">i2").tobytes(), starts, totals)
+    pieces = list(map(_tails(topic_tail).__getitem__, plens)) if props_max <= P.MAX_PROPERTIES_SIZE else []
+    return BatchV4(hdr, bodies, props, pieces, starts, totals, props_max)
 
 
 def body_crc_ok(buf, batch: RecordBatch) -> np.ndarray:

@@ -144,6 +144,23 @@ def test_properties_size_limit(open_store, make_config):
     assert struct.unpack_from(">h", raw, 88 + 4 + 1 + 1)[0] == 32767
 
 
+@pytest.mark.parametrize("dict_props", [False, True])
+def test_properties_size_limit_in_a_batch(open_store, make_config, dict_props):
+    """A batch holding one record with 32768 bytes of properties is refused whole, on the
+    vectorised path (dict properties) as on the general one; 32767 bytes are stored."""
+    st = open_store(cfg=make_config(mapped_file_size_commit_log=1 << 18))
+
+    def batch(n):
+        return [msg(props={"big": "v" * n} if dict_props else [("big", "v" * n)]) for n in (10, n, 20)]
+    assert st.put_messages(batch(32768 - 5)).status is PutMessageStatus.PROPERTIES_SIZE_EXCEEDED
+    _assert_nothing_written_then_usable(st)
+    r = st.put_messages(batch(32767 - 5))
+    assert r.status is OK and r.queue_offset == 1
+    raw = _segment_bytes(st, r.phy_offset, r.wrote_bytes)
+    second = 88 + 4 + 1 + 1 + 2 + 15  # after the first record ("big\x01" + 10 + "\x02" = 15 bytes)
+    assert struct.unpack_from(">h", raw, second + 88 + 4 + 1 + 1)[0] == 32767
+
+
 def test_properties_size_limit_counts_the_crc_entry(open_store, make_config):
     st = open_store(cfg=make_config(mapped_file_size_commit_log=1 << 17, enabled_append_prop_crc=True))
     # 32747 bytes of properties + 20 reserved = 32767

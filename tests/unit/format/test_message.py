@@ -317,3 +317,21 @@ def test_walk_records_stops():
     blank = buf[:starts[1]] + M.encode_blank(40) + bytes(32)
     assert M.walk_records(blank, 0, len(blank))[1:] == ("blank", starts[1])
     assert M.decode_batch(np.zeros(0, np.uint8), np.zeros(0, np.int64)).valid.size == 0
+
+
+def test_batch_tails_stay_bounded_and_exact(monkeypatch):
+    """The per-topic pieces (topic field + properties length) are kept for TAILS_KEPT lengths only;
+    past that they are built each time, with the same bytes."""
+    monkeypatch.setattr(M, "TAILS_KEPT", 3)
+    M._tails.cache_clear()
+    host = parse_host("1.2.3.4:5")
+    props = [b"K\x01" + b"v" * n + b"\x02" for n in range(8)]
+    batch = M.encode_batch_v4(b"\x02Tq", [b"b"] * 8, props, queue_id=1, flags=0, sys_flags=0, born_timestamps=None,
+                              born_host=host, store_host=host, reconsume_times=0, prepared_offsets=0)
+    assert batch.tails == [b"\x02Tq" + len(p).to_bytes(2, "big") for p in props]
+    assert len(M._tails(b"\x02Tq")) == 3
+    buf = batch.render(0, 0, 1_700_000_000_000, True)
+    starts = M.walk_records(buf, 0, len(buf))[0]
+    b = M.decode_batch(np.frombuffer(buf, np.uint8), starts)
+    assert b.valid.all() and b.props_len.tolist() == [len(p) for p in props]
+    M._tails.cache_clear()
