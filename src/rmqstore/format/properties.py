@@ -13,6 +13,7 @@ offsets are final, fills in ``crc32(record[:-20])`` as 10 decimal digits least-s
 """
 from __future__ import annotations
 
+import functools
 from operator import itemgetter
 from typing import Iterable, Mapping, Sequence
 
@@ -62,8 +63,31 @@ def encode_columns(keys: tuple, columns: list[list], n: int) -> list[bytes] | No
             return None
     except Exception:  # noqa: BLE001 - e.g. an array value whose == is not a bool
         return None
-    template = "".join(map(_template_part, keys))
-    return list(map(str.encode, map(template.format, *columns)))
+    if len(keys) > _MAX_FSTRING_KEYS:
+        template = "".join(map(_template_part, keys))
+        return list(map(str.encode, map(template.format, *columns)))
+    parts = [f"{keys[0]}\x01", *(f"\x02{k}\x01" for k in keys[1:]), "\x02"]
+    return _fstring_encoder(len(keys))(*parts, *columns)
+
+
+#: up to this many keys a batch's properties are written by a generated f-string function
+_MAX_FSTRING_KEYS = 16
+
+
+@functools.lru_cache(maxsize=_MAX_FSTRING_KEYS)
+def _fstring_encoder(k: int):
+    """``enc(p0..pk, *columns)``: ``f"{p0}{v0}{p1}{v1}...{pk}".encode()`` for each row of the k
+    columns. An f-string formats each value as ``format(v, "")`` just as ``str.format`` does,
+    at about a third of the cost (no template to parse per entry). The generated source holds
+    identifiers only: the key text comes in as the ``p`` arguments, so nothing needs escaping."""
+    ps = [f"p{j}" for j in range(k + 1)]
+    vs = [f"v{j}" for j in range(k)]
+    body = "".join(f"{{{p}}}{{{v}}}" for p, v in zip(ps, vs)) + f"{{{ps[-1]}}}"
+    src = (f"def enc({', '.join(ps)}, *columns):\n"
+           f"    return [f\"{body}\".encode() for {', '.join(vs)}, in zip(*columns)]\n")
+    namespace: dict = {}
+    exec(compile(src, f"<properties encoder for {k} keys>", "exec"), namespace)  # noqa: S102 - fixed source
+    return namespace["enc"]
 
 
 def encode_properties_many(props_list: Sequence[PropertiesInput]) -> list[bytes]:
