@@ -39,7 +39,6 @@ import struct
 import zlib
 from dataclasses import dataclass
 from itertools import chain, repeat
-from operator import itemgetter
 from typing import NamedTuple
 
 import numpy as np
@@ -507,12 +506,15 @@ class BatchV4:
         elif born_unset is not None and born_unset.any():
             hdr["born_timestamp"][born_unset] = np.int64(store_timestamp)
         # interleave header, body, topic + properties length, properties with C-level iterators
-        pieces = zip(map(_first, _S88.iter_unpack(hdr.tobytes())), self.bodies, self.tails, self.props)
+        pieces = zip(_headers_of(n).unpack(hdr.tobytes()), self.bodies, self.tails, self.props)
         return b"".join(chain.from_iterable(pieces))
 
 
-_S88 = struct.Struct("88s")
-_first = itemgetter(0)
+@functools.lru_cache(maxsize=64)
+def _headers_of(n: int) -> struct.Struct:
+    """``n`` 88-byte strings: one ``unpack`` splits a batch's headers (a third of the time of
+    ``iter_unpack``, which makes a tuple per header)."""
+    return struct.Struct("88s" * n)
 
 
 class _Tails(dict):
