@@ -38,7 +38,7 @@ import functools
 import struct
 import zlib
 from dataclasses import dataclass
-from itertools import chain, repeat
+from itertools import chain
 from typing import NamedTuple
 
 import numpy as np
