@@ -477,7 +477,7 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=None)
     ap.add_argument("--out", default=os.path.join(ROOT, "BENCHMARKS.md"))
     args = ap.parse_args()
-    rounds = args.rounds or (1 if args.quick else 3)
+    rounds = args.rounds or (1 if args.quick else 5)
     n_put = 20_000 if args.quick else 100_000
     n_keys = 100_000 if args.quick else 1_000_000
     n_peer = n_put // 4  # peers are far slower; their rate is per message, so fewer suffice
