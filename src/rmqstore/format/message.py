@@ -498,6 +498,8 @@ class BatchV4:
         of every record when it is True)."""
         hdr = self.hdr
         n = hdr.size
+        if len(self.tails) != n:
+            raise ValueError(f"properties of {self.props_max} bytes cannot be encoded (at most {P.MAX_PROPERTIES_SIZE})")
         hdr["queue_offset"] = np.arange(queue_offset0, queue_offset0 + n, dtype=np.int64)
         hdr["phy_offset"] = self.starts + np.int64(phy0)
         hdr["store_timestamp"] = np.int64(store_timestamp)

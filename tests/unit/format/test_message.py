@@ -335,3 +335,13 @@ def test_batch_tails_stay_bounded_and_exact(monkeypatch):
     b = M.decode_batch(np.frombuffer(buf, np.uint8), starts)
     assert b.valid.all() and b.props_len.tolist() == [len(p) for p in props]
     M._tails.cache_clear()
+
+
+def test_batch_with_too_long_properties_is_never_rendered():
+    host = parse_host("1.2.3.4:5")
+    props = [b"K\x01v\x02", b"K\x01" + b"v" * 32766 + b"\x02"]  # 32769 bytes: no 2-byte length holds it
+    batch = M.encode_batch_v4(b"\x01T", [b"a", b"b"], props, queue_id=0, flags=0, sys_flags=0, born_timestamps=None,
+                              born_host=host, store_host=host, reconsume_times=0, prepared_offsets=0)
+    assert batch.props_max == len(props[1])
+    with pytest.raises(ValueError, match="32769 bytes"):
+        batch.render(0, 0, 1, True)
