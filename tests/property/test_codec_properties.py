@@ -67,7 +67,7 @@ prop_keys = st.text(st.characters(blacklist_categories=("Cs",)), min_size=1, max
         lambda rows: [dict(zip(keys, r)) for r in rows])),
     st.lists(st.dictionaries(prop_keys, any_value, max_size=3), max_size=4))
 def test_properties_batch_encoder_equals_one_by_one(uniform, mixed):
-    """encode_properties_many (one format template for dicts with the same key order:
+    """encode_properties_many (one generated encoder for dicts with the same key order:
     uniform_columns + encode_columns) writes the bytes encode_properties writes, also with None
     values, braces in keys, non-str values, and for batches whose key order differs or that mix shapes."""
     for batch in (uniform, mixed, uniform + mixed, [list(d.items()) for d in uniform]):

@@ -54,8 +54,9 @@ def uniform_columns(props_list: Sequence[PropertiesInput]) -> tuple[tuple, list[
 
 def encode_columns(keys: tuple, columns: list[list], n: int) -> list[bytes] | None:
     """:func:`encode_properties` of ``n`` entries given as :func:`uniform_columns`, the same bytes,
-    with one format template and C-level iteration; None when a value is None (omitted: entries
-    differ then) or cannot be compared with None."""
+    with one generated f-string function (:func:`_fstring_encoder`; past ``_MAX_FSTRING_KEYS`` keys
+    one ``str.format`` template); None when a value is None (omitted: entries differ then) or
+    cannot be compared with None."""
     if not keys:
         return [b""] * n
     try:
