@@ -80,18 +80,31 @@ def _gather_ranges(u8: np.ndarray, pos: np.ndarray, lens: np.ndarray) -> tuple[n
     Returns ``(buf, slot_starts)``; range i occupies ``buf[slot_starts[i]+1 : slot_starts[i]+1+lens[i]]``
     and is followed by 0x02 (property values end there, as at a separator).
 
-    Ranges of similar length (the usual properties) are taken as rows of one width, padded with
-    0x02 (empty properties to the parsing), which costs one strided row copy; otherwise the bytes
-    are gathered by position."""
+    Ranges of similar length (the usual properties) are taken as padded rows
+    (:func:`_gather_padded`); otherwise the bytes are gathered by position."""
+    lens = np.maximum(lens, 0)
+    n = int(lens.size)
+    width = int(lens.max()) + 2 if n else 0
+    if n and n * width <= 2 * (int(lens.sum()) + n) + 16 * n and int(pos.max()) + width - 1 <= u8.size:
+        return _gather_padded(u8, pos, lens, width)
+    return _gather_by_position(u8, pos, lens)
+
+
+def _gather_padded(u8: np.ndarray, pos: np.ndarray, lens: np.ndarray, width: int) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`_gather_ranges` as rows of ``width`` bytes: row i is the byte before range i (then set
+    to 0x02), the range, and 0x02 up to the width (empty properties to the parsing); one strided
+    row copy. Every row must fit in ``u8``."""
+    rows = padded_rows(u8, pos - 1, lens + 1, width, 2)
+    rows[:, 0] = 2
+    return rows.ravel(), np.arange(lens.size, dtype=np.int64) * width
+
+
+def _gather_by_position(u8: np.ndarray, pos: np.ndarray, lens: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`_gather_ranges` byte by byte (any lengths): the ranges back to back, one 0x02 before
+    each and one at the end."""
     lens = np.maximum(lens, 0)
     n = int(lens.size)
     total = int(lens.sum())
-    width = int(lens.max()) + 2 if n else 0
-    if n and n * width <= 2 * (total + n) + 16 * n and int(pos.max()) + width - 1 <= u8.size:
-        # row i: the byte before range i (then set to 0x02), the range, 0x02 up to the common width
-        rows = padded_rows(u8, pos - 1, lens + 1, width, 2)
-        rows[:, 0] = 2
-        return rows.ravel(), np.arange(n, dtype=np.int64) * width
     width = lens + 1
     slot = np.cumsum(width) - width
     out = np.empty(total + n + 1, dtype=np.uint8)
