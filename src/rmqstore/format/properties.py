@@ -54,9 +54,8 @@ def uniform_columns(props_list: Sequence[PropertiesInput]) -> tuple[tuple, list[
 
 def encode_columns(keys: tuple, columns: list[list], n: int) -> list[bytes] | None:
     """:func:`encode_properties` of ``n`` entries given as :func:`uniform_columns`, the same bytes,
-    with one generated f-string function (:func:`_fstring_encoder`; past ``_MAX_FSTRING_KEYS`` keys
-    one ``str.format`` template); None when a value is None (omitted: entries differ then) or
-    cannot be compared with None."""
+    with one generated f-string function per key count (:func:`_fstring_encoder`); None when a
+    value is None (omitted: entries differ then) or cannot be compared with None."""
     if not keys:
         return [b""] * n
     try:
@@ -64,18 +63,11 @@ def encode_columns(keys: tuple, columns: list[list], n: int) -> list[bytes] | No
             return None
     except Exception:  # noqa: BLE001 - e.g. an array value whose == is not a bool
         return None
-    if len(keys) > _MAX_FSTRING_KEYS:
-        template = "".join(map(_template_part, keys))
-        return list(map(str.encode, map(template.format, *columns)))
     parts = [f"{keys[0]}\x01", *(f"\x02{k}\x01" for k in keys[1:]), "\x02"]
     return _fstring_encoder(len(keys))(*parts, *columns)
 
 
-#: up to this many keys a batch's properties are written by a generated f-string function
-_MAX_FSTRING_KEYS = 16
-
-
-@functools.lru_cache(maxsize=_MAX_FSTRING_KEYS)
+@functools.lru_cache(maxsize=64)
 def _fstring_encoder(k: int):
     """``enc(p0..pk, *columns)``: ``f"{p0}{v0}{p1}{v1}...{pk}".encode()`` for each row of the k
     columns. An f-string formats each value as ``format(v, "")`` just as ``str.format`` does,
@@ -100,11 +92,6 @@ def encode_properties_many(props_list: Sequence[PropertiesInput]) -> list[bytes]
         if out is not None:
             return out
     return [encode_properties(p) for p in props_list]
-
-
-def _template_part(key: object) -> str:
-    """``key 0x01 {} 0x02`` for :meth:`str.format`, braces in the key escaped."""
-    return f"{key}".replace("{", "{{").replace("}", "}}") + "\x01{}\x02"
 
 
 def parse_properties(raw: bytes | memoryview | str) -> dict[str, str]:
