@@ -67,29 +67,32 @@ prop_keys = st.text(st.characters(blacklist_categories=("Cs",)), min_size=1, max
         lambda rows: [dict(zip(keys, r)) for r in rows])),
     st.lists(st.dictionaries(prop_keys, any_value, max_size=3), max_size=4))
 def test_properties_batch_encoder_equals_one_by_one(uniform, mixed):
-    """encode_properties_many (one generated encoder for dicts with the same key order:
-    uniform_columns + encode_columns) writes the bytes encode_properties writes, also with None
-    values, braces in keys, non-str values, and for batches whose key order differs or that mix shapes."""
-    for batch in (uniform, mixed, uniform + mixed, [list(d.items()) for d in uniform]):
+    """encode_properties_many (one generated encoder per entry count: encode_dicts) writes the
+    bytes encode_properties writes, also with None values, braces in keys, non-str values, and for
+    batches whose key order differs, whose sizes differ or that mix shapes."""
+    reordered = [dict(reversed(list(d.items()))) for d in uniform[:1]] + uniform[1:]
+    for batch in (uniform, mixed, uniform + mixed, reordered, [list(d.items()) for d in uniform]):
         want = [P.encode_properties(p) for p in batch]
         assert P.encode_properties_many(batch) == want
-        cols = P.uniform_columns(batch)
-        if cols is not None:
-            got = P.encode_columns(*cols, len(batch))
-            assert got == want or got is None and any(v is None for d in batch for v in d.values())
-    if len(uniform) > 1 and len(uniform[0]) > 1:
-        keys, cols = P.uniform_columns(uniform)
-        assert keys == tuple(uniform[0]) and cols == [[d[k] for d in uniform] for k in keys]
-        reordered = [dict(reversed(list(d.items()))) for d in uniform[:1]] + uniform[1:]
-        assert P.uniform_columns(reordered) is None  # same keys, another order: not one template
-        assert P.encode_properties_many(reordered) == [P.encode_properties(p) for p in reordered]
+        if batch and all(type(p) is dict for p in batch):
+            got = P.encode_dicts(batch)
+            if len({len(p) for p in batch}) > 1:
+                assert got is None  # another number of entries: the caller encodes one by one
+            elif any(v is None for p in batch for v in p.values()):
+                assert P.NONE_WRITTEN in b"\x00".join(got)  # what tells the caller to go one by one
+            else:
+                assert got == want
 
 
-@pytest.mark.parametrize("k", [1, 2, 17, 300])
-def test_properties_columns_with_many_keys(k):
-    """The generated f-string encoder of each key count writes the bytes of encode_properties."""
+@pytest.mark.parametrize("k", [0, 1, 2, 17, 300])
+def test_properties_encoder_with_many_entries(k):
+    """The generated f-string encoder of each entry count writes the bytes of encode_properties,
+    and refuses a batch with a dict of another size."""
     batch = [{f"k{j}{{}}": (f"v{i}-{j}" if j % 3 else i * j) for j in range(k)} for i in range(5)]
-    assert P.encode_columns(*P.uniform_columns(batch), len(batch)) == [P.encode_properties(d) for d in batch]
+    assert P.encode_dicts(batch) == [P.encode_properties(d) for d in batch]
+    assert P.encode_dicts(batch + [{**batch[0], "extra": 1}]) is None
+    if k:
+        assert P.encode_dicts(batch + [dict(list(batch[0].items())[1:])]) is None
 
 
 @FAST

@@ -462,16 +462,18 @@ class CommitLog:
         bodies, props, born = list(map(_BODY, msgs)), list(map(_PROPERTIES, msgs)), list(map(_BORN, msgs))
         if set(map(type, bodies)) != {bytes} or set(map(type, props)) != {dict}:
             return None
-        cols = P.uniform_columns(props)
-        if (cols is None or P.DELAY in cols[0]) and any(map(_is_delayed, filter(None, map(_GET_DELAY, props)))):
+        pbytes = P.encode_dicts(props)
+        joined = b"\x00".join(pbytes) if pbytes is not None else b""
+        if pbytes is None or P.NONE_WRITTEN in joined or b"DELAY\x01" in joined:
+            # dicts of different sizes, a None value to leave out, or a DELAY property: one by one
+            if any(map(_is_delayed, filter(None, map(_GET_DELAY, props)))):
+                return None
+            pbytes = list(map(P.encode_properties, props))
+            joined = b"\x00".join(pbytes)
+        if b"INNER_NUM\x01" in joined:
             return None
         if sum(map(len, bodies)) > self._max_body:
             return _illegal("message body size exceeded")
-        pbytes = P.encode_columns(*cols, len(props)) if cols is not None else None
-        if pbytes is None:
-            pbytes = list(map(P.encode_properties, props))
-        if b"INNER_NUM\x01" in b"\x00".join(pbytes):
-            return None
         topic_tail, born_a, born_p, store_a, store_p, overhead, store_hex = plan
         unset = born.count(None)
         if unset == 0:

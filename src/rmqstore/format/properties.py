@@ -14,7 +14,6 @@ offsets are final, fills in ``crc32(record[:-20])`` as 10 decimal digits least-s
 from __future__ import annotations
 
 import functools
-from operator import itemgetter
 from typing import Iterable, Mapping, Sequence
 
 NAME_VALUE_SEPARATOR = b"\x01"
@@ -41,55 +40,46 @@ def encode_properties(props: PropertiesInput) -> bytes:
     return "".join([f"{k}\x01{v}\x02" for k, v in items if v is not None]).encode("utf-8")
 
 
-def uniform_columns(props_list: Sequence[PropertiesInput]) -> tuple[tuple, list[list]] | None:
-    """``(keys, columns)`` when every entry is a ``dict`` with the same keys in the same order (as
-    a producer builds them): the key tuple and, per key, the list of its values. None otherwise."""
-    if not props_list or set(map(type, props_list)) != {dict}:
-        return None
-    keys = tuple(props_list[0])
-    if not all(map(keys.__eq__, map(tuple, props_list))):
-        return None
-    return keys, [list(map(itemgetter(k), props_list)) for k in keys]
+#: What :func:`encode_dicts` writes for a None value (which :func:`encode_properties` omits).
+NONE_WRITTEN = b"\x01None\x02"
 
 
-def encode_columns(keys: tuple, columns: list[list], n: int) -> list[bytes] | None:
-    """:func:`encode_properties` of ``n`` entries given as :func:`uniform_columns`, the same bytes,
-    with one generated f-string function per key count (:func:`_fstring_encoder`); None when a
-    value is None (omitted: entries differ then) or cannot be compared with None."""
-    if not keys:
-        return [b""] * n
+def encode_dicts(dicts: Sequence[dict]) -> list[bytes] | None:
+    """``name\x01value\x02`` for every entry of every dict, in its own order, with one generated
+    f-string function per entry count (:func:`_items_encoder`): the bytes of
+    :func:`encode_properties`, except that a None value is written as ``None`` instead of being
+    left out (callers that may see one look for :data:`NONE_WRITTEN` and encode those dicts one by
+    one). None when the dicts do not all have as many entries as the first."""
+    if not dicts:
+        return []
     try:
-        if any(None in col for col in columns):
-            return None
-    except Exception:  # noqa: BLE001 - e.g. an array value whose == is not a bool
+        return _items_encoder(len(dicts[0]))(map(dict.items, dicts))
+    except ValueError:  # a dict with another number of entries (or a value whose format raised it)
         return None
-    parts = [f"{keys[0]}\x01", *(f"\x02{k}\x01" for k in keys[1:]), "\x02"]
-    return _fstring_encoder(len(keys))(*parts, *columns)
 
 
 @functools.lru_cache(maxsize=64)
-def _fstring_encoder(k: int):
-    """``enc(p0..pk, *columns)``: ``f"{p0}{v0}{p1}{v1}...{pk}".encode()`` for each row of the k
-    columns. An f-string formats each value as ``format(v, "")`` just as ``str.format`` does,
-    at about a third of the cost (no template to parse per entry). The generated source holds
-    identifiers only: the key text comes in as the ``p`` arguments, so nothing needs escaping."""
-    ps = [f"p{j}" for j in range(k + 1)]
-    vs = [f"v{j}" for j in range(k)]
-    body = "".join(f"{{{p}}}{{{v}}}" for p, v in zip(ps, vs)) + f"{{{ps[-1]}}}"
-    src = (f"def enc({', '.join(ps)}, *columns):\n"
-           f"    return [f\"{body}\".encode() for {', '.join(vs)}, in zip(*columns)]\n")
+def _items_encoder(k: int):
+    """``enc(items)``: ``f"{k0}\x01{v0}\x02...".encode()`` for each ``dict.items()`` of ``k``
+    entries in ``items`` (ValueError at one of another size). An f-string formats each name and
+    value as ``format(x, "")``, as :func:`encode_properties` does, without a template to parse or
+    a loop per entry. The generated source holds identifiers only: names and values come in
+    through the unpacked items, so nothing needs escaping."""
+    targets = ", ".join(f"(k{j}, v{j})" for j in range(k)) + ("," if k == 1 else "")
+    body = "".join(f"{{k{j}}}\\x01{{v{j}}}\\x02" for j in range(k))
+    src = (f"def enc(items):\n"
+           f"    return [f\"{body}\".encode() for {targets or '()'} in items]\n")
     namespace: dict = {}
-    exec(compile(src, f"<properties encoder for {k} keys>", "exec"), namespace)  # noqa: S102 - fixed source
+    exec(compile(src, f"<properties encoder for {k} entries>", "exec"), namespace)  # noqa: S102 - fixed source
     return namespace["enc"]
 
 
 def encode_properties_many(props_list: Sequence[PropertiesInput]) -> list[bytes]:
-    """:func:`encode_properties` of each entry (the same bytes): with :func:`encode_columns` when
-    the entries are dicts of one key order, otherwise entry by entry."""
-    cols = uniform_columns(props_list)
-    if cols is not None:
-        out = encode_columns(*cols, len(props_list))
-        if out is not None:
+    """:func:`encode_properties` of each entry (the same bytes): with :func:`encode_dicts` when
+    the entries are dicts of one size without None values, otherwise entry by entry."""
+    if props_list and set(map(type, props_list)) == {dict}:
+        out = encode_dicts(props_list)
+        if out is not None and NONE_WRITTEN not in b"\x00".join(out):
             return out
     return [encode_properties(p) for p in props_list]
 
