@@ -10,7 +10,9 @@
 from __future__ import annotations
 
 import functools
+import sys
 import zlib
+from operator import mul
 from typing import Sequence
 
 import numpy as np
@@ -30,12 +32,28 @@ def _to_i32(h: int) -> int:
     return h - (1 << 32) if h & 0x80000000 else h
 
 
+#: ``_POW31_WEIGHTS[k]``: 31**(k-1), ..., 31, 1 mod 2**32, the weights of a run of k code units
+_POW31_SPAN = 256
+_POW31_WEIGHTS = [[pow(31, i, 1 << 32) for i in range(k - 1, -1, -1)] for k in range(_POW31_SPAN + 1)]
+_POW31_SPAN_SHIFT = pow(31, _POW31_SPAN, 1 << 32)
+_UTF16_NATIVE = "utf-16-le" if sys.byteorder == "little" else "utf-16-be"
+
+
 def java_hash(s: str) -> int:
-    """``String.hashCode()`` of ``s``: signed i32 over its UTF-16 code units."""
+    """``String.hashCode()`` of ``s``: signed i32 over its UTF-16 code units,
+    ``sum(unit[i] * 31**(n-1-i)) mod 2**32``, as one C-level ``sum(map(mul, ...))`` over the
+    units (the bytes of an ASCII string, else its UTF-16 code units) and their weights, per run
+    of up to 256 units."""
+    units = s.encode("ascii") if s.isascii() else \
+        memoryview(s.encode(_UTF16_NATIVE, "surrogatepass")).cast("H")
+    n = len(units)
+    if n <= _POW31_SPAN:
+        return _to_i32(sum(map(mul, units, _POW31_WEIGHTS[n])) & _MASK32)
     h = 0
-    enc = s.encode("utf-16-be", "surrogatepass")
-    for i in range(0, len(enc), 2):
-        h = (31 * h + ((enc[i] << 8) | enc[i + 1])) & _MASK32
+    for lo in range(0, n, _POW31_SPAN):  # Horner over runs: h * 31**len(run) + the run's own sum
+        run = units[lo:lo + _POW31_SPAN]
+        shift = _POW31_SPAN_SHIFT if len(run) == _POW31_SPAN else pow(31, len(run), 1 << 32)
+        h = (h * shift + sum(map(mul, run, _POW31_WEIGHTS[len(run)]))) & _MASK32
     return _to_i32(h)
 
 

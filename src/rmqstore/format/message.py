@@ -44,6 +44,7 @@ from typing import NamedTuple
 import numpy as np
 
 from ..errors import CorruptRecordError
+from ..types import MessageRecord, tags_code_of  # types needs only properties, hashes and msgid of this layer
 from . import properties as P
 from .arrays import rows_at
 from .hashes import crc32
@@ -615,7 +616,6 @@ def decode_message(buf, pos: int, limit: int, *, base_offset: int = 0, path: str
     record whose end is zero-filled (:func:`torn_end`). Raises :class:`CorruptRecordError` with
     path and offset.
     """
-    from ..types import MessageRecord, tags_code_of
     from .msgid import encode_offset_msg_id, format_host
 
     if limit - pos >= 91 and not (check_crc and force_verify_prop_crc):  # the properties CRC needs the layout
@@ -675,8 +675,6 @@ def _host4(addr: bytes, port: int) -> str:
 def _decode_v4_v1(buf, pos, limit, check_crc, check_torn, delay_levels_ms, base_offset, path):
     """Fast path of :func:`decode_message` for a V1 record with IPv4 hosts (one unpack of the
     fixed part); None when the record has another shape, so the general path decides."""
-    from ..types import MessageRecord, tags_code_of
-
     (total, magic, body_crc, queue_id, flag, queue_offset, phy, sys_flag, born_ts, born_a, born_p, store_ts,
      store_a, store_p, reconsume, prepared, body_len) = FIXED_V4.unpack_from(buf, pos)
     if magic != MAGIC_V1 or sys_flag & (SYSFLAG_BORNHOST_V6 | SYSFLAG_STOREHOST_V6) or body_len < 0:

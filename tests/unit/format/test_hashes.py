@@ -119,6 +119,22 @@ def test_crc32_is_masked_to_31_bits():
 FAST = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
+@pytest.mark.parametrize("n", [0, 1, 255, 256, 257, 511, 512, 513, 1000])
+@pytest.mark.parametrize("unit", ["k", "é", "😀", "\udfff"])
+def test_java_hash_runs_of_weights(n, unit):
+    """java_hash sums each run of up to 256 code units with its weights, then shifts the hash of
+    the runs before it: lengths around the run size, ASCII and UTF-16 (a pair counts as two)."""
+    s = "".join(chr(ord(unit) + (i % 7 if unit != "😀" else 0)) for i in range(n))
+    assert H.java_hash(s) == reference_hash(s)
+    assert H.java_hash("x" + s) == reference_hash("x" + s)
+
+
+@FAST
+@given(st.text(min_size=200, max_size=700))
+def test_java_hash_long_strings(s):
+    assert H.java_hash(s) == reference_hash(s)
+
+
 @FAST
 @given(st.lists(st.text(max_size=40), max_size=12))
 def test_java_hash_scalar_numpy_and_definition_agree(strings):
