@@ -158,6 +158,98 @@ def peer_put(kind, n, size, keyed):
         shutil.rmtree(d, ignore_errors=True)
 
 
+def peer_get(kind, n, size):
+    """Read back ``n`` keyed messages a peer holds (filled before the clock starts), each with its
+    own reading call: the peers' queues consume (``get`` + ``task_done``, ``pop`` + ``done``), a
+    ``diskcache.Deque`` is iterated in order without removing anything, as ``get_message`` reads."""
+    d = _tmp()
+    body = _body(size)
+    items = [(f"key-{i}", body) for i in range(n)]
+    try:
+        if kind == "diskcache.Deque":
+            import diskcache
+            q = diskcache.Deque(directory=d)
+            q.extend(items)
+
+            def fn():
+                got = sum(1 for _ in q)
+                assert got == n
+        elif kind == "persistqueue.Queue":
+            import persistqueue
+            q = persistqueue.Queue(os.path.join(d, "q"), autosave=True)
+            for x in items:
+                q.put(x)
+
+            def fn():
+                for _ in range(n):
+                    q.get(block=False)
+                    q.task_done()
+        elif kind == "persistqueue.SQLiteQueue":
+            import persistqueue
+            q = persistqueue.SQLiteQueue(os.path.join(d, "q"), auto_commit=True)
+            for x in items:
+                q.put(x)
+
+            def fn():
+                for _ in range(n):
+                    q.get(block=False)
+        elif kind == "litequeue":
+            import litequeue
+            q = litequeue.LiteQueue(os.path.join(d, "q.sqlite3"))
+            for x in items:
+                q.put(repr(x))
+
+            def fn():
+                for _ in range(n):
+                    q.done(q.pop().message_id)
+        else:
+            raise ValueError(kind)
+        return {"ops": n, "seconds": _timed(fn)}
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
+
+
+def _prebuilt_diskcache_index(n: int, size: int) -> str:
+    """A ``diskcache.Index`` of n keys (``key-i`` -> a body of ``size`` bytes), built once."""
+    d = os.path.join(WORK, f"prebuilt-diskcache-index-{n}-{size}")
+    if not os.path.exists(os.path.join(d, ".complete")):
+        shutil.rmtree(d, ignore_errors=True)
+        run_child(_build_diskcache_index, d, n, size)
+        open(os.path.join(d, ".complete"), "w").close()
+    return d
+
+
+def _build_diskcache_index(d, n, size):
+    import diskcache
+    index, body = diskcache.Index(d), _body(size)
+    for lo in range(0, n, 10_000):
+        with index.transact():
+            for i in range(lo, min(n, lo + 10_000)):
+                index[f"key-{i}"] = body
+    return {"ops": n, "seconds": 0.0}
+
+
+def peer_query(path, n_keys, samples):
+    """``diskcache.Index`` lookups of random keys out of ``n_keys``, sampled like :func:`rmq_query`."""
+    import diskcache
+    rng = random.Random(1)
+    index = diskcache.Index(path)
+    keys = [f"key-{rng.randrange(n_keys)}" for _ in range(samples)]
+    for k in keys[:200]:
+        index[k]
+    lat = []
+    t0 = time.perf_counter()
+    for k in keys:
+        t = time.perf_counter_ns()
+        v = index[k]
+        lat.append(time.perf_counter_ns() - t)
+        assert v
+    secs = time.perf_counter() - t0
+    lat.sort()
+    return {"ops": samples, "seconds": secs, "p50_us": lat[len(lat) // 2] / 1000,
+            "p99_us": lat[int(len(lat) * 0.99)] / 1000}
+
+
 _FLOOR = struct.Struct(">iiiiiqqiq4siq4siiqi")
 
 
@@ -510,6 +602,7 @@ def main() -> None:
 
     print(f"building the prebuilt store ({n_keys:,} keyed messages)...", flush=True)
     prebuilt = _prebuilt(n_keys, 128, "q")
+    dc_index = _prebuilt_diskcache_index(n_keys, 128)
     print("building the recovery and Spark stores...", flush=True)
     rec_store, rec_seg = _prebuilt_recovery(0.25 if args.quick else 1.0)
     n_spark = 200_000 if args.quick else 1_000_000
@@ -537,7 +630,7 @@ def main() -> None:
             add(g, "Python floor (struct.pack + write)", partial(run_child, python_floor, n_put, 128, True))
             add(g, f"rmqstore put_messages({b}), dispatcher stopped (append path only)",
                 partial(run_child, rmq_put, n_put, 128, True, 1, b, False, False))
-        for size, keyed in ((1024, True), (128, False)):
+        for size, keyed in ((1024, True), (128, False), (1024, False)):
             g = f"put_messages, batches of 256, {size} B, {'one key' if keyed else 'no key'}"
             n = n_put if size == 128 else n_put // 2
             add(g, "rmqstore put_messages(256)", partial(run_child, rmq_put, n, size, keyed, 1, 256))
@@ -547,11 +640,16 @@ def main() -> None:
         add(g, "rmqstore put_messages(256) + wait_dispatched", partial(run_child, rmq_put, n_put, 128, True, 1, 256, True))
         g = "dispatch alone (CQ + index, one key per message)"
         add(g, "rmqstore dispatch_batch", partial(run_child, rmq_dispatch, prebuilt))
-        g = "get_message, pull 32 at a time"
+        g = "read messages back in order (get_message pulls 32 at a time)"
         add(g, "rmqstore get_message", partial(run_child, rmq_pull, prebuilt))
+        add(g, "diskcache.Deque (iterate)", partial(run_child, peer_get, "diskcache.Deque", n_peer, 128))
+        add(g, "persistqueue.Queue (get + task_done)", partial(run_child, peer_get, "persistqueue.Queue", n_peer, 128))
+        add(g, "persistqueue.SQLiteQueue (get)", partial(run_child, peer_get, "persistqueue.SQLiteQueue", n_peer, 128))
+        add(g, "litequeue (pop + done)", partial(run_child, peer_get, "litequeue", n_peer, 128))
         g = f"query_message by key, {n_keys:,} keys indexed"
         add(g, "rmqstore query_message (exact)", partial(run_child, rmq_query, prebuilt, n_keys, 20_000, True))
         add(g, "rmqstore query_message (exact=False, upstream)", partial(run_child, rmq_query, prebuilt, n_keys, 20_000, False))
+        add(g, "diskcache.Index lookup (index[key])", partial(run_child, peer_query, dc_index, n_keys, 20_000))
         g = "look_message_by_offset"
         add(g, "rmqstore look_message_by_offset", partial(run_child, rmq_look, prebuilt, 50_000))
         g = "put_message, SYNC_FLUSH (every PUT_OK on disk, group commit), 128 B, one key"
@@ -588,7 +686,10 @@ def main() -> None:
              "Durability settings: rmqstore ASYNC_FLUSH (page cache, flushed every 500 ms; default), diskcache "
              "defaults (SQLite WAL, synchronous=NORMAL), persist-queue `Queue(autosave=True)` and "
              "`SQLiteQueue(auto_commit=True)`, litequeue defaults (SQLite WAL). Peers get `(key, body)` when the "
-             "workload is keyed; `diskcache.Index` is the keyed store (`index[key] = body`). Spark rows: each "
+             "workload is keyed; `diskcache.Index` is the keyed store (`index[key] = body`). Reading back: the "
+             "peers hold the messages of their put workload, filled before the clock starts, and read them with "
+             "their own call (the queues consume: `get`, `pop`; a `Deque` is iterated); the key lookup peer is "
+             "a `diskcache.Index` of as many keys as the rmqstore index, built once. Spark rows: each "
              f"child starts a SparkSession, runs the job once to warm up, then takes the median of {SPARK_RUNS} runs.", ""]
     summary = {}
     for g, impls in groups.items():
