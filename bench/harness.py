@@ -158,6 +158,24 @@ def peer_put(kind, n, size, keyed):
         shutil.rmtree(d, ignore_errors=True)
 
 
+def _consuming_peer(kind, d):
+    """``(put one, take one)`` of a peer queue in ``d`` whose reading call consumes, with the
+    durability settings of :func:`peer_put`."""
+    if kind == "persistqueue.Queue":
+        import persistqueue
+        q = persistqueue.Queue(os.path.join(d, "q"), autosave=True)
+        return q.put, lambda: (q.get(block=False), q.task_done())
+    if kind == "persistqueue.SQLiteQueue":
+        import persistqueue
+        q = persistqueue.SQLiteQueue(os.path.join(d, "q"), auto_commit=True)
+        return q.put, lambda: q.get(block=False)
+    if kind == "litequeue":
+        import litequeue
+        q = litequeue.LiteQueue(os.path.join(d, "q.sqlite3"))
+        return lambda x: q.put(repr(x)), lambda: q.done(q.pop().message_id)
+    raise ValueError(kind)
+
+
 def peer_get(kind, n, size):
     """Read back ``n`` keyed messages a peer holds (filled before the clock starts), each with its
     own reading call: the peers' queues consume (``get`` + ``task_done``, ``pop`` + ``done``), a
@@ -174,36 +192,14 @@ def peer_get(kind, n, size):
             def fn():
                 got = sum(1 for _ in q)
                 assert got == n
-        elif kind == "persistqueue.Queue":
-            import persistqueue
-            q = persistqueue.Queue(os.path.join(d, "q"), autosave=True)
-            for x in items:
-                q.put(x)
-
-            def fn():
-                for _ in range(n):
-                    q.get(block=False)
-                    q.task_done()
-        elif kind == "persistqueue.SQLiteQueue":
-            import persistqueue
-            q = persistqueue.SQLiteQueue(os.path.join(d, "q"), auto_commit=True)
-            for x in items:
-                q.put(x)
-
-            def fn():
-                for _ in range(n):
-                    q.get(block=False)
-        elif kind == "litequeue":
-            import litequeue
-            q = litequeue.LiteQueue(os.path.join(d, "q.sqlite3"))
-            for x in items:
-                q.put(repr(x))
-
-            def fn():
-                for _ in range(n):
-                    q.done(q.pop().message_id)
         else:
-            raise ValueError(kind)
+            put, take = _consuming_peer(kind, d)
+            for x in items:
+                put(x)
+
+            def fn():
+                for _ in range(n):
+                    take()
         return {"ops": n, "seconds": _timed(fn)}
     finally:
         shutil.rmtree(d, ignore_errors=True)
