@@ -45,7 +45,7 @@ NONE_WRITTEN = b"\x01None\x02"
 
 
 def encode_dicts(dicts: Sequence[dict]) -> list[bytes] | None:
-    """``name\x01value\x02`` for every entry of every dict, in its own order, with one generated
+    r"""``name\x01value\x02`` for every entry of every dict, in its own order, with one generated
     f-string function per entry count (:func:`_items_encoder`): the bytes of
     :func:`encode_properties`, except that a None value is written as ``None`` instead of being
     left out (callers that may see one look for :data:`NONE_WRITTEN` and encode those dicts one by
@@ -60,7 +60,7 @@ def encode_dicts(dicts: Sequence[dict]) -> list[bytes] | None:
 
 @functools.lru_cache(maxsize=64)
 def _items_encoder(k: int):
-    """``enc(items)``: ``f"{k0}\x01{v0}\x02...".encode()`` for each ``dict.items()`` of ``k``
+    r"""``enc(items)``: ``f"{k0}\x01{v0}\x02...".encode()`` for each ``dict.items()`` of ``k``
     entries in ``items`` (ValueError at one of another size). An f-string formats each name and
     value as ``format(x, "")``, as :func:`encode_properties` does, without a template to parse or
     a loop per entry. The generated source holds identifiers only: names and values come in
