@@ -198,7 +198,44 @@ def test_lost_task_results_are_dispatched_again(spark, tmp_path, monkeypatch):
     res = J.rebuild(spark, store, str(tmp_path / "spark"), cfg, split_size=20_000)
     same_output(str(tmp_path / "local"), str(tmp_path / "spark"))
     assert res["records"] == local.records
-    assert [c[0] for c in calls] == ["dispatch_claimed", "dispatch_task", "write_task"]
+    assert [c[0] for c in calls] == ["dispatch_claimed", "dispatch_task", "write_claimed"]
+
+
+def test_lost_writer_results_are_written_again(spark, tmp_path, monkeypatch):
+    """The writer tasks claim queues and index shards as the dispatch tasks claim spans: items
+    whose results Spark drops are written again by a second job (the same bytes), and the output
+    is the in-process rebuild's."""
+    store = str(tmp_path / "store")
+    cfg = _three_segment_store(store)
+    real = J._run_tasks
+    calls = []
+
+    def lossy(sp, fn, spec, tasks):
+        out = real(sp, fn, spec, tasks)
+        calls.append((fn.__name__, [len(r) for r in out]))
+        if fn is I.write_claimed:
+            assert len(out) == 2 and sum(len(r) for r in out) == sum(len(g) for g in spec["groups"])
+            assert out[0] and out[1]  # both tasks wrote something
+            return [[]] + out[1:]  # the first task's queues and shards came back from nowhere
+        return out
+
+    monkeypatch.setattr(J, "_run_tasks", lossy)
+    local = rebuild_in_process(store, str(tmp_path / "local"), cfg)
+    res = J.rebuild(spark, store, str(tmp_path / "spark"), cfg, split_size=20_000)
+    same_output(str(tmp_path / "local"), str(tmp_path / "spark"))
+    assert res["records"] == local.records
+    assert [c[0] for c in calls] == ["dispatch_claimed", "write_claimed", "write_task"]
+    assert sum(calls[2][1]) == calls[1][1][0]  # the second job wrote exactly the lost items
+
+
+def test_claimed_writes_cover_every_item_once(tmp_path):
+    """A writer task alone takes every item (its own group heaviest first, then the other's from
+    the back end); a second attempt finds everything claimed."""
+    groups = [[[0, "queue", None], [2, "queue", None]], [[1, "queue", None], [3, "queue", None], [4, "queue", None]]]
+    spec = {"tmp": str(tmp_path), "groups": groups}
+    assert [it[0] for it in I.claimed(spec, 0, I.WRITE_CLAIMS_DIR)] == [0, 2, 4, 3, 1]
+    assert list(I.claimed(spec, 1, I.WRITE_CLAIMS_DIR)) == []
+    assert [it[0] for it in I.claimed(spec, 1, I.CLAIMS_DIR)] == [1, 3, 4, 2, 0]  # dispatch claims are apart
 
 
 def test_rebuild_with_small_pieces_is_byte_identical(spark, tmp_path, monkeypatch):

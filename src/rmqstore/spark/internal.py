@@ -16,7 +16,9 @@ the JVM in either stage.
 * :func:`write_task`: planned by the driver from those summaries, each writing some consume
   queues (``ConsumeQueue.put_units`` in commitlog order, as the dispatcher) and some shards of
   index files (``IndexFile.put_shard`` over the items ranked for the file; the driver prepares each
-  file, its header started from the previous file's last item, and finishes it).
+  file, its header started from the previous file's last item, and finishes it). On more than one
+  core the tasks run :func:`write_claimed`, claiming the queues and shards as the dispatch tasks
+  claim spans.
 
 Without pandas, PySpark moves data between Python and the JVM as Arrow batches only through the
 Python Data Source API, so the stats job, whose rows Spark SQL aggregates, reads data sources (each
@@ -149,8 +151,8 @@ def claim_span(claims_dir: str, span_id: int) -> bool:
     """Claim span ``span_id`` for this task: True for the one caller that creates its claim file
     (``O_CREAT | O_EXCL`` is atomic on local filesystems and NFSv3+), False for every other.
     A claim is never released: a claimed span whose result is lost (a failed or a losing
-    speculative task attempt) is found missing by the driver and dispatched again without claims
-    (:class:`.jobs._Dispatch`)."""
+    speculative task attempt) is found missing by the driver and run again without claims
+    (:func:`.jobs._run_claimed`). Also used for the writer tasks' items."""
     try:
         fd = os.open(os.path.join(claims_dir, str(span_id)), os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
     except FileExistsError:
@@ -159,19 +161,24 @@ def claim_span(claims_dir: str, span_id: int) -> bool:
     return True
 
 
-def dispatch_claimed(spec: dict, home: int) -> list[tuple[int, dict]]:
-    """One dispatch task with dynamic balancing (stage 1 of rebuild on more than one core):
-    ``spec["groups"]`` holds every task's group of spans (``[span id, segment start, start,
-    end]``); the task of group ``home`` claims spans in :func:`~.scan.claim_order` (its own group
-    first, then the back ends of the others) and dispatches each one it wins, so a task on a
-    slower core ends up with fewer spans instead of holding everyone up. The same spec as
-    :func:`dispatch_task`, plus ``groups``; claims live under ``tmp`` (one directory per rebuild).
-    Returns ``(span id, summary)`` per span this task dispatched."""
+def claimed(spec: dict, home: int, claims_subdir: str):
+    """The items this task wins, lazily: ``spec["groups"]`` holds every task's group of items
+    (each a list whose first element is the item's id); the task of group ``home`` tries them in
+    :func:`~.scan.claim_order` (its own group first, then the back ends of the others) and gets each
+    whose claim it creates under ``spec["tmp"]/claims_subdir``, just before working on it. A task on
+    a slower core thus ends up with fewer items instead of holding everyone up."""
     groups = spec["groups"]
-    claims = os.path.join(spec["tmp"], CLAIMS_DIR)
+    claims = os.path.join(spec["tmp"], claims_subdir)
     os.makedirs(claims, exist_ok=True)
     mine = (groups[g][i] for g, i in S.claim_order([len(g) for g in groups], home))
-    return dispatch_task(spec, (sp for sp in mine if claim_span(claims, sp[0])))
+    return (item for item in mine if claim_span(claims, item[0]))
+
+
+def dispatch_claimed(spec: dict, home: int) -> list[tuple[int, dict]]:
+    """One dispatch task with dynamic balancing (stage 1 of rebuild on more than one core): the
+    spans (``[span id, segment start, start, end]``) of :func:`claimed`, with :func:`dispatch_task`.
+    Returns ``(span id, summary)`` per span this task dispatched."""
+    return dispatch_task(spec, claimed(spec, home, CLAIMS_DIR))
 
 
 def dispatch_span(store_dir: str, cfg: MessageStoreConfig, span_id: int, span: S.Span, tmp: str,
@@ -248,21 +255,39 @@ def dispatch_span(store_dir: str, cfg: MessageStoreConfig, span_id: int, span: S
 # Writing consume queues and index files (the second stage of rebuild)
 # ================================================================================================
 
-def write_task(spec: dict, task: dict) -> list[dict]:
-    """One writer task (stage 2 of rebuild, run as an RDD task): ``task["queues"]`` with
-    :func:`write_queue`, then ``task["shards"]`` with :func:`write_index_shard`; spec ``out``,
-    ``cfg``. Returns a row per queue (``kind`` "queue", ``topic``, ``queueId``, ``count`` units,
-    ``files``) and per shard (``kind`` "index", ``file`` number, ``name``, ``count`` items,
-    ``slots`` it newly used)."""
+def write_task(spec: dict, items) -> list[tuple[int, list[dict]]]:
+    """One writer task (stage 2 of rebuild, run as an RDD task): ``items`` (``[id, "queue", [topic,
+    queueId, slices]]`` with :func:`write_queue`, ``[id, "index", [file number, path, slices, shard,
+    shards]]`` with :func:`write_index_shard`; any iterable, consumed lazily); spec ``out``, ``cfg``.
+    Returns ``(id, rows)`` per item: a row per queue (``kind`` "queue", ``topic``, ``queueId``,
+    ``count`` units, ``files``) or shard (``kind`` "index", ``file`` number, ``name``, ``count``
+    items, ``slots`` it newly used). Writing an item twice writes the same bytes."""
     tune_worker_malloc()
     cfg = cfg_from_json(spec["cfg"])
     tmp_root = _task_tmp(spec["out"])
     try:
-        rows = [write_queue(cfg, tmp_root, spec["out"], t, q, slices) for t, q, slices in task["queues"]]
-        rows += [write_index_shard(cfg, path, no, slices, j, m) for no, path, slices, j, m in task["shards"]]
+        out = []
+        for item_id, kind, payload in items:
+            if kind == "queue":
+                topic, queue_id, slices = payload
+                row = write_queue(cfg, tmp_root, spec["out"], topic, queue_id, slices)
+            else:
+                no, path, slices, shard, shards = payload
+                row = write_index_shard(cfg, path, no, slices, shard, shards)
+            out.append((item_id, [row]))
     finally:
         shutil.rmtree(tmp_root, ignore_errors=True)
-    return rows
+    return out
+
+
+WRITE_CLAIMS_DIR = "write-claims"
+
+
+def write_claimed(spec: dict, home: int) -> list[tuple[int, list[dict]]]:
+    """One writer task with dynamic balancing (stage 2 of rebuild on more than one core): the
+    items of :func:`claimed` (the heaviest of each group first, so that what others take from its
+    back end is light), with :func:`write_task`."""
+    return write_task(spec, claimed(spec, home, WRITE_CLAIMS_DIR))
 
 
 #: Units of one consume queue put with one ``put_units`` call at most (24 bytes each in memory).

@@ -209,31 +209,38 @@ class _Dispatch:
 
 
 def _dispatch_spans(spark: SparkSession, spec: dict, groups: list[list[list[int]]]) -> list[dict]:
-    """Dispatch every span of ``groups`` (one group per task); the span summaries in span order.
+    """Dispatch every span of ``groups`` (one group per task); the span summaries in span order
+    (:func:`_run_claimed` with :func:`.internal.dispatch_claimed`). A span dispatched twice writes
+    the same files (renamed into place) and the first summary is kept."""
+    info = _run_claimed(spark, I.dispatch_claimed, I.dispatch_task, spec, groups)
+    return [info[sid] for sid in sorted(info)]
 
-    With more than one group the tasks claim spans (:func:`.internal.dispatch_claimed`), so a
-    task slowed down by a busy core leaves its last spans to the others. A span claimed by a task
-    attempt whose result Spark drops (a failed attempt, the losing copy of a speculative task)
-    comes back from no task: those spans are dispatched again by a second job, without claims. A
-    span dispatched twice writes the same files (renamed into place) and the first summary is kept."""
-    spans = {sp[0]: sp for g in groups for sp in g}
+
+def _run_claimed(spark: SparkSession, claimed_fn, plain_fn, spec: dict, groups: list[list[list]]) -> dict:
+    """Run every item of ``groups`` (one group per task; an item is a list, its id first) and
+    return ``{id: result}``. With more than one group the tasks run ``claimed_fn(spec, group)``,
+    claiming items (:func:`.internal.claimed`), so a task slowed down by a busy core leaves its
+    last items to the others. An item claimed by a task attempt whose result Spark drops (a failed
+    attempt, the losing copy of a speculative task) comes back from no task: those items are run
+    again by ``plain_fn(spec, items)`` in a second job, without claims; the first result is kept."""
+    items = {it[0]: it for g in groups for it in g}
     if len(groups) > 1:
-        out = [x for r in _run_tasks(spark, I.dispatch_claimed, dict(spec, groups=groups), list(range(len(groups))))
+        out = [x for r in _run_tasks(spark, claimed_fn, dict(spec, groups=groups), list(range(len(groups))))
                for x in r]
     else:
-        out = [x for r in _run_tasks(spark, I.dispatch_task, spec, groups) for x in r]
-    info: dict[int, dict] = {}
-    for sid, x in out:
-        info.setdefault(sid, x)
-    missing = [spans[sid] for sid in sorted(spans) if sid not in info]
+        out = [x for r in _run_tasks(spark, plain_fn, spec, groups) for x in r]
+    done: dict = {}
+    for item_id, x in out:
+        done.setdefault(item_id, x)
+    missing = [items[i] for i in sorted(items) if i not in done]
     if missing:
-        log.info("dispatch: %d claimed spans came back from no task; dispatching them again", len(missing))
-        for r in _run_tasks(spark, I.dispatch_task, spec, I.group_evenly(missing, _parallelism(spark))):
-            for sid, x in r:
-                info.setdefault(sid, x)
-    if sorted(info) != sorted(spans):
-        raise RuntimeError(f"dispatch returned spans {sorted(set(info) ^ set(spans))[:10]} unexpectedly")
-    return [info[sid] for sid in sorted(info)]
+        log.info("%s: %d claimed items came back from no task; running them again", plain_fn.__name__, len(missing))
+        for r in _run_tasks(spark, plain_fn, spec, I.group_evenly(missing, _parallelism(spark))):
+            for item_id, x in r:
+                done.setdefault(item_id, x)
+    if sorted(done) != sorted(items):
+        raise RuntimeError(f"{plain_fn.__name__} returned items {sorted(set(done) ^ set(items))[:10]} unexpectedly")
+    return done
 
 
 #: Dynamic balancing of dispatch: the stealable half of a task's data is cut into about this many
@@ -445,14 +452,17 @@ def _rebuild(spark: SparkSession, d: _Dispatch, cfg: MessageStoreConfig, out_dir
         for (k, path, items, n), m in zip(files, nshards):
             for j in range(m if n else 0):
                 work.append(("index", k, index_shard_weight(n, m), [k, path, items, j, m]))
-    # spread the work over the tasks, biggest first, each to the least loaded task
+    # spread the work over the tasks, biggest first, each to the least loaded task; each task's
+    # items heaviest first, so that what other tasks claim from its back end is light
     ntasks = max(1, min(P, len(work)))
-    tasks = [{"queues": [], "shards": []} for _ in range(ntasks)]
-    for (kind, _, _, payload), b in zip(work, _lpt([w[2] for w in work], ntasks)):
-        tasks[b]["queues" if kind == "queue" else "shards"].append(payload)
+    planned: list[list] = [[] for _ in range(ntasks)]
+    for item_id, ((kind, _, weight, payload), b) in enumerate(zip(work, _lpt([w[2] for w in work], ntasks))):
+        planned[b].append((-weight, item_id, [item_id, kind, payload]))
+    groups = [[item for *_, item in sorted(g)] for g in planned]
     steps.mark("plan_write")
-    spec = {"out": out_dir, "cfg": I.cfg_to_json(cfg)}
-    rows = [_Row(r) for rs in _run_tasks(spark, I.write_task, spec, tasks) for r in rs] if work else []
+    spec = {"out": out_dir, "cfg": I.cfg_to_json(cfg), "tmp": tmp}
+    done = _run_claimed(spark, I.write_claimed, I.write_task, spec, groups) if work else {}
+    rows = [_Row(r) for item_id in sorted(done) for r in done[item_id]]
     steps.mark("write")
     written_queues = sum(1 for r in rows if r.kind == "queue")
     shard_rows: dict[int, list] = {}
