@@ -139,7 +139,9 @@ class ConsumeQueue:
             k = min(room, n - i)
             run = queue_offsets[i:i + k]
             if q0 * UNIT == current and (k == 1 or bool(np.all(np.diff(run) == 1))):
-                mf.append(F.encode_units(phys[i:i + k], sizes[i:i + k], tags[i:i + k]))
+                # in order, in one copy: a reader in another process validates units one by one
+                # (recovery.validated_unit_end) and takes a missing unit before written ones for damage
+                mf.append(F.encode_units(phys[i:i + k], sizes[i:i + k], tags[i:i + k]), publish_last=False)
                 self.max_physic_offset = int(phys[i + k - 1] + sizes[i + k - 1])
                 i += k
             else:
@@ -156,7 +158,7 @@ class ConsumeQueue:
             self.min_logic_offset = expect
             fill = expect % self.file_size
             if fill:
-                mf.append(F.BLANK_UNIT * (fill // UNIT))
+                mf.append(F.BLANK_UNIT * (fill // UNIT), publish_last=False)
             mf.flushed_position = 0
         return mf
 

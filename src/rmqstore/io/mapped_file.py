@@ -235,9 +235,13 @@ class MappedFile:
         if self.read_only:
             raise ReadOnlyStoreError("segment is mapped read-only", path=self.path)
 
-    def write_at(self, pos: int, data) -> None:
+    def write_at(self, pos: int, data, publish_last: bool = True) -> None:
         """Write ``data`` at ``pos`` (no position changes), its first 8 bytes last like
-        :meth:`append`: a batch of records written at once appears whole or not at all.
+        :meth:`append`: a batch of records written at once appears whole or not at all (a reader
+        finds no record until its TOTALSIZE and MAGICCODE are there). ``publish_last=False``
+        writes the bytes in order in one copy instead, for data whose first bytes must not be
+        the last to appear (consume-queue units: a reader in another process checks each unit
+        against its record, and must not find a later unit written while the first one is not).
 
         Large writes go through ``pwrite`` on the file rather than a copy into the mapping: the
         page cache is the same (readers of the mapping see the bytes), but the kernel fills fresh
@@ -246,7 +250,12 @@ class MappedFile:
         ``OSError`` rather than a ``SIGBUS``."""
         self._check_writable()
         n = len(data)
-        if n >= PWRITE_MIN:
+        if not publish_last:
+            if n >= PWRITE_MIN:
+                self._pwrite_all(memoryview(data), pos)
+            else:
+                self.mm[pos:pos + n] = data
+        elif n >= PWRITE_MIN:
             mv = memoryview(data)
             self._pwrite_all(mv[PUBLISH_BYTES:], pos + PUBLISH_BYTES)
             self.mm[pos:pos + PUBLISH_BYTES] = mv[:PUBLISH_BYTES]
@@ -271,13 +280,13 @@ class MappedFile:
                 raise StoreIOError(f"pwrite wrote nothing at {pos}", path=self.path, offset=pos)
             mv, pos = mv[k:], pos + k
 
-    def append(self, data) -> int:
+    def append(self, data, publish_last: bool = True) -> int:
         """Write at the write position (as :meth:`write_at`); returns the position written at."""
         pos = self.wrote_position
         n = len(data)
         if pos + n > self.file_size:
             raise StoreIOError(f"append of {n} bytes at {pos} overflows the segment", path=self.path, offset=pos)
-        self.write_at(pos, data)
+        self.write_at(pos, data, publish_last)
         self.wrote_position = pos + n
         return pos
 

@@ -170,3 +170,39 @@ def test_new_queue_is_empty(tmp_path):
     assert cq.recover() == 0 and cq.get_unit(0) is None and cq.iterate_from(0) is None
     assert not (tmp_path / "consumequeue").exists()
     cq.close()
+
+
+@pytest.mark.parametrize("n", [150, 400])  # through the mapping, and through pwrite (4096 bytes or more)
+def test_units_appear_in_order(tmp_path, monkeypatch, n):
+    """A run of units is written in order, in one copy (not with its first 8 bytes last, as
+    commitlog records are): a reader in another process checking units against their records must
+    never find a later unit written while an earlier one is not (it would take the gap for
+    damage). Every write is checked: the units it leaves on disk are a prefix of the run."""
+    from rmqstore.io import mapped_file as MF
+
+    cq = _cq(tmp_path, cq_size=20 * 1000)
+    seen, flags = [], []
+    real_pwrite, real_write_at = MF.MappedFile._pwrite_all, MF.MappedFile.write_at
+
+    def on_disk(path):
+        with open(path, "rb") as fh:
+            units = np.frombuffer(fh.read(), dtype=CQ.UNIT_DTYPE)
+        return (units["phy_offset"] != 0) | (units["size"] != 0)
+
+    def pwrite_all(self, mv, pos):
+        real_pwrite(self, mv, pos)
+        seen.append(on_disk(self.path))
+
+    def write_at(self, pos, data, publish_last=True):
+        flags.append(publish_last)
+        real_write_at(self, pos, data, publish_last)
+        seen.append(on_disk(self.path))
+
+    monkeypatch.setattr(MF.MappedFile, "_pwrite_all", pwrite_all)
+    monkeypatch.setattr(MF.MappedFile, "write_at", write_at)
+    _put(cq, list(range(n)), [100 + 1000 * i for i in range(n)])
+    assert flags == [False]  # one write, in order
+    assert len(seen) == (2 if n * 20 >= MF.PWRITE_MIN else 1)
+    for written in seen:
+        k = int(written.sum())
+        assert k == n and written[:k].all(), "a unit is missing before written ones"
