@@ -170,7 +170,7 @@ class ConsumeQueue:
                 return  # already present
             # expect > current: upstream logs and appends at the current end anyway (quirk 15.6)
         self.max_physic_offset = phy + size
-        mf.append(F.UNIT.pack(phy, size, tags))
+        mf.append(F.UNIT.pack(phy, size, tags), publish_last=False)
 
     def flush(self, least_pages: int = 0) -> None:
         self.queue.flush(least_pages)
