@@ -3,7 +3,7 @@
 ``import rmqstore`` never imports pyspark, click or rich.
 """
 from .config import MessageStoreConfig
-from .errors import (ConfigError, CorruptRecordError, OffsetError, ReadOnlyStoreError, RmqStoreError,
+from .errors import (ConfigError, CorruptRecordError, MessageIdError, OffsetError, ReadOnlyStoreError, RmqStoreError,
                      StoreClosedError, StoreIOError, StoreLockedError, StoreNotFoundError)
 from .message_store import MessageStore
 from .types import (GetMessageResult, GetMessageStatus, Message, MessageRecord, PutMessageResult,
@@ -15,5 +15,5 @@ __all__ = [
     "MessageStore", "MessageStoreConfig", "Message", "MessageRecord", "PutMessageResult", "PutMessageStatus",
     "GetMessageResult", "GetMessageStatus", "QueryMessageResult", "RmqStoreError", "ConfigError",
     "CorruptRecordError", "OffsetError", "ReadOnlyStoreError", "StoreClosedError", "StoreIOError",
-    "StoreLockedError", "StoreNotFoundError",
+    "StoreLockedError", "StoreNotFoundError", "MessageIdError",
 ]

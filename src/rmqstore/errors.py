@@ -52,3 +52,7 @@ class StoreNotFoundError(RmqStoreError, FileNotFoundError):
 
 class StoreClosedError(RmqStoreError, RuntimeError):
     """The store was used after close()."""
+
+
+class MessageIdError(RmqStoreError, ValueError):
+    """A message id (offsetMsgId or UNIQ_KEY) is not in the form RocketMQ writes."""

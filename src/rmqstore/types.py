@@ -75,17 +75,38 @@ class Message:
     reconsume_times: int = 0
     prepared_transaction_offset: int = 0
 
+    def __post_init__(self) -> None:
+        """Input is checked at the door: wrong types raise ``TypeError``, property names or values
+        that hold the ``\x01``/``\x02`` separators (they would corrupt the stored properties)
+        raise ``ValueError``. A ``bytearray`` or ``memoryview`` body is kept as ``bytes``."""
+        if type(self.topic) is not str:
+            raise TypeError(f"topic must be a str, got {type(self.topic).__name__}")
+        if type(self.body) is not bytes:
+            self.body = _body_bytes(self.body)
+        if (type(self.queue_id) is not int or type(self.flag) is not int or type(self.sys_flag) is not int
+                or type(self.reconsume_times) is not int or type(self.prepared_transaction_offset) is not int):
+            for name in _INT_FIELDS:
+                setattr(self, name, _as_int(name, getattr(self, name)))
+        if self.properties:
+            check_properties(self.properties)
+
     @classmethod
     def create(cls, topic: str, body: bytes, *, tags: str | None = None, keys: str | Iterable[str] | None = None,
                queue_id: int = 0, properties: Mapping[str, object] | None = None, flag: int = 0,
                born_host: str = "127.0.0.1:0", born_timestamp: int | None = None,
                uniq_key: str | None = None) -> "Message":
-        """Like a RocketMQ producer: adds TAGS, KEYS (space-joined) and a new UNIQ_KEY."""
+        """Like a RocketMQ producer: adds TAGS, KEYS (space-joined) and a new UNIQ_KEY.
+
+        ``keys`` is one key or an iterable of keys; a key holding a space is refused with
+        ``ValueError`` (RocketMQ stores KEYS space-joined and splits it on spaces, so such a key
+        would silently become two)."""
         props: dict[str, object] = {}
         if tags:
+            if type(tags) is not str:
+                raise TypeError(f"tags must be a str, got {type(tags).__name__}")
             props[P.TAGS] = tags
         if keys:
-            props[P.KEYS] = keys if isinstance(keys, str) else P.KEY_SEPARATOR.join(keys)
+            props[P.KEYS] = _join_keys(keys)
         props[P.UNIQ_KEY] = uniq_key or _UNIQ.new()
         if properties:
             props.update(properties)
@@ -94,6 +115,69 @@ class Message:
 
     def encoded_properties(self) -> bytes:
         return P.encode_properties(self.properties)
+
+
+_INT_FIELDS = ("queue_id", "flag", "sys_flag", "reconsume_times", "prepared_transaction_offset")
+
+
+def _as_int(name: str, value: object) -> int:
+    """An integer field: ``int`` or any integer type (numpy's), never ``bool``, ``float`` or ``str``."""
+    if isinstance(value, bool) or not hasattr(value, "__index__"):
+        raise TypeError(f"{name} must be an int, got {type(value).__name__} ({value!r})")
+    return value.__index__()
+
+
+def _body_bytes(body: object) -> bytes:
+    if isinstance(body, (bytearray, memoryview)):
+        return bytes(body)
+    hint = " (encode it first, e.g. text.encode())" if isinstance(body, str) else ""
+    raise TypeError(f"body must be bytes, bytearray or memoryview, got {type(body).__name__}{hint}")
+
+
+def _check_text(what: str, text: str) -> None:
+    if "\x01" in text or "\x02" in text:
+        raise ValueError(f"{what} {text!r} contains a property separator (\\x01 or \\x02), "
+                         "which would corrupt the stored properties")
+
+
+def check_properties(props: Mapping[str, object] | Sequence[tuple[str, object]]) -> None:
+    """``TypeError`` unless names are non-empty ``str``; ``ValueError`` when a name or a value (as
+    it would be written: ``str(value)``) holds ``\x01`` or ``\x02``."""
+    if type(props) is dict and "" not in props:  # the usual case, in C: every name and value a str
+        try:
+            text = "".join(props) + "".join(props.values())
+        except TypeError:
+            pass
+        else:
+            if "\x01" not in text and "\x02" not in text:
+                return
+    try:
+        items = props.items() if hasattr(props, "items") else props
+        pairs = [(k, v) for k, v in items]
+    except (TypeError, ValueError) as e:
+        raise TypeError(f"properties must be a mapping or (name, value) pairs, got {type(props).__name__}") from e
+    for k, v in pairs:
+        if type(k) is not str:
+            raise TypeError(f"property names must be str, got {type(k).__name__} ({k!r})")
+        if not k:
+            raise ValueError("property names must not be empty")
+        _check_text("property name", k)
+        if v is not None:
+            _check_text(f"value of property {k!r}", v if type(v) is str else format(v, ""))
+
+
+def _join_keys(keys: str | Iterable[str]) -> str:
+    parts = [keys] if type(keys) is str else list(keys)
+    try:
+        joined = P.KEY_SEPARATOR.join(parts)
+    except TypeError:
+        bad = next(k for k in parts if not isinstance(k, str))
+        raise TypeError(f"keys must be str, got {type(bad).__name__} ({bad!r})") from None
+    if joined.count(P.KEY_SEPARATOR) != len(parts) - 1:
+        bad = next(k for k in parts if P.KEY_SEPARATOR in k)
+        raise ValueError(f"key {bad!r} contains a space: RocketMQ splits KEYS on spaces, so it would be stored as "
+                         "several keys; pass the keys as a list of strings without spaces")
+    return joined
 
 
 @dataclass(slots=True)

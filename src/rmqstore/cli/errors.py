@@ -101,6 +101,8 @@ _STORE_ERRORS: list[tuple[type[BaseException], ExitCode, str]] = [
     (E.CorruptRecordError, ExitCode.CORRUPT,
      "`rmqstore verify` lists the damage (`verify --fix` repairs consume queues and index; a damaged "
      "commitlog record can only come back from a copy); `browse` reads around damaged records"),
+    (E.MessageIdError, ExitCode.USAGE,
+     "an offsetMsgId is 32 hex digits (56 for IPv6 hosts); a producer's msgId (UNIQ_KEY) goes to query-unique-key"),
     (E.ReadOnlyStoreError, ExitCode.READ_ONLY, "use a command that opens the store for writing"),
     (E.ConfigError, ExitCode.CONFIG, "fix the named key in the --config file (RocketMQ broker.conf names)"),
     (E.OffsetError, ExitCode.OFFSET,

@@ -24,7 +24,7 @@ import time
 
 import numpy as np
 
-from ..errors import CorruptRecordError
+from ..errors import MessageIdError
 
 _PORT_OFF = struct.Struct(">iq")
 
@@ -66,13 +66,16 @@ def encode_offset_msg_ids(store_host_raw: bytes, phy_offsets) -> str:
 
 
 def decode_offset_msg_id(msg_id: str) -> tuple[str, int]:
-    """``(store_host, phy_offset)`` from an offsetMsgId (32 hex chars IPv4, 56 IPv6)."""
+    """``(store_host, phy_offset)`` from an offsetMsgId (32 hex chars IPv4, 56 IPv6);
+    :class:`MessageIdError` (a ``ValueError``) for anything else."""
+    if not isinstance(msg_id, str):
+        raise TypeError(f"offsetMsgId must be a str, got {type(msg_id).__name__}")
     try:
         raw = bytes.fromhex(msg_id)
     except ValueError as e:
-        raise CorruptRecordError(f"offsetMsgId {msg_id!r} is not hex") from e
-    if len(raw) not in (16, 28):
-        raise CorruptRecordError(f"offsetMsgId {msg_id!r}: expected 32 or 56 hex chars, got {len(msg_id)}")
+        raise MessageIdError(f"offsetMsgId {msg_id!r} is not hex (expected 32 or 56 hex digits)") from e
+    if len(raw) not in (16, 28) or len(msg_id) != 2 * len(raw):
+        raise MessageIdError(f"offsetMsgId {msg_id!r}: expected 32 (IPv4) or 56 (IPv6) hex digits, got {len(msg_id)}")
     alen = len(raw) - 12
     port, phy = _PORT_OFF.unpack_from(raw, alen)
     return format_host(raw[:alen] + struct.pack(">i", port)), phy
@@ -115,9 +118,9 @@ def uniq_key_timestamp(uniq_key: str, now_ms: int | None = None) -> int:
     try:
         raw = bytes.fromhex(uniq_key)
     except ValueError as e:
-        raise CorruptRecordError(f"UNIQ_KEY {uniq_key!r} is not hex") from e
+        raise MessageIdError(f"UNIQ_KEY {uniq_key!r} is not hex") from e
     if len(raw) < 12:
-        raise CorruptRecordError(f"UNIQ_KEY {uniq_key!r} is too short")
+        raise MessageIdError(f"UNIQ_KEY {uniq_key!r} is too short")
     span = struct.unpack_from(">I", raw, len(raw) - 6)[0]
     now = int(time.time() * 1000) if now_ms is None else now_ms
     start = _month_start_ms(now)

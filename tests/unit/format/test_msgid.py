@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from rmqstore import CorruptRecordError
+from rmqstore import CorruptRecordError, MessageIdError
 from rmqstore.format import msgid as I
 
 
@@ -46,10 +46,19 @@ def test_offset_msg_id_ipv6_round_trip():
     assert I.decode_offset_msg_id(mid) == ("[::1]:9103", 123456)
 
 
-@pytest.mark.parametrize("bad", ["XYZ", "7F00", "7F0000010000238F000000000001E2", "0" * 34])
+@pytest.mark.parametrize("bad", ["XYZ", "zz", "7F00", "7F0000010000238F000000000001E2", "0" * 34,
+                                 "7F000001 0000238F000000000001E240", ""])
 def test_offset_msg_id_rejects(bad):
-    with pytest.raises(CorruptRecordError):
+    """A malformed id is a MessageIdError (a ValueError): the caller's mistake, not damage on disk."""
+    with pytest.raises(MessageIdError) as e:
         I.decode_offset_msg_id(bad)
+    assert isinstance(e.value, ValueError) and not isinstance(e.value, CorruptRecordError)
+    assert repr(bad) in str(e.value)
+
+
+def test_offset_msg_id_must_be_a_str():
+    with pytest.raises(TypeError):
+        I.decode_offset_msg_id(12345)
 
 
 def test_uniq_key_layout_and_parts():
@@ -100,7 +109,7 @@ def test_uniq_key_from_the_vectors():
 
 
 def test_uniq_key_timestamp_rejects():
-    with pytest.raises(CorruptRecordError):
+    with pytest.raises(MessageIdError):
         I.uniq_key_timestamp("not hex")
-    with pytest.raises(CorruptRecordError):
+    with pytest.raises(MessageIdError):
         I.uniq_key_timestamp("00FF")
