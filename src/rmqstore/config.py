@@ -19,6 +19,9 @@ SYNC_FLUSH = "SYNC_FLUSH"
 ASYNC_FLUSH = "ASYNC_FLUSH"
 CQ_UNIT_SIZE = 20
 DEFAULT_DELAY_LEVELS = "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h"
+#: the two presets (README "Presets"): RocketMQ's broker defaults, and a store that fits a laptop
+BROKER = "broker"
+EMBEDDED = "embedded"
 _TIME_UNITS_MS = {"s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
 
 
@@ -68,6 +71,16 @@ class MessageStoreConfig:
     #: Beyond upstream (retention): consumer groups whose unconsumed messages retention keeps
     #: unless the disk is past the warning level. Empty = upstream behaviour.
     retain_unconsumed_groups: tuple[str, ...] = field(default_factory=tuple)
+    #: BrokerConfig's ``flushConsumerOffsetInterval``: ms between writes of consumerOffset.json
+    flush_consumer_offset_interval: int = 5000
+    #: Beyond upstream: which disk policy retention applies. ``"broker"`` is RocketMQ's (delete
+    #: expired segments at ``deleteWhen``, delete unexpired ones past ``diskSpaceCleanForciblyRatio``,
+    #: refuse puts past ``diskSpaceWarningLevelRatio``); ``"embedded"`` never deletes data because of
+    #: disk usage and refuses puts only when the free bytes would not hold the next files.
+    disk_policy: str = BROKER
+    #: Beyond upstream: delete segments older than ``fileReservedTime`` at ``deleteWhen``. Off in the
+    #: embedded preset unless a retention is given.
+    time_based_retention: bool = True
 
     def __post_init__(self) -> None:
         def positive(name: str) -> None:
@@ -85,6 +98,8 @@ class MessageStoreConfig:
             raise ConfigError(f"flush_disk_type must be SYNC_FLUSH or ASYNC_FLUSH, got {self.flush_disk_type!r}")
         if self.enable_consume_queue_ext:
             raise ConfigError("enable_consume_queue_ext=true is not supported (ConsumeQueueExt is off upstream by default)")
+        if self.disk_policy not in (BROKER, EMBEDDED):
+            raise ConfigError(f"disk_policy must be {BROKER!r} or {EMBEDDED!r}, got {self.disk_policy!r}")
         if not isinstance(self.retain_unconsumed_groups, tuple):
             object.__setattr__(self, "retain_unconsumed_groups", tuple(self.retain_unconsumed_groups))
         self.delay_levels_ms  # validates
@@ -116,6 +131,17 @@ class MessageStoreConfig:
     def replace(self, **changes: Any) -> "MessageStoreConfig":
         return dataclasses.replace(self, **changes)
 
+    @classmethod
+    def embedded(cls, **overrides: Any) -> "MessageStoreConfig":
+        """The preset a new store opened from Python without a config gets: small files (a store
+        with one message allocates about 43 MB), no deletion because of disk usage, no time-based
+        deletion unless ``file_reserved_time`` is given, puts refused only when the disk cannot
+        hold the next files. Any field can be overridden."""
+        values: dict[str, Any] = dict(EMBEDDED_DEFAULTS)
+        values["time_based_retention"] = "file_reserved_time" in overrides
+        values.update(overrides)
+        return cls(**values)
+
     # --- loading -----------------------------------------------------------------------------
     @classmethod
     def from_properties(cls, source: str | os.PathLike | Mapping[str, Any], **overrides: Any) -> "MessageStoreConfig":
@@ -142,6 +168,18 @@ class MessageStoreConfig:
             kwargs["store_host"] = f"{ip}:{port or 10911}"
         kwargs.update(overrides)
         return cls(**kwargs)
+
+
+#: The embedded preset's values (``MessageStoreConfig.embedded``): 32 MiB commitlog segments,
+#: consume-queue files of 50,000 units (1 MB), index files of 100,000 slots and 400,000 items
+#: (8.4 MB, upstream's 1:4 ratio so that the geometry can be inferred from a file's size).
+EMBEDDED_DEFAULTS: dict[str, Any] = {
+    "mapped_file_size_commit_log": 32 * 1024 * 1024,
+    "mapped_file_size_consume_queue": 50_000 * CQ_UNIT_SIZE,
+    "max_hash_slot_num": 100_000,
+    "max_index_num": 400_000,
+    "disk_policy": EMBEDDED,
+}
 
 
 def read_properties_file(path: str) -> dict[str, str]:

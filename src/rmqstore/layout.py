@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 
 from .config import MessageStoreConfig
-from .errors import StoreNotFoundError
+from .errors import ConfigError, StoreNotFoundError
 
 COMMITLOG = "commitlog"
 CONSUMEQUEUE = "consumequeue"
@@ -33,6 +33,56 @@ def is_store_dir(path: str) -> bool:
         os.path.exists(os.path.join(path, d)) for d in (COMMITLOG, CONSUMEQUEUE, "checkpoint"))
 
 
+def _first_cq_segment_size(store_dir: str) -> int | None:
+    cq_root = os.path.join(store_dir, CONSUMEQUEUE)
+    if not os.path.isdir(cq_root):
+        return None
+    for topic in sorted(os.listdir(cq_root)):
+        tdir = os.path.join(cq_root, topic)
+        if not os.path.isdir(tdir):
+            continue
+        for q in sorted(os.listdir(tdir)):
+            size = _first_segment_size(os.path.join(tdir, q)) if q.isdigit() else None
+            if size:
+                return size
+    return None
+
+
+def _first_index_size(store_dir: str) -> int | None:
+    idx = os.path.join(store_dir, INDEX)
+    if not os.path.isdir(idx):
+        return None
+    for n in sorted(os.listdir(idx)):
+        p = os.path.join(idx, n)
+        if n.isdigit() and os.path.isfile(p) and os.path.getsize(p) > 0:
+            return os.path.getsize(p)
+    return None
+
+
+def check_geometry(store_dir: str, cfg: MessageStoreConfig) -> None:
+    """Raise :class:`ConfigError` naming both sizes when the store's first commitlog, consume-queue
+    or index file contradicts ``cfg`` (a store written with other segment sizes)."""
+    found = (("commitlog segment", "mappedFileSizeCommitLog", _first_segment_size(os.path.join(store_dir, COMMITLOG)),
+              cfg.mapped_file_size_commit_log),
+             ("consume-queue file", "mappedFileSizeConsumeQueue", _first_cq_segment_size(store_dir), cfg.cq_file_size),
+             ("index file", "maxHashSlotNum/maxIndexNum", _first_index_size(store_dir), cfg.index_file_size))
+    for what, keys, on_disk, configured in found:
+        if on_disk is not None and on_disk != configured:
+            raise ConfigError(f"the store's {what}s are {on_disk} bytes but the config says {configured} ({keys}); "
+                              "open without a config to use the store's own sizes", path=store_dir)
+
+
+def resolve_config(store_dir: str, cfg: MessageStoreConfig | None) -> MessageStoreConfig:
+    """The config a store is opened with: ``cfg`` checked against the files (:func:`check_geometry`),
+    or, when None, the embedded preset with the segment sizes of the files already there."""
+    if cfg is not None:
+        if os.path.isdir(store_dir):
+            check_geometry(store_dir, cfg)
+        return cfg
+    base = MessageStoreConfig.embedded()
+    return infer_config(store_dir, base) if os.path.isdir(store_dir) else base
+
+
 def infer_config(store_dir: str, base: MessageStoreConfig | None = None) -> MessageStoreConfig:
     """``base`` (defaults if None) with segment sizes taken from the store's files where present."""
     if not os.path.isdir(store_dir):
@@ -42,28 +92,11 @@ def infer_config(store_dir: str, base: MessageStoreConfig | None = None) -> Mess
     cl = _first_segment_size(os.path.join(store_dir, COMMITLOG))
     if cl and cl != cfg.mapped_file_size_commit_log:
         changes["mapped_file_size_commit_log"] = cl
-    cq_root = os.path.join(store_dir, CONSUMEQUEUE)
-    if os.path.isdir(cq_root):
-        done = False
-        for topic in sorted(os.listdir(cq_root)):
-            tdir = os.path.join(cq_root, topic)
-            if not os.path.isdir(tdir):
-                continue
-            for q in sorted(os.listdir(tdir)):
-                size = _first_segment_size(os.path.join(tdir, q)) if q.isdigit() else None
-                if size:
-                    if size != cfg.cq_file_size:
-                        changes["mapped_file_size_consume_queue"] = size
-                    done = True
-                    break
-            if done:
-                break
-    idx = os.path.join(store_dir, INDEX)
-    if os.path.isdir(idx):
-        sizes = [os.path.getsize(os.path.join(idx, n)) for n in sorted(os.listdir(idx))
-                 if os.path.isfile(os.path.join(idx, n))]
-        if sizes and sizes[0] != cfg.index_file_size and (sizes[0] - 40) % 84 == 0:
-            slots = (sizes[0] - 40) // 84
-            changes["max_hash_slot_num"] = slots
-            changes["max_index_num"] = 4 * slots
+    cq = _first_cq_segment_size(store_dir)
+    if cq and cq != cfg.cq_file_size:
+        changes["mapped_file_size_consume_queue"] = cq
+    ix = _first_index_size(store_dir)
+    if ix and ix != cfg.index_file_size and (ix - 40) % 84 == 0:
+        changes["max_hash_slot_num"] = (ix - 40) // 84
+        changes["max_index_num"] = 4 * ((ix - 40) // 84)
     return cfg.replace(**changes) if changes else cfg

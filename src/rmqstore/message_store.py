@@ -9,6 +9,7 @@ put the would-be recovery in :attr:`recovery_report` instead of applying it.
 """
 from __future__ import annotations
 
+import atexit
 import dataclasses
 import errno
 import fcntl
@@ -16,17 +17,21 @@ import logging
 import os
 import threading
 import time
-from typing import Iterable
+import weakref
+from typing import Callable, Iterable
 
 import numpy as np
 
-from .config import MessageStoreConfig
+from .config import EMBEDDED, MessageStoreConfig
+from .consumer import EARLIEST, Consumer
+from .layout import resolve_config
 from .engine import recovery as R
 from .engine import retention as RT
 from .engine import verify as V
 from .engine.checkpoint import StoreCheckpoint
 from .engine.commit_log import CommitLog
 from .engine.consume_queue import ConsumeQueue
+from .engine.consumer_offsets import CONSUMER_OFFSET_FILE, ConsumerOffsetManager
 from .engine.dispatch import ReputMessageService, dispatch_batch, extract_dispatch_columns
 from .engine.index import IndexFile, IndexService
 from .format import consume_queue as CQF
@@ -47,6 +52,43 @@ RETIRE_GRACE_S = 5.0
 _LOCKED_PATHS: set[str] = set()
 _LOCKED_GUARD = threading.Lock()
 MAX_PULL_SIZE = 128 * 1024 * 1024
+#: stores open in this process, closed cleanly at normal interpreter exit (no abnormal recovery
+#: next time for a program that forgot ``close()``)
+_OPEN_STORES: "weakref.WeakSet[MessageStore]" = weakref.WeakSet()
+
+
+@atexit.register
+def _close_open_stores() -> None:
+    for store in list(_OPEN_STORES):
+        try:
+            store.close()
+        except Exception:  # noqa: BLE001 - the next open recovers
+            log.exception("closing %s at interpreter exit failed", store.path)
+
+
+def _lock_holder(lock_path: str) -> int | None:
+    """PID of the process holding a store's writer lock (None when nobody holds it). A reader
+    asks for a shared lock on the byte the writer locks exclusively; the PID is the writer's
+    ``abort`` file (-1 when unreadable)."""
+    try:
+        fd = os.open(lock_path, os.O_RDONLY)
+    except OSError:
+        return None
+    try:
+        fcntl.lockf(fd, fcntl.LOCK_SH | fcntl.LOCK_NB, 1, 0)
+    except OSError as e:
+        if e.errno not in (errno.EACCES, errno.EAGAIN):
+            return None
+        try:
+            with open(os.path.join(os.path.dirname(lock_path), "abort"), encoding="ascii") as fh:
+                return int(fh.read().strip() or -1)
+        except (OSError, ValueError):
+            return -1
+    else:
+        fcntl.lockf(fd, fcntl.LOCK_UN, 1, 0)
+        return None
+    finally:
+        os.close(fd)
 
 
 def _total_ram() -> int:
@@ -97,9 +139,10 @@ def _item_hashes_at(f, phy: int, *, from_end: bool) -> list[int]:
     return items["key_hash"][sel].astype(np.int64).tolist()
 
 
-def _disk_full_result() -> PutMessageResult:
-    return PutMessageResult(PutMessageStatus.SERVICE_NOT_AVAILABLE,
-                            error="disk full: usage is past diskSpaceWarningLevelRatio (retention frees space)")
+def _disk_full_result(cfg: MessageStoreConfig) -> PutMessageResult:
+    why = ("the free space would not hold the next commitlog, consume-queue and index files"
+           if cfg.disk_policy == EMBEDDED else "usage is past diskSpaceWarningLevelRatio (retention frees space)")
+    return PutMessageResult(PutMessageStatus.SERVICE_NOT_AVAILABLE, error=f"disk full: {why}")
 
 
 def parse_subscription(expr: str | None) -> tuple[frozenset[str], frozenset[int]] | None:
@@ -140,6 +183,13 @@ class MessageStore:
         #: upstream's DISK_FULL running flag: set by retention's space check past
         #: diskSpaceWarningLevelRatio; puts are refused with SERVICE_NOT_AVAILABLE while set
         self.disk_full = False
+        #: committed offsets of consumer groups (``config/consumerOffset.json``), shared by the
+        #: embedded consumers and the broker
+        self.consumer_offsets = ConsumerOffsetManager(os.path.join(self.path, CONSUMER_OFFSET_FILE),
+                                                      read_only=read_only)
+        #: PID of a live writer in another process when this read-only store was opened (-1: PID unknown)
+        self.live_writer_pid: int | None = None
+        self._dispatch_listeners: tuple[Callable[[set[tuple[str, int]]], None], ...] = ()
 
     # ==========================================================================================
     # Opening and closing
@@ -147,13 +197,14 @@ class MessageStore:
     @classmethod
     def open(cls, path: str | os.PathLike, cfg: MessageStoreConfig | None = None, read_only: bool = False
              ) -> "MessageStore":
-        cfg = cfg or MessageStoreConfig()
         path = os.fspath(path)
+        cfg = resolve_config(path, cfg)
         if read_only:
             if not os.path.isdir(path):
                 raise StoreNotFoundError("store directory does not exist", path=path)
-            if not any(os.path.exists(os.path.join(path, d)) for d in ("commitlog", "consumequeue", "checkpoint")):
-                raise StoreNotFoundError("not a message store (no commitlog/, consumequeue/ or checkpoint)", path=path)
+            if not any(os.path.exists(os.path.join(path, d))
+                       for d in ("commitlog", "consumequeue", "checkpoint", "lock")):
+                raise StoreNotFoundError("not a message store (no commitlog/, consumequeue/, checkpoint or lock)", path=path)
         else:
             try:
                 os.makedirs(path, exist_ok=True)
@@ -165,6 +216,7 @@ class MessageStore:
         except BaseException:
             store._release(abort_clean=False)
             raise
+        _OPEN_STORES.add(store)
         return store
 
     def _take_lock(self) -> None:
@@ -188,6 +240,9 @@ class MessageStore:
     def _open(self) -> None:
         if not self.read_only:
             self._take_lock()
+        else:
+            self.live_writer_pid = _lock_holder(os.path.join(self.path, "lock"))
+        self.consumer_offsets.load()
         abort_path = os.path.join(self.path, "abort")
         last_exit_ok = not os.path.exists(abort_path)
         self.commit_log.queue.load()
@@ -331,7 +386,11 @@ class MessageStore:
                 report.consume_queues_truncated.append(f"{cq.topic}/{cq.queue_id}")
         report.seconds = R.now() - t0
         self.recovery_report = report
-        if report.mode != "empty" and (not report.clean or report.mode == "abnormal"):
+        if self.live_writer_pid is not None and not report.corrupt_records:
+            pid = "" if self.live_writer_pid < 0 else f" (pid {self.live_writer_pid})"
+            log.warning("%s: a live writer%s has the store open: reading what it has written so far, up to "
+                        "offset %d", self.path, pid, report.end_offset)
+        elif report.mode != "empty" and (not report.clean or report.mode == "abnormal"):
             log.warning("%s: %s", self.path, report.summary())
 
     def _recover_index(self, dropped: list, redispatch: int, applied: bool, report: R.RecoveryReport) -> int:
@@ -534,10 +593,15 @@ class MessageStore:
                     for mf in removed_q:
                         self._retire(mf)
             self._validate_read_views()
-            for cq in self.consume_queues.values():
-                cl.topic_queue_table[(cq.topic, cq.queue_id)] = cq.max_offset
+            grown = set()
+            for key, cq in self.consume_queues.items():
+                if cl.topic_queue_table.get(key, 0) < cq.max_offset:
+                    grown.add(key)
+                cl.topic_queue_table[key] = cq.max_offset
                 cq.correct_min_offset(cl.min_offset)
             self._refresh_index()
+            if grown:
+                self.notify_dispatched(grown)
             return end
 
     def _refresh_index(self) -> None:
@@ -581,6 +645,24 @@ class MessageStore:
     def on_dispatched(self, store_ts: int) -> None:
         self.checkpoint.values.logics_msg_timestamp = store_ts
 
+    def add_dispatch_listener(self, fn: Callable[[set[tuple[str, int]]], None]) -> None:
+        """Call ``fn(queues)`` after each dispatched batch is readable, with the set of
+        ``(topic, queue_id)`` it advanced (upstream's ``MessageArrivingListener``, per batch).
+        ``fn`` runs on the dispatcher thread (a read-only store: the thread calling
+        :meth:`refresh`) and must be quick; an exception in it is logged, dispatch goes on."""
+        self._dispatch_listeners = self._dispatch_listeners + (fn,)
+
+    def remove_dispatch_listener(self, fn: Callable[[set[tuple[str, int]]], None]) -> None:
+        self._dispatch_listeners = tuple(f for f in self._dispatch_listeners if f != fn)
+
+    def notify_dispatched(self, queues: set[tuple[str, int]]) -> None:
+        """Tell the dispatch listeners that ``queues`` have new messages."""
+        for fn in self._dispatch_listeners:
+            try:
+                fn(queues)
+            except Exception:  # noqa: BLE001 - a listener must not stop dispatch
+                log.exception("dispatch listener %r failed", fn)
+
     def _flush_loop(self) -> None:
         """The flusher thread: commitlog (ASYNC_FLUSH: every ``flushIntervalCommitLog`` when at
         least ``flushCommitLogLeastPages`` pages are dirty, everything at least every
@@ -593,7 +675,7 @@ class MessageStore:
         last_thorough = last_cq = last_cq_thorough = time.monotonic()
         next_clean = time.monotonic() + RT.FIRST_CLEAN_DELAY_S
         tick = min(cfg.flush_interval_commit_log, cfg.flush_interval_consume_queue, 1000) / 1000
-        last_cl = 0.0
+        last_cl = last_offsets = 0.0
         while not self._stop.wait(tick):
             try:
                 now = time.monotonic()
@@ -611,6 +693,9 @@ class MessageStore:
                     if cq_thorough:
                         last_cq_thorough = now
                     self._flush_queues_and_checkpoint(0 if cq_thorough else cfg.flush_consume_queue_least_pages)
+                if (now - last_offsets) * 1000 >= cfg.flush_consumer_offset_interval:
+                    last_offsets = now
+                    self.consumer_offsets.persist()
                 self._supervise_reput(now)
                 self._close_retired()
                 if now >= next_clean:
@@ -705,12 +790,17 @@ class MessageStore:
 
     def _release(self, abort_clean: bool) -> None:
         self._closed = True
+        _OPEN_STORES.discard(self)
         self._stop.set()
         if self._flusher is not None:
             self._flusher.join()
         if self.reput is not None:
             self.reput.shutdown()
         if not self.read_only and self._lock_fd is not None:
+            try:
+                self.consumer_offsets.persist()
+            except StoreIOError:
+                log.exception("consumer offsets could not be written at close")
             try:
                 self.commit_log.flush(0)
                 for cq in self.consume_queues.values():
@@ -762,7 +852,7 @@ class MessageStore:
         half-written either way."""
         self._check_writable()
         if self.disk_full:
-            return _disk_full_result()
+            return _disk_full_result(self.cfg)
         return self.commit_log.put_message(msg)
 
     def put_messages(self, msgs: Iterable[Message]) -> PutMessageResult:
@@ -770,7 +860,7 @@ class MessageStore:
         becomes visible, also across a crash."""
         self._check_writable()
         if self.disk_full:
-            return _disk_full_result()
+            return _disk_full_result(self.cfg)
         return self.commit_log.put_messages(list(msgs))
 
     def wait_dispatched(self, timeout: float | None = None) -> None:
@@ -1024,6 +1114,17 @@ class MessageStore:
                 status = GetMessageStatus.FOUND
                 next_phy_file_start = None
         return GetMessageResult(status, next_begin, min_o, max_o, messages, filtered)
+
+    def consumer(self, group: str, topics: str | Iterable[str], subscription: str | None = None, *,
+                 auto_commit: bool = False, start: str | int = EARLIEST, offsets=None) -> Consumer:
+        """A member of consumer group ``group`` reading every queue of ``topics`` (see
+        :mod:`rmqstore.consumer`): ``poll``, ``commit``, ``committed``, ``lag``, ``seek``,
+        ``seek_to_time``, ``close``. ``start`` is where a queue without a committed offset begins
+        (``"earliest"``, ``"latest"`` or an epoch-ms timestamp); ``offsets`` a JSON file (or a
+        :class:`ConsumerOffsetManager`) to keep the group's offsets elsewhere than the store's
+        ``config/consumerOffset.json`` (needed to commit on a read-only store)."""
+        self._check_open()
+        return Consumer(self, group, topics, subscription, auto_commit=auto_commit, start=start, offsets=offsets)
 
     def _read_quiet(self, phy: int) -> MessageRecord | None:
         try:

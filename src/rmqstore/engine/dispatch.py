@@ -239,19 +239,23 @@ def queue_groups(batch: M.RecordBatch, cols: DispatchColumns):
 
 
 def dispatch_batch(buf, batch: M.RecordBatch, *, cq_for: Callable, index_service, delay_levels_ms,
-                   topic_cache: dict, build_cq: bool = True, build_index: bool = True) -> None:
-    """Write the CQ units and index items of a batch of valid records (commitlog order)."""
+                   topic_cache: dict, build_cq: bool = True, build_index: bool = True) -> set[tuple[str, int]]:
+    """Write the CQ units and index items of a batch of valid records (commitlog order); returns
+    the ``(topic, queue_id)`` pairs that got units."""
+    queues: set[tuple[str, int]] = set()
     if len(batch) == 0:
-        return
+        return queues
     u8 = buf if isinstance(buf, np.ndarray) else np.frombuffer(buf, dtype=np.uint8)
     cols = extract_dispatch_columns(u8, batch, delay_levels_ms, topic_cache)
     if build_cq:
         for topic, qid, grp in queue_groups(batch, cols):
             cq_for(topic, qid).put_units(batch.queue_offset[grp], batch.phy_offset[grp], batch.total[grp],
                                          cols.tags_codes[grp])
+            queues.add((topic, qid))
     if build_index and index_service is not None:
         index_service.build_index_hashed(batch.phy_offset, batch.store_timestamp, batch.sys_flag,
                                          cols.item_rec, cols.item_hash)
+    return queues
 
 
 def iter_record_batches(queue, start: int, end: int, batch_records: int = BATCH_RECORDS):
@@ -406,10 +410,11 @@ class ReputMessageService:
                 k = batch.first_invalid()
                 if k < len(batch):
                     batch = batch.take(k)
+                touched: set[tuple[str, int]] = set()
                 if len(batch):
-                    dispatch_batch(mf.u8, batch, cq_for=store.find_consume_queue, index_service=store.index_service,
-                                   delay_levels_ms=store.delay_levels_ms, topic_cache=self._topic_cache,
-                                   build_index=store.cfg.message_index_enable)
+                    touched = dispatch_batch(mf.u8, batch, cq_for=store.find_consume_queue,
+                                             index_service=store.index_service, delay_levels_ms=store.delay_levels_ms,
+                                             topic_cache=self._topic_cache, build_index=store.cfg.message_index_enable)
                     store.on_dispatched(int(batch.store_timestamp[-1]))
                     new = mf.file_from_offset + int(batch.starts[-1] + batch.total[-1])
                 else:
@@ -427,3 +432,5 @@ class ReputMessageService:
                 with self._progress:
                     self.reput_from = new
                     self._progress.notify_all()
+                if touched:
+                    store.notify_dispatched(touched)

@@ -29,13 +29,14 @@ still hold them (``MessageStore._retire``), so the space is freed shortly after.
 """
 from __future__ import annotations
 
-import json
 import logging
 import math
 import os
 import time
 from dataclasses import dataclass, field
 
+from ..config import EMBEDDED
+from .consumer_offsets import CONSUMER_OFFSET_FILE, parse_broker_json, read_offset_file  # noqa: F401 - re-exported
 from ..errors import ConfigError, CorruptRecordError, ReadOnlyStoreError
 from ..format import consume_queue as CQF
 
@@ -44,7 +45,6 @@ log = logging.getLogger(__name__)
 #: upstream cleanResourceInterval (10 s) and its first delay (60 s); not configurable here
 CLEAN_INTERVAL_S = 10.0
 FIRST_CLEAN_DELAY_S = 60.0
-CONSUMER_OFFSET_FILE = os.path.join("config", "consumerOffset.json")
 
 
 @dataclass
@@ -79,15 +79,23 @@ class CleanResult:
 # Inputs: disk usage, the hour, consumer offsets
 # ------------------------------------------------------------------------------------------------
 
-def disk_used_ratio(path: str) -> float:
-    """Upstream ``UtilAll.getDiskPartitionSpaceUsedPercent``: ``ceil(used*100/(used+avail))/100``
-    of the filesystem holding ``path`` (-1 when it cannot be read)."""
+def _statvfs(path: str):
+    """``os.statvfs`` of the filesystem holding ``path`` (its nearest existing ancestor); None when
+    it cannot be read."""
     p = path
     while p and not os.path.exists(p):
         p = os.path.dirname(p)
     try:
-        st = os.statvfs(p or "/")
+        return os.statvfs(p or "/")
     except OSError:
+        return None
+
+
+def disk_used_ratio(path: str) -> float:
+    """Upstream ``UtilAll.getDiskPartitionSpaceUsedPercent``: ``ceil(used*100/(used+avail))/100``
+    of the filesystem holding ``path`` (-1 when it cannot be read)."""
+    st = _statvfs(path)
+    if st is None:
         return -1.0
     total = st.f_blocks * st.f_frsize
     free = st.f_bfree * st.f_frsize
@@ -96,6 +104,12 @@ def disk_used_ratio(path: str) -> float:
     if used + avail <= 0:
         return -1.0
     return math.ceil(used * 100 / (used + avail)) / 100
+
+
+def disk_free_bytes(path: str) -> int:
+    """Bytes available to this user on the filesystem holding ``path`` (-1 when it cannot be read)."""
+    st = _statvfs(path)
+    return -1 if st is None else st.f_bavail * st.f_frsize
 
 
 def _clamp(v: float, lo: float, hi: float) -> float:
@@ -114,57 +128,10 @@ def delete_hours(delete_when: str) -> set[int]:
     return out
 
 
-def parse_broker_json(text: str):
-    """JSON as fastjson writes the broker's config files: integer map keys may be unquoted."""
-    out: list[str] = []
-    i, n = 0, len(text)
-    while i < n:
-        c = text[i]
-        if c == '"':
-            j = i + 1
-            while j < n and text[j] != '"':
-                j += 2 if text[j] == "\\" else 1
-            out.append(text[i:j + 1])
-            i = j + 1
-            continue
-        out.append(c)
-        i += 1
-        if c in "{,":
-            j = i
-            while j < n and text[j] in " \t\r\n":
-                j += 1
-            k = j + (1 if j < n and text[j] == "-" else 0)
-            k2 = k
-            while k2 < n and text[k2].isdigit():
-                k2 += 1
-            m = k2
-            while m < n and text[m] in " \t\r\n":
-                m += 1
-            if k2 > k and m < n and text[m] == ":":
-                out.append(text[i:j] + '"' + text[j:k2] + '"')
-                i = k2
-    return json.loads("".join(out))
-
-
 def read_consumer_offsets(store_dir: str) -> dict[str, dict[int, int]] | None:
     """``{"topic@group": {queue_id: next offset to consume}}`` from ``config/consumerOffset.json``
     (falling back to its ``.bak`` copy); None when neither exists."""
-    for name in (CONSUMER_OFFSET_FILE, CONSUMER_OFFSET_FILE + ".bak"):
-        path = os.path.join(store_dir, name)
-        try:
-            with open(path, encoding="utf-8") as fh:
-                text = fh.read()
-        except FileNotFoundError:
-            continue
-        if not text.strip():
-            continue
-        try:
-            doc = parse_broker_json(text)
-            table = doc.get("offsetTable", {}) if isinstance(doc, dict) else {}
-            return {str(k): {int(q): int(o) for q, o in (v or {}).items()} for k, v in table.items()}
-        except (ValueError, TypeError, AttributeError) as e:
-            raise CorruptRecordError(f"cannot parse consumer offsets: {e}", path=path) from e
-    return None
+    return read_offset_file(os.path.join(store_dir, CONSUMER_OFFSET_FILE))
 
 
 def retained_from(store) -> tuple[int | None, str]:
@@ -201,11 +168,19 @@ def retained_from(store) -> tuple[int | None, str]:
 # ------------------------------------------------------------------------------------------------
 
 def _space(store) -> tuple[float, bool, bool, bool]:
-    """(used ratio, over diskMaxUsedSpaceRatio, clean immediately, disk full)."""
+    """(used ratio, over diskMaxUsedSpaceRatio, clean immediately, disk full).
+
+    The embedded disk policy never deletes because of usage (never over, never immediate) and is
+    full only when the free bytes would not hold the next commitlog segment, consume-queue file
+    and index file."""
     cfg = store.cfg
     paths = [os.path.join(store.path, "commitlog"), os.path.join(store.path, "consumequeue")]
     ratios = [disk_used_ratio(p) for p in paths]
     ratio = max(ratios)
+    if cfg.disk_policy == EMBEDDED:
+        need = cfg.mapped_file_size_commit_log + cfg.cq_file_size + cfg.index_file_size
+        free = min(disk_free_bytes(p) for p in paths)
+        return ratio, False, False, 0 <= free < need
     warning = _clamp(cfg.disk_space_warning_level_ratio / 100, 0.35, 0.90)
     forcibly = _clamp(cfg.disk_space_clean_forcibly_ratio / 100, 0.30, 0.85)
     max_used = _clamp(cfg.disk_max_used_space_ratio, 10, 95) / 100
@@ -227,7 +202,7 @@ def clean_expired(store, now_ms: int | None = None, dry_run: bool = True, force:
     with store._maintenance_lock:
         ratio, over, immediate, full = _space(store)
         hour = time.localtime(now_ms / 1000).tm_hour
-        time_up = hour in delete_hours(cfg.delete_when)
+        time_up = cfg.time_based_retention and hour in delete_hours(cfg.delete_when)
         triggers = [t for t, on in (("deleteWhen hour", time_up), ("disk space", over), ("forced", force)) if on]
         res = CleanResult([], [], [], "", dry_run, bool(triggers), immediate and cfg.clean_file_forcibly_enable,
                           full, ratio, cl.min_offset, cl.min_offset)

@@ -1,0 +1,222 @@
+"""Consumer offsets: the committed position of every consumer group in every queue
+(mirrors ``org.apache.rocketmq.broker.offset.ConsumerOffsetManager``).
+
+The file is the broker's own ``<store>/config/consumerOffset.json``::
+
+    {
+        "dataVersion": {"counter": 3, "stateVersion": 0, "timestamp": 1700000000000},
+        "offsetTable": {"Orders@billing": {"0": 42, "1": 17}}
+    }
+
+``offsetTable`` maps ``topic@group`` to ``{queueId: next offset to consume}``. RocketMQ's broker
+writes it with fastjson, whose map keys are unquoted integers (``{0:42,1:17}``); both forms are read.
+What is written is standard JSON, which RocketMQ's ``ConsumerOffsetManager.decode`` (fastjson) loads:
+a store moved between rmqstore and a RocketMQ broker keeps every group's progress.
+
+Persisting is atomic (beyond upstream, which rewrites the file in place after moving the old one
+to ``.bak``): the new text goes to a temporary file that is fsync'd, the current file becomes
+``consumerOffset.json.bak`` and the temporary file is renamed into place, then the directory is
+fsync'd. Loading falls back to the ``.bak`` copy when the file is missing, empty or unreadable,
+as upstream's ``ConfigManager.load`` does.
+
+Embedded consumers (:mod:`rmqstore.consumer`) and the broker use this one component.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import os
+import threading
+import time
+
+from ..errors import CorruptRecordError, ReadOnlyStoreError, StoreIOError
+from ..io.mapped_file import fsync_dir
+
+log = logging.getLogger(__name__)
+
+#: where the broker keeps the file, relative to the store directory
+CONSUMER_OFFSET_FILE = os.path.join("config", "consumerOffset.json")
+#: RocketMQ's ``ConsumerOffsetManager.TOPIC_GROUP_SEPARATOR``
+TOPIC_GROUP_SEPARATOR = "@"
+
+
+def parse_broker_json(text: str):
+    """JSON as fastjson writes the broker's config files: integer map keys may be unquoted."""
+    out: list[str] = []
+    i, n = 0, len(text)
+    while i < n:
+        c = text[i]
+        if c == '"':
+            j = i + 1
+            while j < n and text[j] != '"':
+                j += 2 if text[j] == "\\" else 1
+            out.append(text[i:j + 1])
+            i = j + 1
+            continue
+        out.append(c)
+        i += 1
+        if c in "{,":
+            j = i
+            while j < n and text[j] in " \t\r\n":
+                j += 1
+            k = j + (1 if j < n and text[j] == "-" else 0)
+            k2 = k
+            while k2 < n and text[k2].isdigit():
+                k2 += 1
+            m = k2
+            while m < n and text[m] in " \t\r\n":
+                m += 1
+            if k2 > k and m < n and text[m] == ":":
+                out.append(text[i:j] + '"' + text[j:k2] + '"')
+                i = k2
+    return json.loads("".join(out))
+
+
+def decode_offset_table(text: str, path: str) -> dict[str, dict[int, int]]:
+    """``{"topic@group": {queue_id: offset}}`` of a consumerOffset.json text (either key form)."""
+    try:
+        doc = parse_broker_json(text)
+        table = doc.get("offsetTable") or {} if isinstance(doc, dict) else None
+        if not isinstance(table, dict):
+            raise ValueError("no offsetTable object")
+        return {str(k): {int(q): int(o) for q, o in (v or {}).items()} for k, v in table.items()}
+    except (ValueError, TypeError, AttributeError) as e:
+        raise CorruptRecordError(f"cannot parse consumer offsets: {e}", path=path) from e
+
+
+def read_offset_file(path: str) -> dict[str, dict[int, int]] | None:
+    """The offset table of ``path``, or of ``path.bak`` when ``path`` is missing or empty; None when
+    neither holds one. A file that does not parse raises :class:`CorruptRecordError` unless its
+    ``.bak`` copy parses (upstream's ``ConfigManager.load`` order)."""
+    error: CorruptRecordError | None = None
+    for p in (path, path + ".bak"):
+        try:
+            with open(p, encoding="utf-8") as fh:
+                text = fh.read()
+        except FileNotFoundError:
+            continue
+        except OSError as e:
+            raise StoreIOError(f"cannot read consumer offsets: {e.strerror}", path=p) from e
+        if not text.strip():
+            continue
+        try:
+            return decode_offset_table(text, p)
+        except CorruptRecordError as e:
+            log.error("%s", e)
+            error = error or e
+    if error is not None:
+        raise error
+    return None
+
+
+class ConsumerOffsetManager:
+    """Committed offsets of consumer groups, kept in memory and persisted to one JSON file.
+
+    ``path`` is the JSON file (normally ``<store>/config/consumerOffset.json``); None keeps the
+    offsets in memory only. A read-only manager loads but never writes. Thread-safe."""
+
+    def __init__(self, path: str | None, *, read_only: bool = False):
+        self.path = path
+        self.read_only = read_only
+        self._lock = threading.Lock()
+        self._persist_lock = threading.Lock()  # one writer of the file at a time (upstream: synchronized)
+        self._table: dict[str, dict[int, int]] = {}
+        self._dirty = False
+        self._counter = 0
+
+    # --- loading and persisting ------------------------------------------------------------------
+    def load(self) -> None:
+        """Read the file (or its ``.bak``); a missing file is an empty table."""
+        if self.path is None:
+            return
+        table = read_offset_file(self.path) or {}
+        with self._lock:
+            self._table = table
+            self._dirty = False
+
+    def encode(self) -> str:
+        """The file's text: ``dataVersion`` and ``offsetTable`` as RocketMQ's broker writes them."""
+        with self._lock:
+            table = {k: {str(q): o for q, o in sorted(v.items())} for k, v in sorted(self._table.items())}
+            version = {"counter": self._counter, "stateVersion": 0, "timestamp": int(time.time() * 1000)}
+        return json.dumps({"dataVersion": version, "offsetTable": table}, indent=4) + "\n"
+
+    def persist(self) -> bool:
+        """Write the file when something changed since the last write; True when it wrote."""
+        if self.path is None or not self._dirty:
+            return False
+        if self.read_only:
+            raise ReadOnlyStoreError("consumer offsets of a read-only store are not written", path=self.path)
+        with self._persist_lock:
+            with self._lock:
+                if not self._dirty:
+                    return False
+                self._dirty = False
+                self._counter += 1
+            text = self.encode()
+            try:
+                _atomic_write(self.path, text)
+            except OSError as e:
+                with self._lock:
+                    self._dirty = True
+                raise StoreIOError(f"cannot write consumer offsets: {e.strerror}", path=self.path) from e
+        return True
+
+    # --- the table -------------------------------------------------------------------------------
+    def commit_offset(self, group: str, topic: str, queue_id: int, offset: int) -> None:
+        """Record ``offset`` (the next message to consume) of ``group`` in ``topic``/``queue_id``.
+        A smaller offset than the stored one is taken too (a reset), as upstream does."""
+        key = topic + TOPIC_GROUP_SEPARATOR + group
+        with self._lock:
+            queues = self._table.setdefault(key, {})
+            if queues.get(queue_id) != offset:
+                queues[queue_id] = int(offset)
+                self._dirty = True
+
+    def query_offset(self, group: str, topic: str, queue_id: int) -> int | None:
+        """The committed offset, or None when the group never committed one for that queue."""
+        with self._lock:
+            return self._table.get(topic + TOPIC_GROUP_SEPARATOR + group, {}).get(queue_id)
+
+    def query_offsets(self, group: str, topic: str) -> dict[int, int]:
+        with self._lock:
+            return dict(self._table.get(topic + TOPIC_GROUP_SEPARATOR + group, {}))
+
+    def groups_of_topic(self, topic: str) -> set[str]:
+        with self._lock:
+            return {g for t, g in map(_split_key, self._table) if t == topic}
+
+    def topics_of_group(self, group: str) -> set[str]:
+        with self._lock:
+            return {t for t, g in map(_split_key, self._table) if g == group}
+
+    def table(self) -> dict[tuple[str, str], dict[int, int]]:
+        """A copy of every entry, keyed ``(topic, group)``."""
+        with self._lock:
+            return {_split_key(k): dict(v) for k, v in self._table.items()}
+
+    def remove_group(self, group: str) -> None:
+        with self._lock:
+            for key in [k for k in self._table if _split_key(k)[1] == group]:
+                del self._table[key]
+                self._dirty = True
+
+
+def _split_key(key: str) -> tuple[str, str]:
+    """``topic@group`` to ``(topic, group)``, split at the first ``@`` (topics cannot hold one)."""
+    topic, _, group = key.partition(TOPIC_GROUP_SEPARATOR)
+    return topic, group
+
+
+def _atomic_write(path: str, text: str) -> None:
+    directory = os.path.dirname(path) or "."
+    os.makedirs(directory, exist_ok=True)
+    tmp = f"{path}.tmp.{os.getpid()}"
+    with open(tmp, "w", encoding="utf-8") as fh:
+        fh.write(text)
+        fh.flush()
+        os.fsync(fh.fileno())
+    if os.path.exists(path):
+        os.replace(path, path + ".bak")
+    os.replace(tmp, path)
+    fsync_dir(directory)
