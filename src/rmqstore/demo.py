@@ -52,7 +52,6 @@ def run_demo(store_dir: str = "data/store", messages: int = 100_000, *, fresh: b
     """Run the workload; ``progress(advance)`` is called while writing if given."""
     if fresh and os.path.exists(store_dir):
         shutil.rmtree(store_dir)
-    cfg = cfg or MessageStoreConfig()
     rng = random.Random(seed)
     rep = DemoReport(os.path.abspath(store_dir))
     sample: list[tuple[int, str, int, str, str, int]] = []  # (i, topic, qid, key, msg_id, queue_offset)
@@ -92,6 +91,17 @@ def run_demo(store_dir: str = "data/store", messages: int = 100_000, *, fresh: b
                     off = g.next_begin_offset
         rep.step("get_message (pull 32 at a time)", pulled, time.perf_counter() - t0)
         rep.check(f"pulled every message ({pulled}/{messages})", pulled == messages)
+
+        t0 = time.perf_counter()
+        consumed = 0
+        with st.consumer("demo-consumers", list(TOPICS)) as c:
+            while batch := c.poll(max_messages=256, timeout_s=0):
+                consumed += len(batch)
+            c.commit()
+            lag = sum(c.lag().values())
+        rep.step("consumer group poll (all topics) + commit", consumed, time.perf_counter() - t0)
+        rep.check(f"the consumer group consumed every message and has no lag ({consumed}/{messages}, lag {lag})",
+                  consumed == messages and lag == 0)
 
         t0 = time.perf_counter()
         found = 0

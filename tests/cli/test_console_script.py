@@ -54,3 +54,31 @@ def test_console_script_in_a_pipe(vectors):
     assert p.returncode == 0 and len(p.stdout.splitlines()) == 1
     assert json.loads(p.stdout)["phy_offset"] == 0
     assert "Traceback" not in p.stderr and "Error" not in p.stderr
+
+
+def test_the_core_needs_neither_pyarrow_nor_pyspark(tmp_path):
+    """The core install is numpy, click and rich: the store, a consumer and the CLI work with pyarrow
+    and pyspark made unimportable (pyproject's dependencies say the same)."""
+    import subprocess
+    import sys
+    import tomllib
+    from pathlib import Path
+
+    meta = tomllib.loads((Path(__file__).resolve().parents[2] / "pyproject.toml").read_text())["project"]
+    names = {d.split(">")[0].split("=")[0].split("[")[0].strip() for d in meta["dependencies"]}
+    assert names == {"numpy", "click", "rich"}
+    assert {"pyarrow", "pyspark"} <= {d.split(">")[0] for d in meta["optional-dependencies"]["spark"]}
+    code = (
+        "import sys\n"
+        "sys.modules['pyarrow'] = None; sys.modules['pyspark'] = None\n"
+        "from rmqstore import Message, MessageStore\n"
+        "from rmqstore.cli.main import main\n"
+        "with MessageStore.open(sys.argv[1]) as st:\n"
+        "    st.put_message(Message.create('T', b'x'))\n"
+        "    c = st.consumer('g', 'T')\n"
+        "    assert [r.body for r in c.poll(10, 1.0)] == [b'x']\n"
+        "sys.argv = ['rmqstore', 'stats', '--store', sys.argv[1], '--json']\n"
+        "main()\n")
+    out = subprocess.run([sys.executable, "-c", code, str(tmp_path / "s")], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert '"T"' in out.stdout

@@ -286,3 +286,33 @@ def test_binary_bodies_show_as_hex(run, tmp_path):
     table = run.ok("pull", "Bin", "--store", store).stdout
     assert "hex:fffe0062696e" in table and "caf\u00e9 \u2615" in table
     assert "|...bin|" in run.ok("print", sent["msg_id"], "--store", store).stdout
+
+
+def test_consumer_progress(run, tmp_path, docref):
+    """Committed offset, max offset and lag per group and queue, from the store's own file or a
+    broker's fastjson one; read-only (no byte changes); the documented JSON shape."""
+    from rmqstore import Message, MessageStore
+
+    path = tmp_path / "s"
+    with MessageStore.open(path) as st:
+        for i in range(9):
+            st.put_message(Message.create("Orders", b"x", queue_id=i % 3))
+        st.wait_dispatched()
+        c = st.consumer("billing", "Orders")
+        assert len(c.poll(max_messages=4, timeout_s=0)) == 4
+        c.commit()
+    (path / "config" / "consumerOffset.json").write_text(
+        '{"offsetTable":{"Orders@billing":{0:2,1:1,2:1},"Orders@audit":{0:3},"Gone@audit":{0:7}}}')
+    before = {p: p.read_bytes() for p in path.rglob("*") if p.is_file()}
+    got = run.json("consumer-progress", "--store", path)
+    rows = {(r["group"], r["topic"], r["queue_id"]): (r["committed_offset"], r["max_offset"], r["lag"]) for r in got["queues"]}
+    assert rows == {("billing", "Orders", 0): (2, 3, 1), ("billing", "Orders", 1): (1, 3, 2),
+                    ("billing", "Orders", 2): (1, 3, 2), ("audit", "Orders", 0): (3, 3, 0),
+                    ("audit", "Gone", 0): (7, -1, 0)}
+    assert got["total_lag"] == 5
+    docref.same_shape(docref.doc_json("consumer-progress"), got, "consumer-progress")
+    only = run.json("consumer-progress", "billing", "--store", path)
+    assert {r["group"] for r in only["queues"]} == {"billing"} and only["total_lag"] == 5
+    assert "billing" in run.ok("consumer-progress", "--store", path).stdout
+    run.fails(10, "consumer-progress", "nobody", "--store", path)
+    assert {p: p.read_bytes() for p in path.rglob("*") if p.is_file()} == before

@@ -442,6 +442,48 @@ def topic_status(cmd: StoreCommand, topic: str | None) -> None:
     cmd.out.print(tb)
 
 
+@click.command("consumer-progress")
+@click.argument("group", required=False)
+@store_options
+def consumer_progress(cmd: StoreCommand, group: str | None) -> None:
+    """Committed offset, max offset, lag and last store time per queue of each consumer group (GROUP only if given),
+    from the store's config/consumerOffset.json; read-only.
+
+    Works on a RocketMQ broker's store too (its file, fastjson form included). Lag is the queue's
+    max offset minus the committed one; a committed offset below the queue's min offset (retention
+    deleted those messages) counts from the min offset.
+    """
+    with cmd.open_read() as st:
+        table = st.consumer_offsets.table()
+        if group is not None and not any(g == group for _, g in table):
+            raise UnknownTopicError(f"no committed offsets for consumer group {group!r} in {st.path}")
+        topics = known_topics(st)
+        rows = []
+        for (topic, g), queues in sorted(table.items()):
+            if group is not None and g != group:
+                continue
+            for q, committed in sorted(queues.items()):
+                if q in topics.get(topic, ()):
+                    lo, hi = st.get_min_offset_in_queue(topic, q), st.get_max_offset_in_queue(topic, q)
+                    last = st.get_message_store_timestamp(topic, q, hi - 1) if hi > lo else -1
+                else:
+                    lo = hi = last = -1
+                lag = max(0, hi - max(committed, lo)) if hi >= 0 else 0
+                rows.append({"group": g, "topic": topic, "queue_id": q, "committed_offset": committed,
+                             "max_offset": hi, "lag": lag, "last_store_timestamp": last})
+    if cmd.json:
+        cmd.out.emit({"store": st.path, "queues": rows, "total_lag": sum(r["lag"] for r in rows)})
+        return
+    tb = Table(title=f"consumer progress in {st.path}", caption=tz_note())
+    for c in ("group", "topic", "queue", "committed", "max offset", "lag", "last store time"):
+        tb.add_column(c, justify="left" if c in ("group", "topic", "last store time") else "right",
+                      min_width=TIME_MIN_WIDTH if "time" in c else None)
+    for r in rows:
+        tb.add_row(escape(r["group"]), escape(r["topic"]), str(r["queue_id"]), str(r["committed_offset"]),
+                   str(r["max_offset"]), str(r["lag"]), fmt_ts(r["last_store_timestamp"]))
+    cmd.out.print(tb)
+
+
 @click.command("offset-by-time")
 @click.argument("topic")
 @click.argument("timestamp", type=TIME)
@@ -479,4 +521,5 @@ def offset_by_time(cmd: StoreCommand, topic: str, timestamp: int, queues: tuple[
     cmd.out.print(tb)
 
 
-COMMANDS = [pull, query_key, query_unique_key, query_id, query_offset, print_, browse, topic_status, offset_by_time]
+COMMANDS = [pull, query_key, query_unique_key, query_id, query_offset, print_, browse, topic_status, consumer_progress,
+            offset_by_time]

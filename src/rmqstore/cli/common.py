@@ -103,13 +103,16 @@ class StoreCommand:
         return self._props
 
     def config(self):
-        """MessageStoreConfig: the --config file (defaults without one), with segment sizes taken
-        from the store's own files where they exist."""
+        """MessageStoreConfig: the --config file (RocketMQ's broker defaults and policies), or
+        without one the embedded preset (as ``MessageStore.open`` without a config); segment sizes
+        are taken from the store's own files where they exist."""
         from ..config import MessageStoreConfig
-        from ..layout import infer_config
+        from ..layout import infer_config, resolve_config
 
         props = self.broker_properties()
-        base = MessageStoreConfig.from_properties(props) if props else MessageStoreConfig()
+        if not props:
+            return resolve_config(self.store_path, None)
+        base = MessageStoreConfig.from_properties(props)
         if os.path.isdir(self.store_path):
             return infer_config(self.store_path, base)
         return base

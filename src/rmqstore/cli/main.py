@@ -130,6 +130,7 @@ SHORT_HELP = {
     "print": "Every field of one message, body as text or hex.",
     "browse": "Stream messages in a time window, with filters.",
     "topic-status": "Min/max offset and last store time per queue.",
+    "consumer-progress": "Committed offset and lag per consumer group and queue.",
     "offset-by-time": "Queue offset at a store time, per queue.",
     "stats": "Messages, bytes, store times per topic and queue.",
     "verify": "Check CRCs, consume queues and index (--fix writes).",
