@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Iterable, Mapping, Sequence
 
 from .format import properties as P
+from .format.compression import compression_of, decompress
 from .format.hashes import java_hash_cached
 from .format.msgid import UniqKeyGenerator
 
@@ -219,6 +220,18 @@ class MessageRecord:
     @property
     def transaction_type(self) -> int:
         return self.sys_flag & 0xC
+
+    @property
+    def compression(self) -> str | None:
+        """``"zlib"``, ``"lz4"``, ``"zstd"`` when the stored body is compressed (sysFlag bits 0, 8-10)."""
+        return compression_of(self.sys_flag)
+
+    @property
+    def decoded_body(self) -> bytes:
+        """The producer's bytes: ``body`` decompressed when its sysFlag says so (``body`` stays the
+        stored bytes, what BODYCRC covers and what replay writes). A body that does not decompress
+        raises :class:`~rmqstore.format.compression.CompressionError` (a ``CorruptRecordError``)."""
+        return decompress(self.body, self.sys_flag)
 
 
 def tags_code_of(topic: str, props: Mapping[str, str], store_timestamp: int, delay_levels_ms: Sequence[int]) -> int:

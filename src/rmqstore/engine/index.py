@@ -220,7 +220,7 @@ class IndexFile:
             t = begin_ts + diff * 1000
             if h == key_hash and begin <= t <= end:
                 out.append(phy)
-            if prev <= 0 or prev > count or prev == n or t < begin:
+            if prev <= 0 or prev >= n or t < begin:  # items only link back: a damaged forward link ends the walk
                 break
             n = prev
 

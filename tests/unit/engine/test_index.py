@@ -285,3 +285,23 @@ def test_put_shard_refuses_a_used_file(tmp_path):
     with pytest.raises(ValueError, match="fresh file"):
         f.put_shard(np.array([2]), np.array([200]), np.array([1_700_000_000_000]), 0, 1)
     f.close()
+
+
+@pytest.mark.parametrize("loop", ["self", "forward", "two-cycle"])
+def test_a_damaged_chain_link_never_loops(tmp_path, loop):
+    """A prevIndex that points at its own item or forward (bytes damaged on disk) ends the walk:
+    items only ever link back to older ones. It used to loop forever (growing the result when the
+    hash matched), read-only opens included."""
+    svc = IndexService(str(tmp_path), _cfg(max_hash_slot_num=1, max_index_num=16), read_only=False)
+    _build(svc, [(100 + i, 1000 + i, 0, [f"T#k{i}"]) for i in range(6)])  # one slot: one chain of 6 items
+    f = svc.files[0]
+    items = np.frombuffer(f.mf.mm, dtype=IX.ITEM_DTYPE, count=f.index_num, offset=IX.item_pos(f.slot_num, 0))
+    assert list(items["prev_index"][1:7]) == [0, 1, 2, 3, 4, 5]
+    head = 6
+    damaged = {"self": {head: head}, "forward": {head: 5, 5: 6}, "two-cycle": {4: 5, 5: 4}}[loop]
+    for n, prev in damaged.items():
+        IX.ITEM.pack_into(f.mf.mm, IX.item_pos(f.slot_num, n), *(list(IX.ITEM.unpack_from(f.mf.mm, IX.item_pos(f.slot_num, n)))[:3] + [prev]))
+    for key in ("k5", "k0", "nothing"):
+        got, _, _ = svc.query_offsets("T", key, 1000, 0, 2**62, cap=False)
+        assert len(got) <= 6 and len(set(got)) == len(got)
+    svc.close()
