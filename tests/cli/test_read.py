@@ -316,3 +316,28 @@ def test_consumer_progress(run, tmp_path, docref):
     assert "billing" in run.ok("consumer-progress", "--store", path).stdout
     run.fails(10, "consumer-progress", "nobody", "--store", path)
     assert {p: p.read_bytes() for p in path.rglob("*") if p.is_file()} == before
+
+
+@pytest.mark.parametrize("kind", ["zlib", "lz4", "zstd"])
+def test_compressed_bodies_are_shown_decoded(run, tmp_path, kind):
+    from rmqstore import Message, MessageStore
+    from rmqstore.format.compression import compress
+
+    text = "compressed " * 600
+    data, flag = compress(text.encode(), kind)
+    path = tmp_path / "s"
+    with MessageStore.open(path) as st:
+        r = st.put_message(Message(topic="Z", body=data, sys_flag=flag, properties={"TAGS": "t"}))
+        bad = st.put_message(Message(topic="Z", body=b"not " + kind.encode(), sys_flag=flag))
+        st.wait_dispatched()
+    got = run.json("print", r.phy_offset, "--store", path)
+    assert got["body"] == text and got["compression"] == kind and got["body_size"] == len(data)
+    assert got["sys_flag_bits"]["compression"] == kind
+    stored = run.json("print", r.phy_offset, "--body-as", "stored", "--store", path)
+    assert stored["body_encoding"] == "hex" and bytes.fromhex(stored["body"]) == data
+    assert [m["body"] for m in run.json_lines("browse", "Z", "--limit", 1, "--store", path)] == [text]
+    assert run.json("pull", "Z", "-q", 0, "--store", path)["messages"][0]["body"] == text
+    damaged = run.json("print", bad.phy_offset, "--store", path)  # marked compressed, is not
+    assert damaged["body"] == "not " + kind and "does not decompress" in damaged["body_note"]
+    table = run.ok("print", r.phy_offset, "--store", path).stdout
+    assert f"compression {kind}" in table and "compressed compressed" in table

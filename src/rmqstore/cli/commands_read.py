@@ -13,7 +13,8 @@ from rich.text import Text
 
 from .common import KEY_VALUE, TIME, StoreCommand, store_options
 from .errors import CliError, ExitCode, MessageNotFoundError, UnknownTopicError, UsageProblem
-from .render import TIME_MIN_WIDTH, body_preview, fmt_ts, record_detail, record_dict, records_table, tz_note
+from .render import (TIME_MIN_WIDTH, body_preview, fmt_ts, record_detail, record_dict, records_table, shown_body,
+                     tz_note)
 
 CLI_GROUP = "rmqstore-cli"
 MAX_TIME = 2**63 - 1
@@ -127,9 +128,9 @@ def read_at(st, phy_offset: int):
 
 def _detail_out(cmd: StoreCommand, rec, body_as: str = "auto") -> None:
     if cmd.json:
-        d = record_dict(rec)
-        if body_as == "hex":
-            d["body_encoding"], d["body"] = "hex", bytes(rec.body).hex()
+        d = record_dict(rec, stored_body=body_as == "stored")
+        if body_as in ("hex", "stored"):
+            d["body_encoding"], d["body"] = "hex", shown_body(rec, body_as == "stored")[0].hex()
         cmd.out.emit(d)
     else:
         record_detail(cmd.out, rec, body_as=body_as)
@@ -233,8 +234,10 @@ def query_unique_key(cmd: StoreCommand, topic: str, unique_key: str, begin: int 
                      include_body=not no_body)
 
 
-BODY_AS = click.option("--body-as", type=click.Choice(["auto", "text", "hex"]), default="auto", show_default=True,
-                       help="auto: text when the body is valid UTF-8, else a hex dump.")
+BODY_AS = click.option("--body-as", type=click.Choice(["auto", "text", "hex", "stored"]), default="auto",
+                       show_default=True,
+                       help="auto: text when the body is valid UTF-8, else a hex dump; a compressed body is shown "
+                            "decoded; stored: the stored (compressed) bytes, in hex.")
 
 
 @click.command("query-id")
@@ -324,7 +327,7 @@ def _line(rec) -> Text:
         t.append(f"  tags={rec.tags}", style="green")
     if rec.keys:
         t.append(f"  keys={' '.join(rec.keys)}", style="yellow")
-    t.append("  " + body_preview(bytes(rec.body), 80))
+    t.append("  " + body_preview(shown_body(rec)[0], 80))
     return t
 
 

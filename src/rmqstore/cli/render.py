@@ -26,9 +26,10 @@ from rich.rule import Rule
 from rich.table import Table
 from rich.text import Text
 
+from ..format.compression import describe_sys_flag
+
 #: a time cell wraps between the local time and the epoch ms, never inside the local time
 TIME_MIN_WIDTH = 23
-TX_TYPES = {0: "not a transaction", 0x4: "prepared", 0x8: "commit", 0xC: "rollback"}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -91,8 +92,29 @@ def fmt_bytes(n: int | float | None) -> str:
     return str(n)  # pragma: no cover
 
 
-def record_dict(rec, *, include_body: bool = True) -> dict[str, Any]:
-    """The JSON form of a stored message (``MessageRecord``); every field, times in epoch ms."""
+def shown_body(rec, stored: bool = False) -> tuple[bytes, str | None]:
+    """``(bytes to show, why they are the stored ones or None)``: the producer's bytes of a
+    compressed body (``decoded_body``), or the stored bytes when asked or when they do not
+    decompress."""
+    if stored or not rec.sys_flag & 1:
+        return bytes(rec.body), None
+    try:
+        return rec.decoded_body, None
+    except ImportError as e:
+        return bytes(rec.body), str(e)
+    except ValueError as e:  # CompressionError: damaged compressed bytes are shown as stored
+        return bytes(rec.body), f"stored bytes shown: {e}"
+
+
+def compression_label(rec) -> str | None:
+    """``"zlib"``/``"lz4"``/``"zstd"``, ``"unknown type N"``, or None for a body stored as is."""
+    return describe_sys_flag(rec.sys_flag)["compression"]
+
+
+def record_dict(rec, *, include_body: bool = True, stored_body: bool = False) -> dict[str, Any]:
+    """The JSON form of a stored message (``MessageRecord``); every field, times in epoch ms. A
+    compressed body is shown decoded (``stored_body`` keeps the stored bytes); ``body_size`` is the
+    stored size either way."""
     d: dict[str, Any] = {
         "msg_id": rec.msg_id,
         "uniq_key": rec.uniq_key,
@@ -106,6 +128,8 @@ def record_dict(rec, *, include_body: bool = True) -> dict[str, Any]:
         "keys": list(rec.keys),
         "flag": rec.flag,
         "sys_flag": rec.sys_flag,
+        "sys_flag_bits": describe_sys_flag(rec.sys_flag),
+        "compression": compression_label(rec),
         "body_crc": rec.body_crc,
         "born_timestamp": rec.born_timestamp,
         "born_host": rec.born_host,
@@ -117,7 +141,10 @@ def record_dict(rec, *, include_body: bool = True) -> dict[str, Any]:
         "body_size": len(rec.body),
     }
     if include_body:
-        d["body_encoding"], d["body"] = decode_body(bytes(rec.body))
+        body, note = shown_body(rec, stored_body)
+        d["body_encoding"], d["body"] = decode_body(body)
+        if note:
+            d["body_note"] = note
     return d
 
 
@@ -275,7 +302,7 @@ def records_table(records: Iterable, *, width: int, title: str | None = None, ca
         where = ([escape(r.topic), str(r.queue_id), str(r.queue_offset), str(r.phy_offset)] if wide else
                  [Text(f"{r.topic}:{r.queue_id}:{r.queue_offset}\nphy {r.phy_offset}")])
         t.add_row(*where, fmt_ts(r.store_timestamp), escape(r.tags or ""), escape(" ".join(r.keys)),
-                  *([r.msg_id] if wide else []), Text(body_preview(bytes(r.body), preview)))
+                  *([r.msg_id] if wide else []), Text(body_preview(shown_body(r)[0], preview)))
     return t
 
 
@@ -284,7 +311,6 @@ def record_detail(out: Output, rec, *, body_as: str = "auto") -> None:
     t = Table(title=f"message {rec.msg_id}", show_header=True, caption=tz_note())
     t.add_column("field", style="bold", no_wrap=True)
     t.add_column("value", overflow="fold")
-    tx = rec.transaction_type
     rows = [
         ("msg id (offsetMsgId)", rec.msg_id),
         ("unique key (UNIQ_KEY)", rec.uniq_key or "-"),
@@ -297,7 +323,8 @@ def record_detail(out: Output, rec, *, body_as: str = "auto") -> None:
         ("tags code", rec.tags_code),
         ("keys", " ".join(rec.keys) or "-"),
         ("flag", rec.flag),
-        ("sys flag", f"{rec.sys_flag} (0x{rec.sys_flag:x}, {TX_TYPES.get(tx, tx)})"),
+        ("sys flag", f"{rec.sys_flag} (0x{rec.sys_flag:x}: " + ", ".join(
+            f"{k} {v}" for k, v in describe_sys_flag(rec.sys_flag).items() if v not in (False, None)) + ")"),
         ("body crc", rec.body_crc),
         ("born time", fmt_ts(rec.born_timestamp)),
         ("born host", rec.born_host),
@@ -308,9 +335,14 @@ def record_detail(out: Output, rec, *, body_as: str = "auto") -> None:
     ]
     for k, v in rec.properties.items():
         rows.append((f"property {k}", v))
-    body = bytes(rec.body)
+    body, note = shown_body(rec, stored=body_as == "stored")
     enc, text = decode_body(body)
-    if body_as == "hex":
+    if rec.sys_flag & 1:
+        rows.append(("compression", f"{compression_label(rec)}: {len(rec.body)} bytes stored, "
+                                    f"{'shown as stored' if note or body_as == 'stored' else f'{len(body)} decoded'}"))
+    if note:
+        rows.append(("body note", note))
+    if body_as in ("hex", "stored"):
         enc = "hex"
     elif body_as == "text":
         enc, text = "utf-8", body.decode("utf-8", errors="replace")
