@@ -224,3 +224,24 @@ def test_generated_store(spark, generated):
     with MessageStore.open(generated.path, generated.config, read_only=True) as st:
         for off in sample:
             assert got[off] == row_of(st.look_message_by_offset(off))
+
+
+def test_compressed_bodies_decoded_unless_raw(spark, tmp_path):
+    from rmqstore import Message, MessageStoreConfig
+    from rmqstore.format.compression import compress
+
+    cfg = MessageStoreConfig(mapped_file_size_commit_log=1 << 16, mapped_file_size_consume_queue=400,
+                             max_hash_slot_num=16, max_index_num=64)
+    bodies = {}
+    with MessageStore.open(tmp_path / "s", cfg) as st:
+        for i, kind in enumerate(("zlib", "lz4", "zstd", None)):
+            plain = f"message {i} ".encode() * 500
+            data, flag = compress(plain, kind) if kind else (plain, 0)
+            r = st.put_message(Message(topic="Z", body=data, sys_flag=flag))
+            bodies[r.phy_offset] = (plain, data)
+        bad = st.put_message(Message(topic="Z", body=b"not zlib", sys_flag=1)).phy_offset
+    got = {r.commitLogOffset: bytes(r.body) for r in read(spark, str(tmp_path / "s")).collect()}
+    assert {o: b for o, b in got.items() if o != bad} == {o: p for o, (p, _) in bodies.items()}
+    assert got[bad] == b"not zlib"  # does not decompress: stored bytes, sysFlag says compressed
+    raw = {r.commitLogOffset: bytes(r.body) for r in read(spark, str(tmp_path / "s"), rawBody="true").collect()}
+    assert {o: b for o, b in raw.items() if o != bad} == {o: d for o, (_, d) in bodies.items()}

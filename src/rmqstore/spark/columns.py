@@ -17,6 +17,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ..format import message as M
+from ..format.compression import COMPRESSED_FLAG, CompressionError, decompress
 from ..format.hashes import java_hash_ranges
 from ..format.msgid import format_host
 
@@ -266,11 +267,27 @@ def _ts(ms: np.ndarray) -> pa.Array:
     return pa.array(us, TS_TYPE)
 
 
+def _decoded_bodies(col: pa.Array, sys_flag: np.ndarray) -> pa.Array:
+    """``col`` with its compressed bodies (sysFlag bit 0) decompressed; only batches that hold one
+    leave Arrow."""
+    compressed = np.flatnonzero(sys_flag & COMPRESSED_FLAG)
+    if not compressed.size:
+        return col
+    values = col.to_pylist()
+    for i in compressed.tolist():
+        try:
+            values[i] = decompress(values[i], int(sys_flag[i]))
+        except CompressionError:
+            pass  # damaged compressed bytes stay as stored (sysFlag tells)
+    return pa.array(values, pa.binary())
+
+
 def record_batch_to_arrow(seg_mm, u8: np.ndarray, seg_start: int, batch: M.RecordBatch, schema: pa.Schema,
                           topics: TopicDecoder, topic_codes: np.ndarray | None = None,
-                          include_body: bool = True) -> pa.RecordBatch:
+                          include_body: bool = True, raw_body: bool = False) -> pa.RecordBatch:
     """The requested columns (``schema``, a subset of :data:`ARROW_SCHEMA` in any order) of a batch
-    of records of the segment starting at ``seg_start``."""
+    of records of the segment starting at ``seg_start``. Compressed bodies are decoded unless
+    ``raw_body`` (one that does not decompress keeps its stored bytes)."""
     names = schema.names
     need = set(names)
     props = parse_properties_batch(u8, batch.props_pos, batch.props_len) if need & _PROPERTY_COLUMNS else None
@@ -291,6 +308,8 @@ def record_batch_to_arrow(seg_mm, u8: np.ndarray, seg_start: int, batch: M.Recor
         elif name == "body":
             col = (binary_array(seg_mm, batch.body_pos, batch.body_len) if include_body
                    else pa.nulls(len(batch), pa.binary()))
+            if include_body and not raw_body:
+                col = _decoded_bodies(col, batch.sys_flag)
         elif name == "tags":
             col = props.value_of("TAGS")
         elif name == "keys":

@@ -113,7 +113,7 @@ def read_partition(opts: ReadOptions, flt: RowFilter, schema: StructType, part) 
             if not m.all():
                 batch, codes = S.take(batch, m), codes[m]
         yield C.record_batch_to_arrow(seg.mm, seg.u8, seg.start, batch, arrow_schema, topics, codes,
-                                      include_body=opts.include_body)
+                                      include_body=opts.include_body, raw_body=opts.raw_body)
 
 
 def _iter_spans(opts: ReadOptions, spans, **kw):
