@@ -7,7 +7,7 @@ from .errors import (ConfigError, CorruptRecordError, MessageIdError, OffsetErro
                      StoreClosedError, StoreIOError, StoreLockedError, StoreNotFoundError)
 from .message_store import MessageStore
 from .types import (GetMessageResult, GetMessageStatus, Message, MessageRecord, PutMessageResult,
-                    PutMessageStatus, QueryMessageResult)
+                    PutMessageStatus, QueryMessageResult, SkippedMessage)
 
 __version__ = "0.1.0"
 
@@ -15,5 +15,5 @@ __all__ = [
     "MessageStore", "MessageStoreConfig", "Message", "MessageRecord", "PutMessageResult", "PutMessageStatus",
     "GetMessageResult", "GetMessageStatus", "QueryMessageResult", "RmqStoreError", "ConfigError",
     "CorruptRecordError", "OffsetError", "ReadOnlyStoreError", "StoreClosedError", "StoreIOError",
-    "StoreLockedError", "StoreNotFoundError", "MessageIdError",
+    "StoreLockedError", "StoreNotFoundError", "MessageIdError", "SkippedMessage",
 ]

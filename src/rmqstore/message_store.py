@@ -43,7 +43,7 @@ from .errors import (CorruptRecordError, OffsetError, ReadOnlyStoreError, StoreC
 from .format.hashes import java_hash_cached
 from .format.msgid import decode_offset_msg_id
 from .types import (GetMessageResult, GetMessageStatus, Message, MessageRecord, PutMessageResult,
-                    PutMessageStatus, QueryMessageResult)
+                    PutMessageStatus, QueryMessageResult, SkippedMessage)
 
 log = logging.getLogger(__name__)
 
@@ -1054,6 +1054,7 @@ class MessageStore:
         messages: list[MessageRecord] = []
         total_bytes = 0
         filtered = 0
+        skipped: list[SkippedMessage] = []
         files_walked = 0
         while total_bytes <= 0 and next_begin < max_o and files_walked < cfg.travel_cq_file_num_when_get_message:
             files_walked += 1
@@ -1101,11 +1102,10 @@ class MessageStore:
                     continue
                 try:
                     rec = self._read_unit(cq, q - 1, phy, size)
-                except CorruptRecordError:
-                    if messages:  # hand out what precedes the damaged message; the next pull raises
-                        next_begin = q - 1
-                        break
-                    raise
+                except CorruptRecordError as e:  # never served, never a stuck reader: step over it
+                    skipped.append(SkippedMessage(q - 1, phy, e.path, e.offset, str(e)))
+                    log.error("%s: pull %s/%d skipped queue offset %d: %s", self.path, topic, queue_id, q - 1, e)
+                    continue
                 if sub is not None and rec.tags not in sub[0]:
                     filtered += 1
                     continue
@@ -1113,7 +1113,7 @@ class MessageStore:
                 total_bytes += size
                 status = GetMessageStatus.FOUND
                 next_phy_file_start = None
-        return GetMessageResult(status, next_begin, min_o, max_o, messages, filtered)
+        return GetMessageResult(status, next_begin, min_o, max_o, messages, filtered, skipped)
 
     def consumer(self, group: str, topics: str | Iterable[str], subscription: str | None = None, *,
                  auto_commit: bool = False, start: str | int = EARLIEST, offsets=None) -> Consumer:

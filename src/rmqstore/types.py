@@ -310,6 +310,21 @@ class GetMessageResult:
     max_offset: int
     messages: list[MessageRecord] = field(default_factory=list)
     filtered: int = 0
+    #: damaged messages the pull stepped over (never served; ``next_begin_offset`` is past them)
+    skipped: list["SkippedMessage"] = field(default_factory=list)
+
+
+@dataclass(frozen=True, slots=True)
+class SkippedMessage:
+    """A queue unit whose message a pull could not serve: the record fails its checks, or the unit
+    does not point at its record. ``path``/``offset`` locate the damage (commitlog segment or
+    consume-queue file), ``reason`` says what failed."""
+
+    queue_offset: int
+    phy_offset: int
+    path: str | None
+    offset: int | None
+    reason: str
 
 
 @dataclass(slots=True)

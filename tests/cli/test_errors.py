@@ -88,8 +88,15 @@ def test_browse_reads_around_a_damaged_record(run, copy_store, truth):
     assert got == [x["phy"] for x in t.rows if x["topic"] == victim["topic"] and x is not victim]
     where = f"{victim['topic']}:{victim['queue_id']}:{victim['queue_offset']}"
     assert f"warning: skipped {where}" in r.stderr
-    # a pull, like a consumer, stops at it with the corrupt-record exit code
-    run.fails(ExitCode.CORRUPT, "pull", victim["topic"], "-q", victim["queue_id"], "--store", store)
+    # a pull, like a consumer, steps over it: the good messages around it, then what it skipped
+    got = run.json("pull", victim["topic"], "-q", victim["queue_id"], "--no-body", "--store", store)
+    offs = [m["queue_offset"] for m in got["messages"]]
+    want = [x["queue_offset"] for x in t.rows if x["topic"] == victim["topic"]
+            and x["queue_id"] == victim["queue_id"] and x is not victim]
+    assert offs == want and [k["queue_offset"] for k in got["skipped"]] == [victim["queue_offset"]]
+    assert got["skipped"][0]["phy_offset"] == victim["phy"]
+    table = run.ok("pull", victim["topic"], "-q", victim["queue_id"], "--store", store).stdout
+    assert f"skipped queue offset {victim['queue_offset']} (commitlog offset {victim['phy']})" in table
 
 
 def test_offset_not_found_usage_and_config(run, vectors, tmp_path):

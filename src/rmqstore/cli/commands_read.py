@@ -2,6 +2,7 @@
 so they are safe on a store a broker is still running on (they see what was flushed)."""
 from __future__ import annotations
 
+import dataclasses
 import heapq
 import re
 from typing import Iterator
@@ -42,29 +43,16 @@ def require_topic(store, topic: str, queue: int | None = None) -> list[int]:
 
 
 def iter_queue(store, topic: str, queue_id: int, start: int, stop: int, subscription: str | None = None,
-               on_corrupt=None) -> Iterator:
-    """Messages of one queue with queue offsets in [start, stop), pulled page by page.
-
-    With ``on_corrupt(queue_offset, error)`` a record the store refuses to serve
-    (:class:`~rmqstore.errors.CorruptRecordError`) is reported and skipped instead of ending the
-    stream: the page is pulled again one message at a time to find it."""
-    from ..errors import CorruptRecordError
-
+               on_skipped=None) -> Iterator:
+    """Messages of one queue with queue offsets in [start, stop), pulled page by page. A damaged
+    message is stepped over by the pull itself; ``on_skipped(SkippedMessage)`` hears of each."""
     off = start
-    single = False
     while off < stop:
-        try:
-            g = store.get_message(CLI_GROUP, topic, queue_id, off, 1 if single else 32, subscription)
-        except CorruptRecordError as e:
-            if on_corrupt is None:
-                raise
-            if not single:
-                single = True  # find the damaged one
-                continue
-            on_corrupt(off, e)
-            off += 1
-            continue
-        single = False
+        g = store.get_message(CLI_GROUP, topic, queue_id, off, 32, subscription)
+        if on_skipped is not None:
+            for k in g.skipped:
+                if k.queue_offset < stop:
+                    on_skipped(k)
         for m in g.messages:
             if m.queue_offset >= stop:
                 return
@@ -161,12 +149,14 @@ def pull(cmd: StoreCommand, topic: str, queue_id: int, offset: int | None, count
         require_topic(st, topic, queue_id)
         start = st.get_min_offset_in_queue(topic, queue_id) if offset is None else offset
         msgs: list = []
+        skipped: list = []
         filtered = calls = 0
         off = start
         while True:
             g = st.get_message(group, topic, queue_id, off, count - len(msgs), subscription)
             calls += 1
             msgs.extend(g.messages)
+            skipped.extend(g.skipped)
             filtered += g.filtered
             last = g
             if single or len(msgs) >= count or g.status.value not in _CONTINUE \
@@ -177,10 +167,13 @@ def pull(cmd: StoreCommand, topic: str, queue_id: int, offset: int | None, count
         header = {"status": status, "topic": topic, "queue_id": queue_id, "group": group,
                   "subscription": subscription, "offset": start, "next_begin_offset": last.next_begin_offset,
                   "min_offset": last.min_offset, "max_offset": last.max_offset, "filtered": filtered,
-                  "calls": calls}
+                  "calls": calls, "skipped": [dataclasses.asdict(k) for k in skipped]}
         title = (f"pull {topic} queue {queue_id} from offset {start}: {status}, {len(msgs)} messages, "
                  f"next begin offset {last.next_begin_offset} (queue min {last.min_offset}, max {last.max_offset})")
         _records_out(cmd, header, msgs, title, include_body=not no_body)
+        if not cmd.json:
+            for k in skipped:
+                cmd.out.print(Text(f"skipped queue offset {k.queue_offset} (commitlog offset {k.phy_offset}): {k.reason}"))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -293,6 +286,8 @@ def print_(cmd: StoreCommand, locator: str, body_as: str) -> None:
     LOCATOR is a commitlog offset (885), an offsetMsgId (32/56 hex chars) or TOPIC:QUEUE:QUEUE_OFFSET
     (TopicTest:0:1).
     """
+    from ..errors import CorruptRecordError
+
     kind, value = _parse_locator(locator)
     with cmd.open_read() as st:
         if kind == "id":
@@ -307,6 +302,10 @@ def print_(cmd: StoreCommand, locator: str, body_as: str) -> None:
             require_topic(st, topic, qid)
             g = st.get_message(CLI_GROUP, topic, qid, qoff, 1)
             rec = g.messages[0] if g.messages and g.messages[0].queue_offset == qoff else None
+            damaged = next((k for k in g.skipped if k.queue_offset == qoff), None)
+            if rec is None and damaged is not None:
+                raise CorruptRecordError(f"the message at {topic} queue {qid} offset {qoff} is damaged: "
+                                         f"{damaged.reason}")
             if rec is None:
                 if g.max_offset <= qoff:
                     raise_if_damaged(st, f"no readable message at {topic} queue {qid} offset {qoff}")
@@ -380,12 +379,12 @@ def browse(cmd: StoreCommand, topic: str | None, begin: int | None, end: int | N
         skipped: list[str] = []
 
         def corrupt(t: str, q: int):
-            def report(qoff: int, e: Exception) -> None:
-                skipped.append(f"{t}:{q}:{qoff}")
-                cmd.out.warn(f"skipped {t}:{q}:{qoff}: {e}")
+            def report(k) -> None:
+                skipped.append(f"{t}:{q}:{k.queue_offset}")
+                cmd.out.warn(f"skipped {t}:{q}:{k.queue_offset} (commitlog offset {k.phy_offset}): {k.reason}")
             return report
 
-        streams = [iter_queue(st, t, q, start, stop, subscription, on_corrupt=corrupt(t, q))
+        streams = [iter_queue(st, t, q, start, stop, subscription, on_skipped=corrupt(t, q))
                    for t, q, start, stop in ranges]
         matched = scanned = 0
         with cmd.out.progress("browsing", total) as bar:
