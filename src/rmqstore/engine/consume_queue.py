@@ -7,6 +7,7 @@ with one numpy copy.
 """
 from __future__ import annotations
 
+import logging
 import os
 from typing import Callable
 
@@ -15,6 +16,8 @@ import numpy as np
 from ..config import MessageStoreConfig
 from ..format import consume_queue as F
 from ..io.mapped_file_queue import MappedFileQueue
+
+log = logging.getLogger(__name__)
 
 UNIT = F.UNIT_SIZE
 
@@ -168,7 +171,15 @@ class ConsumeQueue:
             current = mf.file_from_offset + mf.wrote_position
             if expect < current:
                 return  # already present
-            # expect > current: upstream logs and appends at the current end anyway (quirk 15.6)
+            if current < expect < mf.file_from_offset + mf.file_size:
+                # units were lost (records the dispatcher stepped over as damaged): upstream logs
+                # "[BUG] logic queue order maybe wrong" and appends at the current end, so every later
+                # unit sits at the wrong offset (quirk 15.6). Fixed knowingly: the gap is filled with
+                # blank units (reads report them as skipped), later messages keep their queue offsets.
+                gap = (expect - current) // UNIT
+                log.warning("%s: queue offsets %d..%d have no record (damaged or lost); filled with blank units",
+                            mf.path, current // UNIT, expect // UNIT - 1)
+                mf.append(F.BLANK_UNIT * gap, publish_last=False)
         self.max_physic_offset = phy + size
         mf.append(F.UNIT.pack(phy, size, tags), publish_last=False)
 

@@ -19,6 +19,7 @@ from ..format import hashes as H
 from ..format import message as M
 from ..format.arrays import padded_rows, range_positions, stable_argsort
 from ..types import SCHEDULE_TOPIC, tags_code_of
+from .recovery import find_resync
 
 log = logging.getLogger(__name__)
 
@@ -380,6 +381,21 @@ class ReputMessageService:
             return None, hints[0][0] - base
         return None, seg_end
 
+    def _resync(self, mf, bad: int, end: int) -> int:
+        """Where dispatch goes on after an invalid record at commitlog offset ``bad``: the next intact
+        record (MAGIC + PHYSICALOFFSET, the recovery's resync rule), else the end of readable data."""
+        cl = self.store.commit_log
+        files = cl.queue.files
+        found = find_resync(files, files.index(mf), bad - mf.file_from_offset, self.store.cfg) if mf in files else None
+        if found is not None:
+            i, pos = found
+            new = files[i].file_from_offset + pos
+            log.error("dispatch: invalid record at %d in %s; the next intact record starts at %d", bad, mf.path, new)
+            return min(new, end) if new > self.reput_from else cl.roll_next_file(self.reput_from)
+        log.error("dispatch: invalid record at %d in %s; skipping to the end of readable data", bad, mf.path)
+        new = min(end, mf.file_from_offset + mf.wrote_position)
+        return new if new > self.reput_from else cl.roll_next_file(self.reput_from)
+
     def do_reput(self, end: int | None = None) -> None:
         """Dispatch everything in ``[reput_from, end)`` (default: the store's dispatch end)."""
         with self.lock:
@@ -421,10 +437,7 @@ class ReputMessageService:
                     new = self.reput_from
                 if k < len(starts) or (stop == "invalid" and not len(batch)):
                     bad = mf.file_from_offset + (int(starts[k]) if k < len(starts) else stop_pos)
-                    log.error("dispatch: invalid record at %d in %s; skipping to the end of readable data", bad, mf.path)
-                    new = min(end, mf.file_from_offset + mf.wrote_position)
-                    if new <= self.reput_from:
-                        new = cl.roll_next_file(self.reput_from)
+                    new = self._resync(mf, bad, end)
                 elif stop == "blank" and (not len(batch) or new == mf.file_from_offset + stop_pos):
                     new = cl.roll_next_file(mf.file_from_offset + stop_pos)
                 if new <= self.reput_from:

@@ -69,12 +69,18 @@ def test_duplicates_are_ignored(tmp_path):
     cq.close()
 
 
-def test_a_gap_is_appended_at_the_current_end(tmp_path):
-    """Quirk 15.6: a queue offset past the end is written at the end anyway."""
+def test_a_gap_is_filled_with_blank_units(tmp_path, caplog):
+    """Quirk 15.6 fixed knowingly: upstream writes a queue offset past the end at the end (every
+    later unit one offset early); here the missing units become blank units and the unit lands at
+    its own offset, with a warning naming the gap."""
     cq = _cq(tmp_path)
     _put(cq, [0], [0])
     _put(cq, [5], [100])
-    assert cq.max_offset == 2 and cq.get_unit(1) == (100, 100, 0)
+    assert cq.max_offset == 6 and cq.get_unit(5) == (100, 100, 0)
+    assert [cq.get_unit(q) for q in range(1, 5)] == [CQ.UNIT.unpack(CQ.BLANK_UNIT)] * 4
+    _put(cq, [6], [200])
+    assert cq.get_unit(6) == (200, 100, 0)
+    assert any("queue offsets 1..4 have no record" in r.getMessage() for r in caplog.records)
     cq.close()
 
 

@@ -156,3 +156,31 @@ def test_iter_record_batches_follows_blanks(tmp_path):
     gen = iter_record_batches(q, 242, 754)
     assert [mf.file_from_offset + int(s) for mf, b in gen for s in b.starts] == [242, 512]
     q.close()
+
+
+def test_the_live_dispatcher_resyncs_after_a_damaged_record(open_store, tmp_path, make_config):
+    """A record that fails its checks while not yet dispatched: the dispatcher goes on at the next
+    intact record (MAGIC + PHYSICALOFFSET), not at the end of the segment, so every later message
+    is pullable and findable by key; the damaged one is skipped by pulls."""
+    from rmqstore import Message
+
+    cfg = make_config(mapped_file_size_commit_log=64 << 10, mapped_file_size_consume_queue=20 * 64,
+                      max_hash_slot_num=64, max_index_num=256)
+    st = open_store(tmp_path / "s", cfg)
+    st.reput.shutdown()  # dispatch later, in this thread
+    rs = [st.put_message(Message.create("T", b"body-%d" % i, keys=[f"k{i}"])) for i in range(10)]
+    seg = st.commit_log.queue.files[0]
+    victim = rs[3]
+    seg.mm[victim.phy_offset + 4] ^= 0xFF  # its MAGICCODE: the walk cannot frame it
+    st.reput.do_reput()
+    assert st.get_max_offset_in_queue("T", 0) == 10  # units of every record after the damage
+    got, skipped, off = [], [], 0
+    while off < 10:
+        g = st.get_message("g", "T", 0, off, 32)
+        got += [m.queue_offset for m in g.messages]
+        skipped += [k.queue_offset for k in g.skipped]
+        assert g.next_begin_offset > off
+        off = g.next_begin_offset
+    assert got == [0, 1, 2, 4, 5, 6, 7, 8, 9] and skipped == [3]  # queue offsets kept: a blank unit at 3
+    for i in range(4, 10):
+        assert [m.phy_offset for m in st.query_message("T", f"k{i}").messages] == [rs[i].phy_offset]
