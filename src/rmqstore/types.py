@@ -8,6 +8,7 @@ from typing import Callable, Iterable, Mapping, Sequence
 
 from .format import properties as P
 from .format.compression import compression_of, decompress
+from .format.javalang import parse_int
 from .format.hashes import java_hash_cached
 from .format.msgid import UniqKeyGenerator
 
@@ -240,7 +241,7 @@ def tags_code_of(topic: str, props: Mapping[str, str], store_timestamp: int, del
         d = props.get(P.DELAY)
         if d is not None:
             try:
-                level = int(d)
+                level = parse_int(d)  # Java's Integer.parseInt, as the broker's dispatch does
             except ValueError:
                 level = 0
             level = min(level, len(delay_levels_ms))

@@ -25,9 +25,10 @@ from ..config import MessageStoreConfig
 from ..errors import CorruptRecordError, OffsetError, StoreIOError
 from ..format import message as M
 from ..format import properties as P
+from ..format import javalang as J
 from ..format.msgid import encode_offset_msg_id, encode_offset_msg_ids, parse_host
 from ..io.mapped_file_queue import MappedFileQueue
-from ..types import Message, PutMessageResult, PutMessageStatus
+from ..types import SCHEDULE_TOPIC, Message, PutMessageResult, PutMessageStatus
 
 log = logging.getLogger(__name__)
 
@@ -67,9 +68,18 @@ _GET_DELAY = operator.methodcaller("get", P.DELAY)
 
 
 def _is_delayed(value: object) -> bool:
-    """A DELAY property that asks for a delay (upstream ignores an empty value or 0; a None value
-    is not written at all)."""
-    return value is not None and str(value).strip() not in ("", "0")
+    """A DELAY property that asks for a delay, or that Java's ``Integer.parseInt`` rejects (both are
+    refused in a batch): upstream's ``getDelayTimeLevel() > 0``; an empty value is ignored (parsing
+    drops it) and a None value is not written at all."""
+    if value is None:
+        return False
+    text = value if type(value) is str else format(value, "")
+    if text == "":
+        return False
+    try:
+        return J.parse_int(text) > 0
+    except ValueError:
+        return True
 
 
 def _is_none(value: object) -> bool:
@@ -219,6 +229,13 @@ class CommitLog:
         if not isinstance(msg.queue_id, int) or msg.queue_id < 0:
             return _illegal(f"queue id {msg.queue_id!r} must be an int >= 0")
         props = msg.encoded_properties()
+        if topic == SCHEDULE_TOPIC and b"DELAY\x01" in props:
+            delay = P.parse_properties(props).get(P.DELAY)
+            try:
+                if delay is not None:
+                    J.parse_int(delay)
+            except ValueError as e:  # RocketMQ's recovery would take the record for invalid and cut there
+                return _illegal(f"DELAY on {SCHEDULE_TOPIC}: {e}")
         if b"INNER_NUM\x01" in props and not msg.sys_flag & _INNER_BATCH_FLAG:
             return _illegal("INNER_NUM property without the INNER_BATCH sysflag")
         if msg.sys_flag & _INNER_BATCH_FLAG:
@@ -283,7 +300,8 @@ class CommitLog:
             if self.cfg.enabled_append_prop_crc or not isinstance(msg.topic, str):
                 return None
             topic = msg.topic
-            if not topic or not TOPIC_RE.match(topic) or len(topic) > M.MAX_TOPIC_BYTES or len(topic) > 127:
+            if not topic or not TOPIC_RE.match(topic) or len(topic) > M.MAX_TOPIC_BYTES or len(topic) > 127 \
+                    or topic == SCHEDULE_TOPIC:  # its DELAY is checked as Java parses it (_encode)
                 return None
             try:
                 born = parse_host(msg.born_host or _DEFAULT_BORN_HOST)

@@ -25,6 +25,7 @@ import time
 import numpy as np
 
 from ..errors import MessageIdError
+from .javalang import parse_port
 
 _PORT_OFF = struct.Struct(">iq")
 
@@ -35,8 +36,13 @@ def parse_host(host: str) -> bytes:
     h, sep, port = host.rpartition(":")
     if not sep:
         raise ValueError(f"host {host!r} is not 'ip:port'")
-    addr = ipaddress.ip_address(h.strip("[]"))
-    return addr.packed + struct.pack(">i", int(port))
+    bracketed = h.startswith("[") and h.endswith("]")
+    addr = ipaddress.ip_address(h[1:-1] if bracketed else h)
+    if addr.version == 6 and not bracketed:
+        raise ValueError(f"host {host!r}: an IPv6 address is written [addr]:port")
+    if addr.version == 6 and addr.ipv4_mapped is not None:
+        addr = addr.ipv4_mapped  # RocketMQ never writes an IPv4-mapped address as V6: Java's InetAddress is IPv4
+    return addr.packed + struct.pack(">i", parse_port(port))
 
 
 @functools.lru_cache(maxsize=4096)

@@ -1,0 +1,40 @@
+"""Java's parsing, where RocketMQ's reader is the judge of what rmqstore writes.
+
+Python's ``int()`` is laxer than Java's ``Integer.parseInt``: it takes surrounding white space
+(``' 3'``), underscores (``'3_0'``) and values past 32 bits, all of which Java rejects with a
+``NumberFormatException``. A DELAY property that RocketMQ's recovery cannot parse makes it treat
+the record as invalid and truncate the store there, so the write path parses as Java does.
+"""
+from __future__ import annotations
+
+import unicodedata
+
+INT_MIN, INT_MAX = -(1 << 31), (1 << 31) - 1
+
+
+def parse_int(text: str) -> int:
+    """``Integer.parseInt(text)``: an optional ``+``/``-`` then one or more decimal digits (any
+    Unicode decimal digit, as ``Character.digit`` accepts), nothing else, within int32;
+    ``ValueError`` otherwise."""
+    if not isinstance(text, str) or not text:
+        raise ValueError(f"{text!r} is not an int (Integer.parseInt: empty)")
+    sign, digits = (text[0], text[1:]) if text[0] in "+-" else ("+", text)
+    if not digits:
+        raise ValueError(f"{text!r} is not an int (Integer.parseInt: a sign alone)")
+    value = 0
+    for ch in digits:
+        d = unicodedata.decimal(ch, None)
+        if d is None:
+            raise ValueError(f"{text!r} is not an int (Integer.parseInt: {ch!r} is not a digit)")
+        value = value * 10 + d
+    value = -value if sign == "-" else value
+    if not INT_MIN <= value <= INT_MAX:
+        raise ValueError(f"{text!r} is not an int (Integer.parseInt: outside 32 bits)")
+    return value
+
+
+def parse_port(text: str) -> int:
+    """A port as RocketMQ writes one: ASCII digits only, 0-65535."""
+    if not (text.isascii() and text.isdigit()) or int(text) > 65535:
+        raise ValueError(f"port {text!r} is not a number from 0 to 65535")
+    return int(text)
