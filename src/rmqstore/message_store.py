@@ -38,8 +38,8 @@ from .format import consume_queue as CQF
 from .format import index_file as IF
 from .format import message as M
 from .io.mapped_file import fsync_dir, fsync_dirty_dirs
-from .errors import (CorruptRecordError, OffsetError, ReadOnlyStoreError, StoreClosedError, StoreIOError,
-                     StoreLockedError, StoreNotFoundError)
+from .errors import (CorruptRecordError, OffsetError, ReadOnlyStoreError, RmqStoreError, StoreClosedError,
+                     StoreIOError, StoreLockedError, StoreNotFoundError)
 from .format.hashes import java_hash_cached
 from .format.msgid import decode_offset_msg_id
 from .types import (GetMessageResult, GetMessageStatus, Message, MessageRecord, PutMessageResult,
@@ -64,6 +64,12 @@ def _close_open_stores() -> None:
             store.close()
         except Exception:  # noqa: BLE001 - the next open recovers
             log.exception("closing %s at interpreter exit failed", store.path)
+
+
+def _as_store_io_error(e: OSError, store_path: str) -> StoreIOError:
+    """An operating-system error while opening (a read-only directory, missing permissions) as a
+    :class:`StoreIOError` naming the file."""
+    return StoreIOError(f"cannot open the store: {e.strerror or e}", path=e.filename or store_path)
 
 
 def _lock_holder(lock_path: str) -> int | None:
@@ -210,11 +216,18 @@ class MessageStore:
                 os.makedirs(path, exist_ok=True)
             except OSError as e:
                 raise StoreIOError(f"cannot create store directory: {e.strerror}", path=path) from e
-        store = cls(path, cfg, read_only)
+        try:
+            store = cls(path, cfg, read_only)
+        except OSError as e:
+            if isinstance(e, RmqStoreError):
+                raise
+            raise _as_store_io_error(e, path) from e
         try:
             store._open()
-        except BaseException:
+        except BaseException as e:
             store._release(abort_clean=False)
+            if isinstance(e, OSError) and not isinstance(e, RmqStoreError):
+                raise _as_store_io_error(e, path) from e
             raise
         _OPEN_STORES.add(store)
         return store
@@ -993,7 +1006,7 @@ class MessageStore:
         except OffsetError as e:
             raise self._unit_error(cq, q, f"unit {q}: {e}") from e
         except CorruptRecordError as e:
-            if self._record_starts_at(phy):
+            if self.record_starts_at(phy):
                 raise  # the record is damaged
             raise self._unit_error(cq, q, f"unit {q} points at {phy}, where no record starts") from e
         if rec.store_size != size or rec.topic != cq.topic or rec.queue_id != cq.queue_id or rec.queue_offset != q:
@@ -1002,7 +1015,7 @@ class MessageStore:
                                           f"(unit size {size})")
         return rec
 
-    def _record_starts_at(self, phy: int) -> bool:
+    def record_starts_at(self, phy: int) -> bool:
         """A record header (magic, and PHYSICALOFFSET equal to ``phy``) is at ``phy``."""
         mf = self.commit_log.queue.find(phy)
         if mf is None:

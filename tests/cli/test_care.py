@@ -69,7 +69,8 @@ def test_verify_finds_and_fixes(run, copy_store, vectors, truth):
     t = truth("basic")
     store = copy_store("basic")
     ok = run.json("verify", "--store", store)
-    assert ok == {"store": str(store), "fix": False, "ok": True, "findings": [], "fixed": 0, "unfixed": 0}
+    assert ok == {"store": str(store), "fix": False, "ok": True, "summary": {}, "findings": [], "fixed": 0,
+                  "unfixed": 0, "advice": []}
     assert "no problems" in run.ok("verify", "--store", store).stdout
     # a consume-queue unit that points at the wrong record: found, then fixed from the commitlog
     victim = next(r for r in t.rows if r["queue_offset"] == 1)
@@ -81,7 +82,12 @@ def test_verify_finds_and_fixes(run, copy_store, vectors, truth):
     bad = json.loads(r.stdout)
     assert bad["ok"] is False and bad["unfixed"] >= 1
     assert any(f["path"] == str(cq_file) and f["kind"] == "cq_unit" for f in bad["findings"])
+    assert bad["summary"]["cq_unit"]["found"] == sum(f["kind"] == "cq_unit" for f in bad["findings"])
+    assert sum(c["found"] for c in bad["summary"].values()) == len(bad["findings"])
+    assert any("rebuilds the consume queue" in a for a in bad["advice"])
     assert "verify --fix" in r.stderr
+    table = run("verify", "--limit", "0", "--store", store).stdout
+    assert "findings by kind" in table and "cq_unit" in table and "what to do:" in table
     fixed = run.json("verify", "--fix", "--store", store)
     assert fixed["fix"] is True and fixed["ok"] is True and fixed["fixed"] == len(fixed["findings"]) >= 1
     assert run.json("verify", "--store", store)["ok"] is True

@@ -200,3 +200,23 @@ def test_spark_unavailable_and_interrupt(run, vectors, monkeypatch):
     monkeypatch.setattr(MessageStore, "topics", interrupted)
     r = run("topic-status", "--store", s)
     assert r.exit_code == ExitCode.INTERRUPTED and "Traceback" not in r.stderr
+
+
+def test_query_id_answers_that_can_be_acted_on(run, truth):
+    """An id that does not point at a record start is "no message at" (not found), not "bad magic
+    code ... verify --fix" on a healthy store; a client msgId (UNIQ_KEY) is looked up in every topic,
+    as mqadmin falls back to; another store host in the id is named."""
+    t = truth("basic")
+    s = t.store
+    r = t.rows[4]
+    inside = r["msg_id"][:-16] + f"{r['phy'] + 3:016X}"
+    line = _one_line(run.fails(ExitCode.NOT_FOUND, "query-id", inside, "--store", s))
+    assert "no record starts there" in line and str(r["phy"] + 3) in line and "verify" not in line
+    res = run("query-id", r["uniq_key"], "--json", "--store", s)
+    assert res.exit_code == 0 and json.loads(res.stdout)["phy_offset"] == r["phy"]
+    assert "client msgId (UNIQ_KEY)" in res.stderr
+    other_host = "0B000002" + r["msg_id"][8:]  # same offset, another broker's address
+    res = run("query-id", other_host, "--json", "--store", s)
+    assert res.exit_code == 0 and json.loads(res.stdout)["phy_offset"] == r["phy"]
+    assert "names store host 11.0.0.2" in res.stderr
+    run.fails(ExitCode.NOT_FOUND, "query-id", "F" * 32, "--store", s)

@@ -167,3 +167,29 @@ def test_a_store_left_open_is_closed_cleanly_at_exit(tmp_path):
     with MessageStore.open(path) as st:
         assert st.recovery_report.mode == "normal"
         assert [m.body for m in st.query_message("T", "k").messages] == [b"kept"]
+
+
+@pytest.mark.parametrize("target", ["lock", "checkpoint", "00000000000000000000"])
+def test_os_errors_at_open_are_store_io_errors_with_the_path(tmp_path, monkeypatch, target):
+    """A read-only directory or a file without permissions (simulated: the tests run as root) is a
+    StoreIOError naming the file, not a bare PermissionError; nothing stays locked."""
+    path = tmp_path / "s"
+    with MessageStore.open(path, MessageStoreConfig(**SMALL)) as st:
+        st.put_message(Message.create("T", b"x"))
+    real_open = os.open
+    import builtins
+    real_builtin_open = builtins.open
+
+    def check(p) -> None:
+        if os.path.basename(str(p)) == target:
+            raise PermissionError(13, "Permission denied", str(p))
+
+    monkeypatch.setattr(os, "open", lambda p, *a, **kw: check(p) or real_open(p, *a, **kw))
+    monkeypatch.setattr(builtins, "open", lambda p, *a, **kw: check(p) or real_builtin_open(p, *a, **kw))
+    from rmqstore import StoreIOError
+    with pytest.raises(StoreIOError) as e:
+        MessageStore.open(path, MessageStoreConfig(**SMALL))
+    assert os.path.basename(e.value.path) == target and isinstance(e.value, OSError)
+    monkeypatch.undo()
+    with MessageStore.open(path, MessageStoreConfig(**SMALL)) as st:
+        assert st.get_max_offset_in_queue("T", 0) == 1

@@ -129,39 +129,74 @@ def _call_with_progress(fn, out, label: str, total: int | None, **kwargs):
         return fn(**kwargs)
 
 
+#: what to do about each kind of finding (the one line ``verify`` ends with)
+VERIFY_ADVICE = {
+    "record_crc": "damaged records are never served; they can only come back from a copy of the store",
+    "record_invalid": "bytes that are no record are never served; the records around them are intact",
+    "cq_unit": "`rmqstore verify --fix` rebuilds the consume queue from the commitlog",
+    "cq_gap": "`rmqstore verify --fix` rebuilds the consume queue from the commitlog",
+    "index_item": "`rmqstore verify --fix` rebuilds the index from the commitlog",
+    "checkpoint_ahead": "`rmqstore verify --fix` rewrites the checkpoint",
+    "tail_garbage": "`rmqstore verify --fix` cuts the tail (the bytes are kept under recovery/)",
+}
+
+
 @click.command()
 @click.option("--fix", is_flag=True, help="Repair what can be repaired (WRITES: opens the store for writing, "
                                           "takes the lock).")
+@click.option("--limit", type=click.IntRange(0), default=50, show_default=True,
+              help="Findings listed in the table (the summary and --json count and hold all of them).")
 @store_options
-def verify(cmd: StoreCommand, fix: bool) -> None:
+def verify(cmd: StoreCommand, fix: bool, limit: int) -> None:
     """Check every record's CRC and the consume queues and index against the commitlog; read-only
     unless --fix (which WRITES). Exit 12 when problems remain unfixed."""
+    from ..engine.verify import work_bytes
+
     with (cmd.open_write() if fix else cmd.open_read()) as st:
-        findings = _call_with_progress(st.verify, cmd.out, "verifying", st.max_phy_offset - st.min_phy_offset,
-                                       fix=fix)
+        findings = _call_with_progress(st.verify, cmd.out, "verifying", work_bytes(st), fix=fix)
         path = st.path
     rows = [finding_dict(f) for f in findings]
     unfixed = sum(not r["fixed"] for r in rows)
-    d = {"store": path, "fix": fix, "ok": unfixed == 0, "findings": rows,
-         "fixed": len(rows) - unfixed, "unfixed": unfixed}
+    summary: dict[str, dict[str, int]] = {}
+    for r in rows:
+        k = summary.setdefault(r["kind"], {"found": 0, "fixed": 0})
+        k["found"] += 1
+        k["fixed"] += bool(r["fixed"])
+    advice = sorted({VERIFY_ADVICE.get(k, "see the findings") for k, c in summary.items() if c["found"] > c["fixed"]})
+    d = {"store": path, "fix": fix, "ok": unfixed == 0, "summary": summary, "findings": rows,
+         "fixed": len(rows) - unfixed, "unfixed": unfixed, "advice": advice}
     if cmd.json:
         cmd.out.emit(d)
     else:
-        if rows:
-            tb = Table(title=f"verify {path}: {len(rows)} findings, {len(rows) - unfixed} fixed")
-            for c in ("kind", "path", "offset", "detail", "fixed"):
-                tb.add_column(c, overflow="fold")
-            for r in rows:
-                tb.add_row(escape(str(r["kind"])), escape(str(r["path"] or "-")),
-                           "-" if r["offset"] is None else str(r["offset"]), Text(str(r["detail"] or "")),
-                           "yes" if r["fixed"] else "no")
-            cmd.out.print(tb)
-        else:
-            cmd.out.print(Text(f"verify {path}: no problems found", style="green"))
+        _verify_tables(cmd, path, rows, summary, limit)
+        for line in advice:
+            cmd.out.print(Text(f"what to do: {line}"))
     if unfixed:
         raise ProblemsFoundError(f"{unfixed} problem(s) not fixed in {path}",
                                  hint="run `rmqstore verify --fix` (it writes)" if not fix else
                                  "see the findings; restore the damaged files from a copy if needed")
+
+
+def _verify_tables(cmd: StoreCommand, path: str, rows: list[dict], summary: dict, limit: int) -> None:
+    if not rows:
+        cmd.out.print(Text(f"verify {path}: no problems found", style="green"))
+        return
+    shown = rows[:limit]
+    tb = Table(title=f"verify {path}: {len(rows)} findings, {sum(r['fixed'] for r in rows)} fixed"
+                     + (f" (the first {len(shown)} listed; --limit, or --json for all)" if len(shown) < len(rows) else ""))
+    for c in ("kind", "path", "offset", "detail", "fixed"):
+        tb.add_column(c, overflow="fold")
+    for r in shown:
+        tb.add_row(escape(str(r["kind"])), escape(str(r["path"] or "-")),
+                   "-" if r["offset"] is None else str(r["offset"]), Text(str(r["detail"] or "")),
+                   "yes" if r["fixed"] else "no")
+    cmd.out.print(tb)
+    st = Table(title="findings by kind")
+    for c in ("kind", "found", "fixed"):
+        st.add_column(c, justify="left" if c == "kind" else "right")
+    for kind, c in sorted(summary.items()):
+        st.add_row(kind, str(c["found"]), str(c["fixed"]))
+    cmd.out.print(st)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -86,7 +86,14 @@ def raise_if_damaged(st, what: str, phy_offset: int | None = None) -> None:
     """When a read-only open found a damaged commitlog tail (recovery would cut it) and the thing
     asked for lies there (or may: ``phy_offset`` None), say so instead of "not found"."""
     rep = st.recovery_report
-    if rep is None or rep.applied:
+    if rep is None:
+        return
+    for c in rep.corrupt_records:  # damaged bytes kept in place (never served)
+        if phy_offset is not None and c.offset <= phy_offset < c.offset + max(c.length, 1):
+            raise CliError(f"{what}: commitlog offset {phy_offset} lies in damaged bytes ({c.reason}; {c.length} "
+                           f"bytes from offset {c.offset} in {c.segment}, path={st.path})", code=ExitCode.CORRUPT,
+                           hint="`rmqstore verify` lists the damage; a damaged record can only come back from a copy")
+    if rep.applied:
         return
     for c in rep.cuts:
         if phy_offset is None or c.offset <= phy_offset < c.offset + max(c.length, 1):
@@ -238,18 +245,46 @@ BODY_AS = click.option("--body-as", type=click.Choice(["auto", "text", "hex", "s
 @BODY_AS
 @store_options
 def query_id(cmd: StoreCommand, msg_id: str, body_as: str) -> None:
-    """One message by its offsetMsgId (the broker's msgId: store host + commitlog offset); read-only."""
+    """One message by its msgId; read-only. The broker's offsetMsgId (store host + commitlog offset)
+    is tried first, then, as mqadmin does, the id as a client msgId (UNIQ_KEY) in every topic."""
+    from ..format.msgid import decode_offset_msg_id
+
     mid = check_msg_id(msg_id)
     with cmd.open_read() as st:
-        rec = st.view_message_by_id(mid)
-        if rec is None:
-            raise_if_damaged(st, f"no readable message with msg id {mid}")
-            raise MessageNotFoundError(
-                f"no message with msg id {mid} in {st.path} (its commitlog offset is outside "
-                f"[{st.min_phy_offset}, {st.max_phy_offset}))", hint="it may have been cleaned, or be from another broker")
-        if rec.msg_id != mid:
-            cmd.out.warn(f"the record at that offset has msg id {rec.msg_id}: {mid} names another store host")
-        _detail_out(cmd, rec, body_as)
+        host, phy = decode_offset_msg_id(mid)
+        if st.min_phy_offset <= phy < st.max_phy_offset and st.record_starts_at(phy):
+            rec = st.view_message_by_id(mid)
+            if rec is not None:
+                if rec.store_host != host:
+                    cmd.out.warn(f"msg id {mid} names store host {host}, this store writes {rec.store_host}: "
+                                 "the message at that offset is shown, but the id may be another broker's")
+                _detail_out(cmd, rec, body_as)
+                return
+        found = _by_unique_key(st, mid) if len(mid) == 32 else []
+        if len(found) == 1:
+            cmd.out.warn(f"{mid} is not an offsetMsgId of this store; found as a client msgId (UNIQ_KEY) "
+                         f"in topic {found[0].topic}")
+            _detail_out(cmd, found[0], body_as)
+            return
+        if len(found) > 1:
+            raise UsageProblem(f"{mid} is the UNIQ_KEY of {len(found)} messages (topics "
+                               f"{', '.join(sorted({r.topic for r in found}))})",
+                               hint="use `rmqstore query-unique-key TOPIC KEY` to see them")
+        raise_if_damaged(st, f"no readable message with msg id {mid}", phy)
+        where = ("no record starts there" if st.min_phy_offset <= phy < st.max_phy_offset
+                 else f"outside the stored data [{st.min_phy_offset}, {st.max_phy_offset})")
+        raise MessageNotFoundError(f"no message at commitlog offset {phy} of {st.path} ({where}), and no message "
+                                   f"with UNIQ_KEY {mid}",
+                                   hint="it may have been cleaned, or be from another broker (its store host is "
+                                        f"{host})")
+
+
+def _by_unique_key(st, uniq_key: str) -> list:
+    """Messages whose UNIQ_KEY is ``uniq_key``, in every topic (a client msgId names no topic)."""
+    out = []
+    for topic in known_topics(st):
+        out += st.query_message_by_unique_key(topic, uniq_key).messages
+    return out
 
 
 @click.command("query-offset")

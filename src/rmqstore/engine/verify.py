@@ -122,9 +122,19 @@ def _file_pos(files, phy: int) -> tuple[str | None, int]:
 # The checks
 # ------------------------------------------------------------------------------------------------
 
+def work_bytes(store) -> int:
+    """What a verify's progress counts up to: the commitlog's bytes, then every consume queue's
+    written units, then every index file's items (``progress(done)`` covers every phase)."""
+    cl = store.commit_log
+    cqs = sum(mf.wrote_position for cq in list(store.consume_queues.values()) for mf in list(cq.queue.files))
+    ix = sum(max(1, int(f.index_count)) * IF.ITEM_SIZE for f in list(store.index_service.files))
+    return max(0, cl.confirm_offset - cl.min_offset) + cqs + ix
+
+
 class _Verifier:
     def __init__(self, store, progress: Callable[[int], None] | None):
         self.store = store
+        self._done_before = 0  # bytes of the phases already finished (progress counts across phases)
         self.cfg = store.cfg
         self.cl = store.commit_log
         self.files = list(self.cl.queue.files)
@@ -156,6 +166,10 @@ class _Verifier:
                 with store.index_service.lock:
                     self.index_counts = {f.path: f.index_count for f in store.index_service.files}
 
+    def _advance(self, within_phase: int) -> None:
+        if self.progress is not None:
+            self.progress(self._done_before + within_phase)
+
     # --- commitlog ---------------------------------------------------------------------------
     def check_commitlog(self) -> None:
         cl, files = self.cl, self.files
@@ -164,10 +178,12 @@ class _Verifier:
         start = cl.min_offset
         limit = self.limit
         base = start
-        prog = (lambda phy: self.progress(max(0, phy - base))) if self.progress else None
+        prog = (lambda phy: self._advance(max(0, phy - base))) if self.progress else None
         scan = R.scan_log(files, start, self.cfg, check_crc=True, limit_phy=limit, on_batch=self._on_batch,
                           dispatchable=True, progress=prog)
         self.scan = scan
+        self._done_before = max(0, self.cl.confirm_offset - base)
+        self._advance(0)
         for s in scan.corrupt:
             path, pos = _file_pos(files, s.offset)
             self.f.add(s.kind, path, pos, f"{s.reason}: {s.length} bytes at commitlog offset {s.offset} (kept, "
@@ -222,6 +238,8 @@ class _Verifier:
             topic, qid = key
             lo, hi = cq.min_offset, self.cq_hi[key]
             for mf in list(cq.queue.files):
+                self._done_before += mf.wrote_position
+                self._advance(0)
                 q_first = mf.file_from_offset // CQF.UNIT_SIZE
                 n = mf.wrote_position // CQF.UNIT_SIZE
                 a, b = max(lo, q_first), min(hi, q_first + n)
@@ -272,6 +290,8 @@ class _Verifier:
             ifiles = list(svc.files)
         all_phys, all_hashes = [], []
         for f in ifiles:
+            self._done_before += max(1, int(f.index_count)) * IF.ITEM_SIZE
+            self._advance(0)
             p, h = self._check_index_file(f)
             all_phys.append(p)
             all_hashes.append(h)
