@@ -196,6 +196,9 @@ class MessageStore:
         #: PID of a live writer in another process when this read-only store was opened (-1: PID unknown)
         self.live_writer_pid: int | None = None
         self._dispatch_listeners: tuple[Callable[[set[tuple[str, int]]], None], ...] = ()
+        #: what the open rebuilt from the commitlog (:meth:`_restore_derived_files`): "topic/queue" names
+        #: and "index"
+        self.derived_files_restored: list[str] = []
 
     # ==========================================================================================
     # Opening and closing
@@ -261,6 +264,9 @@ class MessageStore:
         self.commit_log.queue.load()
         self._load_consume_queues()
         dropped_index = self.index_service.load(last_exit_ok)
+        # checked before recovery, whose re-dispatch may create a fresh index file
+        index_lost = (self.cfg.message_index_enable and not self.index_service.files and not dropped_index
+                      and bool(self.commit_log.queue.files))
         self._recover(last_exit_ok, dropped_index)
         if not self.read_only:
             self._write_abort(abort_path)
@@ -270,6 +276,31 @@ class MessageStore:
             self.reput.start()
             self._flusher = threading.Thread(target=self._flush_loop, name="rmqstore-flush", daemon=True)
             self._flusher.start()
+            self._restore_derived_files(index_lost)
+
+    def _restore_derived_files(self, index_lost: bool) -> None:
+        """Beyond upstream: a writer whose index files are gone, or whose recovery found a consume
+        queue short of the records it re-dispatched (its files lost, or units missing), rebuilds them
+        from the commitlog at open (the fix of :meth:`verify`: every message keeps its queue offset
+        and is findable by its keys again). Upstream keeps serving without them."""
+        cl = self.commit_log
+        if cl.confirm_offset <= cl.min_offset:
+            return
+        # a queue with blank units for lost records, or one that starts past 0 although no commitlog
+        # segment was ever deleted (its first files are gone)
+        short = {k for k, cq in self.consume_queues.items() if cq.gap_units or (cl.min_offset == 0 and cq.min_offset > 0)}
+        if not index_lost and not short:
+            return
+        names = [f"{t}/{q}" for t, q in sorted(short)]
+        what = ["the index files are missing"] if index_lost else []
+        what += [f"consume queue(s) {', '.join(names)} lost units"] if short else []
+        log.warning("%s: %s: rebuilding them from the commitlog (%d bytes)", self.path, "; ".join(what),
+                    cl.confirm_offset - cl.min_offset)
+        self.wait_dispatched()
+        V.rebuild_derived(self, short, index_lost)
+        self.derived_files_restored = names + (["index"] if index_lost else [])
+        for cq in self.consume_queues.values():
+            cq.gap_units = 0
 
     def _write_abort(self, abort_path: str) -> None:
         """``abort`` holds the writer's PID while the store is open; it is fsync'd (file and

@@ -34,6 +34,9 @@ class ConsumeQueue:
         self.min_logic_offset = 0
         self._first_created = False
         self.last_store_timestamp = 0
+        #: queue offsets filled with blank units because their records never reached this queue
+        #: (damaged, or the queue lost files): the store rebuilds such a queue at its next open
+        self.gap_units = 0
 
     # --- loading and recovery ----------------------------------------------------------------
     def load(self) -> None:
@@ -180,6 +183,7 @@ class ConsumeQueue:
                 log.warning("%s: queue offsets %d..%d have no record (damaged or lost); filled with blank units",
                             mf.path, current // UNIT, expect // UNIT - 1)
                 mf.append(F.BLANK_UNIT * gap, publish_last=False)
+                self.gap_units += gap
         self.max_physic_offset = phy + size
         mf.append(F.UNIT.pack(phy, size, tags), publish_last=False)
 

@@ -1,0 +1,57 @@
+"""Derived files come back at a writable open: lost index files and consume queues short of their
+records are rebuilt from the commitlog; every message keeps its queue offset and its keys."""
+from __future__ import annotations
+
+import os
+import shutil
+
+import pytest
+
+from rmqstore import Message, MessageStore, MessageStoreConfig
+
+CFG = MessageStoreConfig(mapped_file_size_commit_log=8192, mapped_file_size_consume_queue=20 * 8,
+                         max_hash_slot_num=16, max_index_num=64)
+
+
+def _build(path, n=40):
+    with MessageStore.open(path, CFG) as st:
+        rs = [st.put_message(Message.create("T", b"m%d" % i, keys=[f"k{i}"], queue_id=i % 2)) for i in range(n)]
+    return rs
+
+
+def _all_served(st, rs):
+    for i, r in enumerate(rs):
+        g = st.get_message("g", "T", i % 2, r.queue_offset, 1)
+        assert [m.phy_offset for m in g.messages] == [r.phy_offset], i
+        assert [m.phy_offset for m in st.query_message("T", f"k{i}").messages] == [r.phy_offset], i
+
+
+@pytest.mark.parametrize("lose", ["index", "queue 1 (holds the last record)", "first file of queue 0",
+                                  "queue 1 and the index"])
+def test_lost_derived_files_are_rebuilt_at_open(tmp_path, lose, caplog):
+    path = tmp_path / "s"
+    rs = _build(path)
+    if "index" in lose:
+        shutil.rmtree(path / "index")
+    if "queue 1" in lose:
+        shutil.rmtree(path / "consumequeue" / "T" / "1")
+    if "first file" in lose:
+        os.unlink(path / "consumequeue" / "T" / "0" / sorted(os.listdir(path / "consumequeue" / "T" / "0"))[0])
+    with MessageStore.open(path, CFG, read_only=True) as ro:  # a reader never writes
+        assert ro.derived_files_restored == []
+    with caplog.at_level("WARNING", logger="rmqstore"):
+        with MessageStore.open(path, CFG) as st:
+            assert st.derived_files_restored
+            assert any("rebuilding them from the commitlog" in r.getMessage() for r in caplog.records)
+            _all_served(st, rs)
+            assert st.verify() == []
+    with MessageStore.open(path, CFG) as st:  # nothing left to restore
+        assert st.derived_files_restored == []
+        _all_served(st, rs)
+
+
+def test_a_sound_store_restores_nothing(tmp_path):
+    path = tmp_path / "s"
+    _build(path)
+    with MessageStore.open(path, CFG) as st:
+        assert st.derived_files_restored == []
