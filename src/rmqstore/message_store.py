@@ -13,8 +13,10 @@ import atexit
 import dataclasses
 import errno
 import fcntl
+import json
 import logging
 import os
+import shutil
 import threading
 import time
 import weakref
@@ -32,12 +34,12 @@ from .engine.checkpoint import StoreCheckpoint
 from .engine.commit_log import CommitLog
 from .engine.consume_queue import ConsumeQueue
 from .engine.consumer_offsets import CONSUMER_OFFSET_FILE, ConsumerOffsetManager
-from .engine.dispatch import ReputMessageService, dispatch_batch, extract_dispatch_columns
+from .engine.dispatch import ReputMessageService, dispatch_batch, extract_dispatch_columns, iter_record_batches
 from .engine.index import IndexFile, IndexService
 from .format import consume_queue as CQF
 from .format import index_file as IF
 from .format import message as M
-from .io.mapped_file import fsync_dir, fsync_dirty_dirs
+from .io.mapped_file import atomic_write_text, fsync_dir, fsync_dirty_dirs
 from .errors import (CorruptRecordError, OffsetError, ReadOnlyStoreError, RmqStoreError, StoreClosedError,
                      StoreIOError, StoreLockedError, StoreNotFoundError)
 from .format.hashes import java_hash_cached
@@ -52,6 +54,8 @@ RETIRE_GRACE_S = 5.0
 _LOCKED_PATHS: set[str] = set()
 _LOCKED_GUARD = threading.Lock()
 MAX_PULL_SIZE = 128 * 1024 * 1024
+#: every queue's max offset at the last clean close (rmqstore's own file; see _write_queue_extents)
+QUEUE_EXTENTS_FILE = os.path.join("config", "rmqstore-queues.json")
 #: stores open in this process, closed cleanly at normal interpreter exit (no abnormal recovery
 #: next time for a program that forgot ``close()``)
 _OPEN_STORES: "weakref.WeakSet[MessageStore]" = weakref.WeakSet()
@@ -199,6 +203,8 @@ class MessageStore:
         #: what the open rebuilt from the commitlog (:meth:`_restore_derived_files`): "topic/queue" names
         #: and "index"
         self.derived_files_restored: list[str] = []
+        #: every queue's max offset after the open (a clean close writes QUEUE_EXTENTS_FILE when they changed)
+        self._extents_at_open: dict[str, int] = {}
 
     # ==========================================================================================
     # Opening and closing
@@ -258,15 +264,15 @@ class MessageStore:
             self._take_lock()
         else:
             self.live_writer_pid = _lock_holder(os.path.join(self.path, "lock"))
-        self.consumer_offsets.load()
+        self._load_consumer_offsets()
         abort_path = os.path.join(self.path, "abort")
         last_exit_ok = not os.path.exists(abort_path)
         self.commit_log.queue.load()
         self._load_consume_queues()
         dropped_index = self.index_service.load(last_exit_ok)
         # checked before recovery, whose re-dispatch may create a fresh index file
-        index_lost = (self.cfg.message_index_enable and not self.index_service.files and not dropped_index
-                      and bool(self.commit_log.queue.files))
+        index_lost = (self.cfg.message_index_enable and not dropped_index and bool(self.commit_log.queue.files)
+                      and (not self.index_service.files or self._index_has_a_hole()))
         self._recover(last_exit_ok, dropped_index)
         if not self.read_only:
             self._write_abort(abort_path)
@@ -277,6 +283,34 @@ class MessageStore:
             self._flusher = threading.Thread(target=self._flush_loop, name="rmqstore-flush", daemon=True)
             self._flusher.start()
             self._restore_derived_files(index_lost)
+            self._extents_at_open = {f"{t}/{q}": cq.max_offset for (t, q), cq in sorted(self.consume_queues.items())}
+
+    def _write_queue_extents(self, table: dict[str, int]) -> None:
+        """Beyond upstream: every queue's max offset at a clean close, in ``config/`` (a file
+        RocketMQ's broker does not read), so that the next open sees a queue that lost files since.
+        Written only when the queues changed or the file exists: opening and closing a broker's
+        store without writing leaves every file but the checkpoint as it was."""
+        try:
+            atomic_write_text(os.path.join(self.path, QUEUE_EXTENTS_FILE), json.dumps(table, indent=0) + "\n")
+        except OSError:
+            log.exception("%s: the queue extents could not be written (the next open checks less)", self.path)
+
+    def _queues_short_of_extents(self) -> set[tuple[str, int]]:
+        """Queues holding fewer units than at the last clean close (their files were lost)."""
+        try:
+            with open(os.path.join(self.path, QUEUE_EXTENTS_FILE), encoding="utf-8") as fh:
+                table = json.load(fh)
+        except (OSError, ValueError):
+            return set()
+        out = set()
+        for name, hi in (table.items() if isinstance(table, dict) else ()):
+            topic, _, qid = str(name).rpartition("/")
+            if not qid.isdigit() or not isinstance(hi, int):
+                continue
+            cq = self.consume_queues.get((topic, int(qid)))
+            if cq is None or cq.max_offset < hi:
+                out.add((topic, int(qid)))
+        return out
 
     def _restore_derived_files(self, index_lost: bool) -> None:
         """Beyond upstream: a writer whose index files are gone, or whose recovery found a consume
@@ -286,9 +320,17 @@ class MessageStore:
         cl = self.commit_log
         if cl.confirm_offset <= cl.min_offset:
             return
-        # a queue with blank units for lost records, or one that starts past 0 although no commitlog
-        # segment was ever deleted (its first files are gone)
-        short = {k for k, cq in self.consume_queues.items() if cq.gap_units or (cl.min_offset == 0 and cq.min_offset > 0)}
+        # a queue with blank units for lost records, one that starts past 0 although no commitlog
+        # segment was ever deleted (its first files are gone), or one that recovery cut back (a
+        # damaged unit) while the commitlog kept all its records
+        short = {k for k, cq in self.consume_queues.items()
+                 if cq.gap_units or cq.cut_in_middle or (cl.min_offset == 0 and cq.min_offset > 0)}
+        short |= self._queues_short_of_extents()
+        rep = self.recovery_report
+        if rep is not None and not rep.cuts:  # the commitlog kept its tail: a queue cut back lost units to damage
+            for name in rep.consume_queues_truncated:
+                topic, _, qid = name.rpartition("/")
+                short.add((topic, int(qid)))
         if not index_lost and not short:
             return
         names = [f"{t}/{q}" for t, q in sorted(short)]
@@ -300,7 +342,18 @@ class MessageStore:
         V.rebuild_derived(self, short, index_lost)
         self.derived_files_restored = names + (["index"] if index_lost else [])
         for cq in self.consume_queues.values():
-            cq.gap_units = 0
+            cq.gap_units, cq.cut_in_middle = 0, False
+
+    def _load_consumer_offsets(self) -> None:
+        """Load ``config/consumerOffset.json``; an unreadable file (and ``.bak``) does not make the
+        store unopenable: it is logged, kept beside as ``.damaged`` by a writer (the next persist
+        would replace it), and the groups start without committed offsets."""
+        try:
+            self.consumer_offsets.load()
+        except CorruptRecordError as e:
+            log.error("%s: %s; consumer groups start without committed offsets", self.path, e)
+            if not self.read_only and e.path and os.path.exists(e.path):
+                shutil.copyfile(e.path, e.path + ".damaged")
 
     def _write_abort(self, abort_path: str) -> None:
         """``abort`` holds the writer's PID while the store is open; it is fsync'd (file and
@@ -410,6 +463,9 @@ class MessageStore:
                 index_cut = end
         if dropped_index:
             redispatch = min(redispatch, self._recover_index(dropped_index, index_cut, applied, report))
+        elif applied and last_exit_ok and files and cfg.message_index_enable and self.index_service.files:
+            # beyond upstream: an index behind the consume queues (its newest file lost) catches up
+            redispatch = min(redispatch, self._index_end(end))
         redispatch = max(redispatch, cl.min_offset)
         report.redispatch_from = redispatch
         self.reput = ReputMessageService(self, redispatch)
@@ -436,6 +492,42 @@ class MessageStore:
                         "offset %d", self.path, pid, report.end_offset)
         elif report.mode != "empty" and (not report.clean or report.mode == "abnormal"):
             log.warning("%s: %s", self.path, report.summary())
+
+    def _index_has_a_hole(self) -> bool:
+        """An index file is missing before the newest: keyed records lie between where one file ends
+        and the next begins (or before the first file), which only the lost file could have held."""
+        files = self.index_service.files
+        cl = self.commit_log
+        spans = [(cl.min_offset, files[0].begin_phy)] if files[0].index_count > 1 else []
+        spans += [(self._index_end_of(a), b.begin_phy) for a, b in zip(files, files[1:]) if b.index_count > 1]
+        return any(self._keyed_records_in(a, b) for a, b in spans if a < b)
+
+    def _index_end_of(self, f) -> int:
+        """The commitlog offset after the last record index file ``f`` covers (its TOTALSIZE read
+        from the segment: this runs before recovery has set the readable end)."""
+        phy = f.end_phy
+        mf = self.commit_log.queue.find(phy)
+        pos = phy - mf.file_from_offset if mf is not None else -1
+        if mf is None or pos + 4 > mf.file_size:
+            return phy
+        total = M.I32.unpack_from(mf.mm, pos)[0]
+        return phy + total if total >= M.MIN_RECORD_SIZE else phy
+
+    def _keyed_records_in(self, start: int, stop: int) -> bool:
+        """Whether a record with KEYS or UNIQ_KEY starts in ``[start, stop)`` of the commitlog."""
+        cache: dict = {}
+        for mf, batch in iter_record_batches(self.commit_log.queue, start, stop):
+            if extract_dispatch_columns(mf.u8, batch, self.delay_levels_ms, cache).item_hash.size:
+                return True
+        return False
+
+    def _index_end(self, end: int) -> int:
+        """Where the index stops covering the commitlog: the record after the newest index file's
+        last item (``end`` when that lies outside the data)."""
+        f = self.index_service.files[-1]
+        if not self.commit_log.min_offset <= f.end_phy < end:
+            return end
+        return min(self._index_end_of(f), end)
 
     def _recover_index(self, dropped: list, redispatch: int, applied: bool, report: R.RecoveryReport) -> int:
         """Index files newer than the checkpoint after a crash: upstream deletes them (and loses
@@ -858,12 +950,15 @@ class MessageStore:
                 log.exception("final flush failed; the next open will recover")
                 abort_clean = False
         self.index_service.close()
+        extents = {f"{t}/{q}": cq.max_offset for (t, q), cq in sorted(self.consume_queues.items())}
         for cq in self.consume_queues.values():
             cq.close()
         self.commit_log.close()
         self._close_retired(force=True)
         if self._lock_fd is not None:
             if abort_clean:
+                if extents != self._extents_at_open or os.path.exists(os.path.join(self.path, QUEUE_EXTENTS_FILE)):
+                    self._write_queue_extents(extents)
                 try:
                     os.unlink(os.path.join(self.path, "abort"))
                     fsync_dir(self.path)
@@ -1019,6 +1114,14 @@ class MessageStore:
                 rec.phy_offset + rec.store_size <= self.reput.reput_from and \
                 (cq is None or rec.queue_offset >= cq.max_offset) and rec.queue_offset >= (cq.min_offset if cq else 0):
             why = "but that queue has no such unit although the record was dispatched"
+        elif self.read_only and cq is not None and rec.queue_offset >= cq.max_offset + \
+                max(0, rec.phy_offset - max(cq.max_physic_offset, 0)) // M.MIN_RECORD_SIZE + 1:
+            # a reader's queue view may lag the commitlog, but not by more records than fit between
+            why = f"but that queue ends at {cq.max_offset}, too far back for this record to follow it"
+        elif self.read_only and cq is None and self.live_writer_pid is None and \
+                os.path.isdir(os.path.join(self.path, "consumequeue")):
+            # a closed store's records were all dispatched: the queue a record names exists
+            why = "but the store has no such queue"
         else:
             return
         mf = self.commit_log.queue.find(rec.phy_offset)

@@ -235,3 +235,19 @@ def test_a_reader_in_another_process_consumes_a_live_store(tmp_path, caplog):
         w.stdin.close()  # EOF ends every readline of the writer
         assert w.wait(30) == 0
     assert not os.path.exists(path / "abort")
+
+
+def test_a_damaged_offsets_file_does_not_refuse_the_store(tmp_path):
+    path = tmp_path / "store"
+    with MessageStore.open(path, CFG) as st:
+        _fill(st, 3)
+        c = st.consumer("g", "Orders")
+        c.poll(100, 0)
+        c.commit()
+    cfg_dir = path / "config"
+    (cfg_dir / "consumerOffset.json").write_bytes(b"\xa2\x00garbage")
+    (cfg_dir / "consumerOffset.json.bak").unlink(missing_ok=True)
+    with MessageStore.open(path, CFG) as st:
+        assert st.consumer_offsets.table() == {}
+        assert len(st.consumer("g", "Orders").poll(100, 0)) == 3  # starts over: redelivery, never loss
+    assert (cfg_dir / "consumerOffset.json.damaged").read_bytes() == b"\xa2\x00garbage"

@@ -37,6 +37,8 @@ class ConsumeQueue:
         #: queue offsets filled with blank units because their records never reached this queue
         #: (damaged, or the queue lost files): the store rebuilds such a queue at its next open
         self.gap_units = 0
+        #: :meth:`recover` cut the queue before valid units (a damaged unit in the middle)
+        self.cut_in_middle = False
 
     # --- loading and recovery ----------------------------------------------------------------
     def load(self) -> None:
@@ -63,6 +65,8 @@ class ConsumeQueue:
             if n * UNIT == self.file_size and index + 1 < len(files):
                 index += 1
                 continue
+            # valid units after the cut, or later files: damage in the middle, not a torn tail
+            self.cut_in_middle = bool(valid[n:].any()) or index + 1 < len(files)
             break
         self._set_end(process)
         return process

@@ -30,7 +30,7 @@ import threading
 import time
 
 from ..errors import CorruptRecordError, ReadOnlyStoreError, StoreIOError
-from ..io.mapped_file import fsync_dir
+from ..io.mapped_file import atomic_write_text
 
 log = logging.getLogger(__name__)
 
@@ -95,6 +95,10 @@ def read_offset_file(path: str) -> dict[str, dict[int, int]] | None:
                 text = fh.read()
         except FileNotFoundError:
             continue
+        except UnicodeDecodeError as e:
+            log.error("%s", CorruptRecordError(f"consumer offsets are not UTF-8: {e}", path=p))
+            error = error or CorruptRecordError(f"consumer offsets are not UTF-8: {e}", path=p)
+            continue
         except OSError as e:
             raise StoreIOError(f"cannot read consumer offsets: {e.strerror}", path=p) from e
         if not text.strip():
@@ -155,7 +159,7 @@ class ConsumerOffsetManager:
                 self._counter += 1
             text = self.encode()
             try:
-                _atomic_write(self.path, text)
+                atomic_write_text(self.path, text, keep_bak=True)
             except OSError as e:
                 with self._lock:
                     self._dirty = True
@@ -206,17 +210,3 @@ def _split_key(key: str) -> tuple[str, str]:
     """``topic@group`` to ``(topic, group)``, split at the first ``@`` (topics cannot hold one)."""
     topic, _, group = key.partition(TOPIC_GROUP_SEPARATOR)
     return topic, group
-
-
-def _atomic_write(path: str, text: str) -> None:
-    directory = os.path.dirname(path) or "."
-    os.makedirs(directory, exist_ok=True)
-    tmp = f"{path}.tmp.{os.getpid()}"
-    with open(tmp, "w", encoding="utf-8") as fh:
-        fh.write(text)
-        fh.flush()
-        os.fsync(fh.fileno())
-    if os.path.exists(path):
-        os.replace(path, path + ".bak")
-    os.replace(tmp, path)
-    fsync_dir(directory)

@@ -48,6 +48,7 @@ from ..types import MessageRecord, tags_code_of  # types needs only properties, 
 from . import properties as P
 from .arrays import rows_at
 from .hashes import crc32
+from .msgid import encode_offset_msg_id, format_host
 
 MAGIC_V1 = -626843481  # 0xDAA320A7
 MAGIC_V2 = -626843477  # 0xDAA320AB
@@ -62,6 +63,8 @@ SYSFLAG_BORNHOST_V6 = 0x10
 SYSFLAG_STOREHOST_V6 = 0x20
 
 MAX_TOPIC_BYTES = 255
+#: the smallest valid record: 91 bytes of fixed fields (TOTALSIZE's floor in the length formula)
+MIN_RECORD_SIZE = 91
 
 #: TOTALSIZE, MAGIC, BODYCRC, QUEUEID, FLAG, QUEUEOFFSET, PHYSICALOFFSET, SYSFLAG, BORNTIMESTAMP
 HEAD = struct.Struct(">iiiiiqqiq")
@@ -616,8 +619,6 @@ def decode_message(buf, pos: int, limit: int, *, base_offset: int = 0, path: str
     record whose end is zero-filled (:func:`torn_end`). Raises :class:`CorruptRecordError` with
     path and offset.
     """
-    from .msgid import encode_offset_msg_id, format_host
-
     if limit - pos >= 91 and not (check_crc and force_verify_prop_crc):  # the properties CRC needs the layout
         rec = _decode_v4_v1(buf, pos, limit, check_crc, check_torn, delay_levels_ms, base_offset, path)
         if rec is not None:

@@ -73,6 +73,22 @@ _DIRTY_DIRS: set[str] = set()
 _DIRTY_LOCK = threading.Lock()
 
 
+def atomic_write_text(path: str, text: str, *, keep_bak: bool = False) -> None:
+    """Replace ``path`` with ``text`` atomically: a temporary file, fsync'd, renamed into place, then
+    the directory fsync'd (with ``keep_bak`` the previous file becomes ``path.bak`` first)."""
+    directory = os.path.dirname(path) or "."
+    os.makedirs(directory, exist_ok=True)
+    tmp = f"{path}.tmp.{os.getpid()}"
+    with open(tmp, "w", encoding="utf-8") as fh:
+        fh.write(text)
+        fh.flush()
+        os.fsync(fh.fileno())
+    if keep_bak and os.path.exists(path):
+        os.replace(path, path + ".bak")
+    os.replace(tmp, path)
+    fsync_dir(directory)
+
+
 def fsync_dirty_dirs() -> None:
     """fsync the directories that received new segments since the last call (consume-queue and
     index files are created without waiting for it; the store calls this before it writes the
