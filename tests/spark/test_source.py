@@ -245,3 +245,20 @@ def test_compressed_bodies_decoded_unless_raw(spark, tmp_path):
     assert got[bad] == b"not zlib"  # does not decompress: stored bytes, sysFlag says compressed
     raw = {r.commitLogOffset: bytes(r.body) for r in read(spark, str(tmp_path / "s"), rawBody="true").collect()}
     assert {o: b for o, b in raw.items() if o != bad} == {o: d for o, (_, d) in bodies.items()}
+
+
+def test_damaged_records_skipped_or_failing_on_data_loss(spark, tmp_path):
+    from rmqstore import Message, MessageStoreConfig
+
+    cfg = MessageStoreConfig(mapped_file_size_commit_log=1 << 16, mapped_file_size_consume_queue=400,
+                             max_hash_slot_num=16, max_index_num=64)
+    with MessageStore.open(tmp_path / "s", cfg) as st:
+        rs = [st.put_message(Message.create("D", b"message %d" % i)) for i in range(10)]
+    seg = tmp_path / "s" / "commitlog" / "00000000000000000000"
+    data = bytearray(seg.read_bytes())
+    data[rs[4].phy_offset + 4] ^= 0xFF  # its MAGICCODE
+    seg.write_bytes(bytes(data))
+    got = sorted(r.commitLogOffset for r in read(spark, str(tmp_path / "s")).collect())
+    assert got == [r.phy_offset for i, r in enumerate(rs) if i != 4]  # skipped, the scan resynchronises
+    with pytest.raises(Exception, match="failOnDataLoss"):
+        read(spark, str(tmp_path / "s"), failOnDataLoss="true").collect()

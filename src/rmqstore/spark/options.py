@@ -24,7 +24,8 @@ EARLIEST, LATEST = "earliest", "latest"
 
 #: canonical option names (matched ignoring case)
 OPTIONS = ("path", "config", "startingOffsets", "endingOffsets", "startingTimestamp", "endingTimestamp",
-           "topics", "includeBody", "rawBody", "splitSize", "verifyCRC", "maxBytesPerTrigger")
+           "topics", "includeBody", "rawBody", "splitSize", "verifyCRC", "failOnDataLoss",
+           "maxBytesPerTrigger")
 _CANON = {o.lower(): o for o in OPTIONS}
 _CONFIG_KEYS = {f.name.replace("_", "").lower(): f.name for f in dataclasses.fields(MessageStoreConfig)}
 _SIZE = re.compile(r"^\s*(\d+)\s*([kmgt]i?b?|b)?\s*$", re.IGNORECASE)
@@ -46,6 +47,8 @@ class ReadOptions:
     include_body: bool = True
     #: keep a compressed body's stored bytes instead of decoding it
     raw_body: bool = False
+    #: a damaged record ends the read (CorruptRecordError) instead of being skipped and logged
+    fail_on_data_loss: bool = False
     split_size: int = DEFAULT_SPLIT_SIZE
     verify_crc: bool = False
     max_bytes_per_trigger: int | None = None
@@ -183,6 +186,8 @@ def parse_options(options: Mapping[str, str], *, streaming: bool | None,
         kw["include_body"] = _bool("includeBody", own["includeBody"])
     if "rawBody" in own:
         kw["raw_body"] = _bool("rawBody", own["rawBody"])
+    if "failOnDataLoss" in own:
+        kw["fail_on_data_loss"] = _bool("failOnDataLoss", own["failOnDataLoss"])
     if "verifyCRC" in own:
         kw["verify_crc"] = _bool("verifyCRC", own["verifyCRC"])
     if "splitSize" in own:

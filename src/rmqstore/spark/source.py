@@ -9,6 +9,7 @@ store path.
 """
 from __future__ import annotations
 
+import logging
 import sys
 import time
 from typing import Iterator
@@ -20,11 +21,14 @@ from pyspark.sql.streaming.datasource import SupportsTriggerAvailableNow
 from pyspark.sql.types import (ArrayType, BinaryType, IntegerType, LongType, MapType, StringType, StructField,
                                StructType, TimestampType)
 
-from ..errors import ConfigError
+from ..errors import ConfigError, CorruptRecordError
 from . import columns as C
 from . import scan as S
 from .filters import RowFilter
 from .options import EARLIEST, LATEST, ReadOptions, parse_options
+
+log = logging.getLogger(__name__)
+
 
 def source_schema() -> StructType:
     """The full schema (same names, types and nullability as :data:`.columns.ARROW_SCHEMA`)."""
@@ -117,8 +121,18 @@ def read_partition(opts: ReadOptions, flt: RowFilter, schema: StructType, part) 
 
 
 def _iter_spans(opts: ReadOptions, spans, **kw):
+    """The batches of every span; damaged records (invalid framing, a failing CRC) are skipped and
+    logged, or, with ``failOnDataLoss``, end the read with a :class:`CorruptRecordError`."""
     for seg0, a, b in spans:
-        yield from S.iter_span_batches(opts.store_dir, opts.seg_size, S.Span(seg0, a, b), **kw)
+        summary = S.SpanSummary(S.Span(seg0, a, b))
+        yield from S.iter_span_batches(opts.store_dir, opts.seg_size, summary.span, summary, **kw)
+        lost = [(off, kind, detail) for off, kind, detail in summary.breaks if kind in (S.INVALID, S.CRC)]
+        if lost and opts.fail_on_data_loss:
+            off, kind, detail = lost[0]
+            raise CorruptRecordError(f"failOnDataLoss: {len(lost)} damaged record(s) in [{a}, {b}) of segment {seg0}, "
+                                     f"the first at {off}: {detail}", path=opts.store_dir, offset=off)
+        for off, kind, detail in lost:
+            log.warning("%s: skipped a damaged record at %d (%s)", opts.store_dir, off, detail)
 
 
 def _pushdown_planner_active() -> bool:
