@@ -1136,7 +1136,7 @@ class MessageStore:
             raise self._unit_error(cq, q, f"unit {q} points at [{phy}, {phy + size}), outside the commitlog data "
                                           f"[{cl.min_offset}, {cl.confirm_offset})")
         try:
-            rec = self._read_checked(phy, own_unit=False)
+            rec = cl.read_record(phy, check_crc=True, check_torn=True)  # (_read_checked without its own-unit check)
         except OffsetError as e:
             raise self._unit_error(cq, q, f"unit {q}: {e}") from e
         except CorruptRecordError as e:

@@ -309,3 +309,20 @@ def test_batch_encoder_equals_record_encoder(topic, msgs, queue_id, qoff, phy, s
                                 queue_offset=qoff + i, phy_offset=phy + len(want))
     assert buf == bytes(want)
     assert totals.tolist() == [M.read_layout(want, int(s), len(want)).total for s in starts]
+
+
+def _parse_bytes_first(raw: bytes) -> dict:
+    """Upstream's string2messageProperties on bytes, segment by segment (the specification)."""
+    out = {}
+    for seg in raw.split(b"\x02"):
+        i = seg.find(b"\x01")
+        if 0 < i < len(seg) - 1:
+            out[seg[:i].decode("utf-8", "replace")] = seg[i + 1:].decode("utf-8", "replace")
+    return out
+
+
+@settings(max_examples=500)
+@given(st.lists(st.sampled_from([b"\x01", b"\x02", b"a", b"bc", b"\xe2\x82\xac", b"\xe2", b"\x82", b"\xff",
+                                 b"\x00", b"\xf0\x9f\x98", b"\xed\xa0\x80"]), max_size=40).map(b"".join))
+def test_parse_properties_equals_splitting_the_bytes_first(raw):
+    assert P.parse_properties(raw) == _parse_bytes_first(raw)

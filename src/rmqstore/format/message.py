@@ -44,10 +44,10 @@ from typing import NamedTuple
 import numpy as np
 
 from ..errors import CorruptRecordError
-from ..types import MessageRecord, tags_code_of  # types needs only properties, hashes and msgid of this layer
+from ..types import SCHEDULE_TOPIC, MessageRecord, tags_code_of  # types needs only properties, hashes, msgid
 from . import properties as P
 from .arrays import rows_at
-from .hashes import crc32
+from .hashes import crc32, java_hash_cached
 from .msgid import encode_offset_msg_id, format_host
 
 MAGIC_V1 = -626843481  # 0xDAA320A7
@@ -620,7 +620,7 @@ def decode_message(buf, pos: int, limit: int, *, base_offset: int = 0, path: str
     path and offset.
     """
     if limit - pos >= 91 and not (check_crc and force_verify_prop_crc):  # the properties CRC needs the layout
-        rec = _decode_v4_v1(buf, pos, limit, check_crc, check_torn, delay_levels_ms, base_offset, path)
+        rec = decode_v1_ipv4(buf, pos, limit, check_crc, check_torn, delay_levels_ms, base_offset, path)
         if rec is not None:
             return rec
 
@@ -661,6 +661,8 @@ def decode_message(buf, pos: int, limit: int, *, base_offset: int = 0, path: str
 
 _HOSTS: dict = {}
 _TOPICS: dict = {}
+#: offsetMsgId's store-host half (8 hex digits of address, 8 of port) per (address, port)
+_ID_PREFIX: dict = {}
 
 
 def _host4(addr: bytes, port: int) -> str:
@@ -673,7 +675,7 @@ def _host4(addr: bytes, port: int) -> str:
     return s
 
 
-def _decode_v4_v1(buf, pos, limit, check_crc, check_torn, delay_levels_ms, base_offset, path):
+def decode_v1_ipv4(buf, pos, limit, check_crc, check_torn, delay_levels_ms, base_offset, path):  # noqa: PLR0913
     """Fast path of :func:`decode_message` for a V1 record with IPv4 hosts (one unpack of the
     fixed part); None when the record has another shape, so the general path decides."""
     (total, magic, body_crc, queue_id, flag, queue_offset, phy, sys_flag, born_ts, born_a, born_p, store_ts,
@@ -708,9 +710,18 @@ def _decode_v4_v1(buf, pos, limit, check_crc, check_torn, delay_levels_ms, base_
         if len(_TOPICS) < 65536:
             _TOPICS[tb] = topic
     props = P.parse_properties(raw_props) if props_len else {}
+    prefix = _ID_PREFIX.get((store_a, store_p))
+    if prefix is None:
+        if len(_ID_PREFIX) > 65536:
+            _ID_PREFIX.clear()
+        prefix = _ID_PREFIX[(store_a, store_p)] = f"{store_a.hex().upper()}{store_p & 0xFFFFFFFF:08X}"
+    if topic == SCHEDULE_TOPIC:
+        tags_code = tags_code_of(topic, props, store_ts, delay_levels_ms)
+    else:
+        tags = props.get(P.TAGS)
+        tags_code = java_hash_cached(tags) if tags else 0
     return MessageRecord(
         phy, total, topic, queue_id, queue_offset, flag, sys_flag, body_crc, born_ts, _host4(born_a, born_p),
         store_ts, _host4(store_a, store_p), reconsume, prepared, body, props,
-        f"{store_a.hex().upper()}{store_p & 0xFFFFFFFF:08X}{phy & 0xFFFFFFFFFFFFFFFF:016X}", magic,
-        tags_code_of(topic, props, store_ts, delay_levels_ms),
+        f"{prefix}{phy & 0xFFFFFFFFFFFFFFFF:016X}", magic, tags_code,
     )

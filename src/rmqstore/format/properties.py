@@ -88,11 +88,13 @@ def parse_properties(raw: bytes | memoryview | str) -> dict[str, str]:
     """Upstream ``string2messageProperties`` semantics on the raw bytes."""
     if isinstance(raw, str):
         raw = raw.encode("utf-8", "surrogatepass")
+    # decoded once, then split: UTF-8 never puts 0x01/0x02 inside a multi-byte sequence, and a
+    # malformed sequence never swallows them, so this equals splitting the bytes first (tested)
     out: dict[str, str] = {}
-    for seg in bytes(raw).split(PROPERTY_SEPARATOR):
-        i = seg.find(NAME_VALUE_SEPARATOR)
-        if 0 < i < len(seg) - 1:
-            out[seg[:i].decode("utf-8", "replace")] = seg[i + 1:].decode("utf-8", "replace")
+    for seg in bytes(raw).decode("utf-8", "replace").split("\x02"):
+        name, _, value = seg.partition("\x01")
+        if name and value:
+            out[name] = value
     return out
 
 
