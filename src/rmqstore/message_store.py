@@ -205,6 +205,8 @@ class MessageStore:
         self.derived_files_restored: list[str] = []
         #: every queue's max offset after the open (a clean close writes QUEUE_EXTENTS_FILE when they changed)
         self._extents_at_open: dict[str, int] = {}
+        #: no abort file and no live writer when opened: every record was dispatched
+        self._closed_cleanly = False
 
     # ==========================================================================================
     # Opening and closing
@@ -267,6 +269,7 @@ class MessageStore:
         self._load_consumer_offsets()
         abort_path = os.path.join(self.path, "abort")
         last_exit_ok = not os.path.exists(abort_path)
+        self._closed_cleanly = last_exit_ok and self.live_writer_pid is None
         self.commit_log.queue.load()
         self._load_consume_queues()
         dropped_index = self.index_service.load(last_exit_ok)
@@ -1118,9 +1121,10 @@ class MessageStore:
                 max(0, rec.phy_offset - max(cq.max_physic_offset, 0)) // M.MIN_RECORD_SIZE + 1:
             # a reader's queue view may lag the commitlog, but not by more records than fit between
             why = f"but that queue ends at {cq.max_offset}, too far back for this record to follow it"
-        elif self.read_only and cq is None and self.live_writer_pid is None and \
+        elif self.read_only and cq is None and self._closed_cleanly and \
                 os.path.isdir(os.path.join(self.path, "consumequeue")):
-            # a closed store's records were all dispatched: the queue a record names exists
+            # a cleanly closed store's records were all dispatched: the queue a record names exists
+            # (not after a crash, nor while a writer is live: their newest records may have no unit yet)
             why = "but the store has no such queue"
         else:
             return
