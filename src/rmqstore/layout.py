@@ -29,8 +29,10 @@ def _first_segment_size(directory: str) -> int | None:
 
 
 def is_store_dir(path: str) -> bool:
+    """A directory holding a commitlog, consume queues, a checkpoint or a writer's lock (a store
+    just opened by a writer has only its lock)."""
     return os.path.isdir(path) and any(
-        os.path.exists(os.path.join(path, d)) for d in (COMMITLOG, CONSUMEQUEUE, "checkpoint"))
+        os.path.exists(os.path.join(path, d)) for d in (COMMITLOG, CONSUMEQUEUE, "checkpoint", "lock"))
 
 
 def _first_cq_segment_size(store_dir: str) -> int | None:

@@ -26,7 +26,7 @@ import numpy as np
 
 from .config import EMBEDDED, MessageStoreConfig
 from .consumer import EARLIEST, Consumer
-from .layout import resolve_config
+from .layout import is_store_dir, resolve_config
 from .engine import recovery as R
 from .engine import retention as RT
 from .engine import verify as V
@@ -219,8 +219,7 @@ class MessageStore:
         if read_only:
             if not os.path.isdir(path):
                 raise StoreNotFoundError("store directory does not exist", path=path)
-            if not any(os.path.exists(os.path.join(path, d))
-                       for d in ("commitlog", "consumequeue", "checkpoint", "lock")):
+            if not is_store_dir(path):
                 raise StoreNotFoundError("not a message store (no commitlog/, consumequeue/, checkpoint or lock)", path=path)
         else:
             try:
