@@ -1196,6 +1196,7 @@ class MessageStore:
             return GetMessageResult(GetMessageStatus.OFFSET_OVERFLOW_BADLY, max_o, min_o, max_o)
         sub = parse_subscription(subscription)
         cl = self.commit_log
+        read_pulled = cl.read_pulled
         max_phy = cl.confirm_offset
         in_mem_limit = self._ram * cfg.access_message_in_memory_max_ratio // 100
         max_filter = max(cfg.max_filter_message_size, max_nums * 20)
@@ -1250,12 +1251,14 @@ class MessageStore:
                         status = GetMessageStatus.MESSAGE_WAS_REMOVING
                     next_phy_file_start = cl.roll_next_file(phy)
                     continue
-                try:
-                    rec = self._read_unit(cq, q - 1, phy, size)
-                except CorruptRecordError as e:  # never served, never a stuck reader: step over it
-                    skipped.append(SkippedMessage(q - 1, phy, e.path, e.offset, str(e)))
-                    log.error("%s: pull %s/%d skipped queue offset %d: %s", self.path, topic, queue_id, q - 1, e)
-                    continue
+                rec = read_pulled(phy, size, topic, queue_id, q - 1, max_phy)
+                if rec is None:  # not the usual intact record: the careful path says what it is
+                    try:
+                        rec = self._read_unit(cq, q - 1, phy, size)
+                    except CorruptRecordError as e:  # never served, never a stuck reader: step over it
+                        skipped.append(SkippedMessage(q - 1, phy, e.path, e.offset, str(e)))
+                        log.error("%s: pull %s/%d skipped queue offset %d: %s", self.path, topic, queue_id, q - 1, e)
+                        continue
                 if sub is not None and rec.tags not in sub[0]:
                     filtered += 1
                     continue

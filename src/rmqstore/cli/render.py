@@ -27,6 +27,7 @@ from rich.table import Table
 from rich.text import Text
 
 from ..format.compression import describe_sys_flag
+from ..types import MessageRecord
 
 #: a time cell wraps between the local time and the epoch ms, never inside the local time
 TIME_MIN_WIDTH = 23
@@ -156,6 +157,8 @@ def to_jsonable(obj: Any) -> Any:
         return obj if math.isfinite(obj) else None
     if isinstance(obj, enum.Enum):
         return obj.value
+    if isinstance(obj, MessageRecord):
+        return to_jsonable(obj.as_dict())
     if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
         return {f.name: to_jsonable(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
     if isinstance(obj, Mapping):

@@ -616,6 +616,30 @@ class CommitLog:
             raise CorruptRecordError(f"record at {phy} says PHYSICALOFFSET {rec.phy_offset}", path=mf.path, offset=pos)
         return rec
 
+    def read_pulled(self, phy: int, size: int, topic: str, queue_id: int, queue_offset: int, end_phy: int):
+        """The fast path of a pull: the record at ``phy`` when it is exactly the consume-queue unit's
+        (V1, IPv4 hosts, ``size`` bytes, that topic, queue and queue offset, before ``end_phy``) and
+        intact (CRC, no torn end); None for anything else, so the caller's careful path
+        (:meth:`read_record` and its checks) decides what is wrong and says so."""
+        if self.cfg.force_verify_prop_crc:
+            return None
+        mf = self.queue.find(phy)
+        if mf is None:
+            return None
+        base = mf.file_from_offset
+        pos = phy - base
+        limit = min(mf.file_size, end_phy - base)
+        if size < M.MIN_RECORD_SIZE or pos + size > limit:
+            return None
+        try:
+            rec = M.decode_v1_ipv4(mf.mm, pos, limit, True, True, self._delay_levels, base, mf.path)
+        except CorruptRecordError:
+            return None
+        if rec is None or rec.phy_offset != phy or rec.store_size != size or rec.queue_offset != queue_offset or \
+                rec.queue_id != queue_id or rec.topic != topic:
+            return None
+        return rec
+
     def pickup_store_timestamp(self, phy: int, size: int) -> int:
         """STORETIMESTAMP of the record at ``phy`` or -1 (FORMAT.md §11.6)."""
         if phy < 0 or phy < self.min_offset or phy + size > self.confirm_offset:

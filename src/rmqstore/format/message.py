@@ -44,7 +44,7 @@ from typing import NamedTuple
 import numpy as np
 
 from ..errors import CorruptRecordError
-from ..types import SCHEDULE_TOPIC, MessageRecord, tags_code_of  # types needs only properties, hashes, msgid
+from ..types import SCHEDULE_TOPIC, MessageRecord, lazy_v1_record, tags_code_of  # types needs only properties, hashes, msgid
 from . import properties as P
 from .arrays import rows_at
 from .hashes import crc32, java_hash_cached
@@ -659,20 +659,7 @@ def decode_message(buf, pos: int, limit: int, *, base_offset: int = 0, path: str
     )
 
 
-_HOSTS: dict = {}
 _TOPICS: dict = {}
-#: offsetMsgId's store-host half (8 hex digits of address, 8 of port) per (address, port)
-_ID_PREFIX: dict = {}
-
-
-def _host4(addr: bytes, port: int) -> str:
-    key = (addr, port)
-    s = _HOSTS.get(key)
-    if s is None:
-        if len(_HOSTS) > 65536:
-            _HOSTS.clear()
-        s = _HOSTS[key] = f"{addr[0]}.{addr[1]}.{addr[2]}.{addr[3]}:{port}"
-    return s
 
 
 def decode_v1_ipv4(buf, pos, limit, check_crc, check_torn, delay_levels_ms, base_offset, path):  # noqa: PLR0913
@@ -709,19 +696,8 @@ def decode_v1_ipv4(buf, pos, limit, check_crc, check_torn, delay_levels_ms, base
         topic = tb.decode("utf-8", "replace")
         if len(_TOPICS) < 65536:
             _TOPICS[tb] = topic
-    props = P.parse_properties(raw_props) if props_len else {}
-    prefix = _ID_PREFIX.get((store_a, store_p))
-    if prefix is None:
-        if len(_ID_PREFIX) > 65536:
-            _ID_PREFIX.clear()
-        prefix = _ID_PREFIX[(store_a, store_p)] = f"{store_a.hex().upper()}{store_p & 0xFFFFFFFF:08X}"
-    if topic == SCHEDULE_TOPIC:
-        tags_code = tags_code_of(topic, props, store_ts, delay_levels_ms)
-    else:
-        tags = props.get(P.TAGS)
-        tags_code = java_hash_cached(tags) if tags else 0
-    return MessageRecord(
-        phy, total, topic, queue_id, queue_offset, flag, sys_flag, body_crc, born_ts, _host4(born_a, born_p),
-        store_ts, _host4(store_a, store_p), reconsume, prepared, body, props,
-        f"{prefix}{phy & 0xFFFFFFFFFFFFFFFF:016X}", magic, tags_code,
-    )
+    # properties, hosts and msgId are decoded when first read (the record is checked whole here)
+    tags_code = tags_code_of(topic, P.parse_properties(raw_props), store_ts, delay_levels_ms) \
+        if topic == SCHEDULE_TOPIC and props_len else None
+    return lazy_v1_record(phy, total, topic, queue_id, queue_offset, flag, sys_flag, body_crc, born_ts, store_ts,
+                          reconsume, prepared, body, magic, tags_code, (raw_props, born_a, born_p, store_a, store_p))
