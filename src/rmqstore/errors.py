@@ -30,6 +30,11 @@ class CorruptRecordError(RmqStoreError, ValueError):
     """Bytes on disk do not form what the format says should be there."""
 
 
+class UnitMismatchError(CorruptRecordError):
+    """A consume-queue unit that does not point at its record (the unit is damaged; its record may
+    be intact elsewhere)."""
+
+
 class StoreIOError(RmqStoreError, OSError):
     """An operating-system level failure while reading or writing store files."""
 

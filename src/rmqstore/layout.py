@@ -6,6 +6,7 @@ file's size when it has upstream's default 1:4 slot:item ratio (``40 + 84*slots`
 """
 from __future__ import annotations
 
+import collections
 import os
 
 from .config import MessageStoreConfig
@@ -16,9 +17,25 @@ CONSUMEQUEUE = "consumequeue"
 INDEX = "index"
 
 
+def _segment_spacing(directory: str) -> int | None:
+    """The segment size as the distance between consecutive segment names (a name is the start
+    offset: exact whatever a damaged file's length), None with fewer than two segments."""
+    try:
+        starts = sorted(int(n) for n in os.listdir(directory) if n.isdigit() and len(n) == 20)
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    gaps = [b - a for a, b in zip(starts, starts[1:]) if b > a]
+    return min(gaps) if gaps else None
+
+
 def _first_segment_size(directory: str) -> int | None:
+    """The segment size of a directory of segments: the spacing of their names when there are
+    several (a short or missing file is damage, not geometry), else the one file's size."""
     if not os.path.isdir(directory):
         return None
+    spacing = _segment_spacing(directory)
+    if spacing is not None:
+        return spacing
     for name in sorted(os.listdir(directory)):
         p = os.path.join(directory, name)
         if name.isdigit() and len(name) == 20 and os.path.isfile(p):
@@ -36,24 +53,39 @@ def is_store_dir(path: str) -> bool:
 
 
 def _first_cq_segment_size(store_dir: str) -> int | None:
+    """The consume-queue file size: the name spacing of a queue with several files, else the
+    first queue's file size."""
     cq_root = os.path.join(store_dir, CONSUMEQUEUE)
     if not os.path.isdir(cq_root):
         return None
+    single = None
     for topic in sorted(os.listdir(cq_root)):
         tdir = os.path.join(cq_root, topic)
         if not os.path.isdir(tdir):
             continue
         for q in sorted(os.listdir(tdir)):
-            size = _first_segment_size(os.path.join(tdir, q)) if q.isdigit() else None
-            if size:
-                return size
-    return None
+            if not q.isdigit():
+                continue
+            spacing = _segment_spacing(os.path.join(tdir, q))
+            if spacing is not None:
+                return spacing
+            if single is None:
+                single = _first_segment_size(os.path.join(tdir, q))
+    return single
 
 
 def _first_index_size(store_dir: str) -> int | None:
+    """The index file size: the most common size among the index files (all have the same
+    size; a truncated one is damage)."""
     idx = os.path.join(store_dir, INDEX)
     if not os.path.isdir(idx):
         return None
+    sizes = collections.Counter()
+    for n in sorted(os.listdir(idx)):
+        p = os.path.join(idx, n)
+        if n.isdigit() and os.path.isfile(p) and os.path.getsize(p) > 0:
+            sizes[os.path.getsize(p)] += 1
+    return max(sizes, key=lambda k: (sizes[k], k)) if sizes else None
     for n in sorted(os.listdir(idx)):
         p = os.path.join(idx, n)
         if n.isdigit() and os.path.isfile(p) and os.path.getsize(p) > 0:

@@ -10,6 +10,7 @@ put the would-be recovery in :attr:`recovery_report` instead of applying it.
 from __future__ import annotations
 
 import atexit
+import contextlib
 import dataclasses
 import errno
 import fcntl
@@ -41,7 +42,7 @@ from .format import index_file as IF
 from .format import message as M
 from .io.mapped_file import atomic_write_text, fsync_dir, fsync_dirty_dirs
 from .errors import (CorruptRecordError, OffsetError, ReadOnlyStoreError, RmqStoreError, StoreClosedError,
-                     StoreIOError, StoreLockedError, StoreNotFoundError)
+                     StoreIOError, StoreLockedError, StoreNotFoundError, UnitMismatchError)
 from .format.hashes import java_hash_cached
 from .format.msgid import decode_offset_msg_id
 from .types import (GetMessageResult, GetMessageStatus, Message, MessageRecord, PutMessageResult,
@@ -54,8 +55,14 @@ RETIRE_GRACE_S = 5.0
 _LOCKED_PATHS: set[str] = set()
 _LOCKED_GUARD = threading.Lock()
 MAX_PULL_SIZE = 128 * 1024 * 1024
+#: how far a damaged unit's record is looked for: sound units either side, and commitlog bytes
+LOCATE_UNITS = 64
+LOCATE_BYTES = 16 << 20
 #: every queue's max offset at the last clean close (rmqstore's own file; see _write_queue_extents)
 QUEUE_EXTENTS_FILE = os.path.join("config", "rmqstore-queues.json")
+#: beyond upstream: size and mtime of every index file at the last clean close; a file that differs
+#: at the next open was changed by something else, and is checked against the commitlog
+INDEX_STATS_FILE = os.path.join("config", "rmqstore-index.json")
 #: stores open in this process, closed cleanly at normal interpreter exit (no abnormal recovery
 #: next time for a program that forgot ``close()``)
 _OPEN_STORES: "weakref.WeakSet[MessageStore]" = weakref.WeakSet()
@@ -205,8 +212,14 @@ class MessageStore:
         self.derived_files_restored: list[str] = []
         #: every queue's max offset after the open (a clean close writes QUEUE_EXTENTS_FILE when they changed)
         self._extents_at_open: dict[str, int] = {}
+        #: size and mtime of the index files at open (a clean close writes INDEX_STATS_FILE when they changed)
+        self._index_stats_at_open: dict[str, list[int]] = {}
         #: no abort file and no live writer when opened: every record was dispatched
         self._closed_cleanly = False
+        #: a reader's temporary consume queues and index (:meth:`_shadow_derived_files`), removed at
+        #: close, and the store's own objects they stand in for (what verify checks)
+        self._shadow_dir: str | None = None
+        self._own_derived: tuple[dict, object] | None = None
 
     # ==========================================================================================
     # Opening and closing
@@ -272,10 +285,16 @@ class MessageStore:
         self.commit_log.queue.load()
         self._load_consume_queues()
         dropped_index = self.index_service.load(last_exit_ok)
+        self._index_stats_at_open = self._index_stats()
+        changed = self._index_files_changed(last_exit_ok, dropped_index)
         # checked before recovery, whose re-dispatch may create a fresh index file
         index_lost = (self.cfg.message_index_enable and not dropped_index and bool(self.commit_log.queue.files)
                       and (not self.index_service.files or self._index_has_a_hole()))
         self._recover(last_exit_ok, dropped_index)
+        if changed and not index_lost:
+            index_lost = self._index_files_damaged(changed)
+        if self.read_only and self.live_writer_pid is None:
+            self._shadow_derived_files(index_lost)
         if not self.read_only:
             self._write_abort(abort_path)
             # ASYNC_FLUSH: every append wakes the dispatcher (the bound method itself: no wrapper
@@ -286,6 +305,47 @@ class MessageStore:
             self._flusher.start()
             self._restore_derived_files(index_lost)
             self._extents_at_open = {f"{t}/{q}": cq.max_offset for (t, q), cq in sorted(self.consume_queues.items())}
+
+    def _index_stats(self, paths: list[str] | None = None) -> dict[str, list[int]]:
+        out = {}
+        for p in [f.path for f in self.index_service.files] if paths is None else paths:
+            try:
+                st = os.stat(p)
+            except OSError:
+                continue
+            out[os.path.basename(p)] = [st.st_size, st.st_mtime_ns]
+        return out
+
+    def _index_files_changed(self, last_exit_ok: bool, dropped: list) -> list:
+        """Index files whose size or mtime differ from :data:`INDEX_STATS_FILE` (the last clean
+        close), but for the newest after a crash or with a live writer, and those the recovery
+        cuts back anyway: something else changed them."""
+        try:
+            with open(os.path.join(self.path, INDEX_STATS_FILE), encoding="utf-8") as fh:
+                table = json.load(fh)
+        except (OSError, ValueError):
+            return []
+        if not isinstance(table, dict):
+            return []
+        files = [f for f in self.index_service.files if f not in dropped]
+        if files and (not last_exit_ok or self.live_writer_pid is not None):
+            files = files[:-1]
+        now = self._index_stats_at_open
+        return [f for f in files if os.path.basename(f.path) in table
+                and table[os.path.basename(f.path)] != now.get(os.path.basename(f.path))]
+
+    def _index_files_damaged(self, changed: list) -> bool:
+        """Beyond upstream: index files changed since the last clean close are checked against the
+        commitlog (:func:`~rmqstore.engine.verify.index_file_problems`); True when one is damaged
+        (a writer then rebuilds the index, a reader answers from a scan)."""
+        damaged = False
+        for f in changed:
+            problems = V.index_file_problems(self, f)
+            if problems:
+                log.error("%s: index file %s changed since the last clean close and is damaged (%d problem(s), "
+                          "e.g. %s)", self.path, f.path, len(problems), problems[0])
+                damaged = True
+        return damaged
 
     def _write_queue_extents(self, table: dict[str, int]) -> None:
         """Beyond upstream: every queue's max offset at a clean close, in ``config/`` (a file
@@ -314,6 +374,70 @@ class MessageStore:
                 out.add((topic, int(qid)))
         return out
 
+    def _queues_that_lost_units(self) -> set[tuple[str, int]]:
+        """Queues with blank units for lost records or a file missing or short in the middle, one
+        that starts past 0 although no commitlog segment was ever deleted (its first files are
+        gone), one shorter than at the last clean close, or one that recovery cut back (a damaged
+        unit) while the commitlog kept all its records."""
+        cl = self.commit_log
+        short = {k for k, cq in self.consume_queues.items()
+                 if cq.gap_units or cq.cut_in_middle or cq.queue.gaps or (cl.min_offset == 0 and cq.min_offset > 0)}
+        short |= self._queues_short_of_extents()
+        rep = self.recovery_report
+        if rep is not None and not rep.cuts:
+            for name in rep.consume_queues_truncated:
+                topic, _, qid = name.rpartition("/")
+                short.add((topic, int(qid)))
+        return short
+
+    def _undispatched_queues(self) -> set[tuple[str, int]]:
+        """Queues that records after the last dispatched one (up to the readable end) belong to:
+        a crash before dispatch, or consume queues that were never there."""
+        cl = self.commit_log
+        last = max((cq.max_physic_offset for cq in self.consume_queues.values()), default=-1)
+        start = cl.min_offset
+        if last >= cl.min_offset:
+            mf = cl.queue.find(last)
+            total = M.I32.unpack_from(mf.mm, last - mf.file_from_offset)[0] if mf is not None else 0
+            start = last + total if total >= M.MIN_RECORD_SIZE else last
+        out: set[tuple[str, int]] = set()
+        cache: dict = {}
+        for mf, batch in iter_record_batches(cl.queue, start, cl.confirm_offset):
+            cols = extract_dispatch_columns(mf.u8, batch, self.delay_levels_ms, cache)
+            tx = batch.sys_flag & M.SYSFLAG_TX_MASK
+            for i in np.flatnonzero((tx != M.TX_PREPARED) & (tx != M.TX_ROLLBACK)).tolist():
+                out.add((cols.topics[cols.topic_ids[i]], int(batch.queue_id[i])))
+        return out
+
+    def _shadow_derived_files(self, index_lost: bool) -> None:
+        """Beyond upstream, for a reader with no live writer: consume queues that lost units or are
+        behind the commitlog (a crash before dispatch, or no ``consumequeue/`` at all) and an index
+        that is missing or has a hole are built from the commitlog into a temporary directory and
+        answer instead of the store's own (one warning line; the store is not touched; removed at
+        close). Opening the store for writing once rebuilds them in place."""
+        cl = self.commit_log
+        if cl.confirm_offset <= cl.min_offset:
+            return
+        queues = self._queues_that_lost_units() | self._undispatched_queues()
+        index_from = None
+        if not index_lost and self.cfg.message_index_enable and self.index_service.files:
+            idx_end = self._index_end(cl.confirm_offset)  # the index behind (its newest file lost)
+            if idx_end < cl.confirm_offset and self._keyed_records_in(idx_end, cl.confirm_offset):
+                index_from = idx_end
+        if not queues and not index_lost and index_from is None:
+            return
+        import tempfile
+        self._shadow_dir = tempfile.mkdtemp(prefix="rmqstore-reader-")
+        what = [f"{len(queues)} consume queue(s) missing units"] if queues else []
+        what += ["the index is missing or has a hole"] if index_lost else []
+        what += [f"the index ends at offset {index_from}"] if index_from is not None else []
+        log.warning("%s: %s: answering from a scan of the commitlog (%d bytes) into temporary files in %s; "
+                    "open the store for writing once to rebuild them in place", self.path, " and ".join(what),
+                    cl.confirm_offset - cl.min_offset, self._shadow_dir)
+        self._own_derived = V.shadow_derived(self, queues, index_lost, self._shadow_dir, index_from)
+        self.derived_files_restored = [f"{t}/{q}" for t, q in sorted(queues)] + \
+            (["index"] if index_lost or index_from is not None else [])
+
     def _restore_derived_files(self, index_lost: bool) -> None:
         """Beyond upstream: a writer whose index files are gone, or whose recovery found a consume
         queue short of the records it re-dispatched (its files lost, or units missing), rebuilds them
@@ -322,17 +446,7 @@ class MessageStore:
         cl = self.commit_log
         if cl.confirm_offset <= cl.min_offset:
             return
-        # a queue with blank units for lost records, one that starts past 0 although no commitlog
-        # segment was ever deleted (its first files are gone), or one that recovery cut back (a
-        # damaged unit) while the commitlog kept all its records
-        short = {k for k, cq in self.consume_queues.items()
-                 if cq.gap_units or cq.cut_in_middle or (cl.min_offset == 0 and cq.min_offset > 0)}
-        short |= self._queues_short_of_extents()
-        rep = self.recovery_report
-        if rep is not None and not rep.cuts:  # the commitlog kept its tail: a queue cut back lost units to damage
-            for name in rep.consume_queues_truncated:
-                topic, _, qid = name.rpartition("/")
-                short.add((topic, int(qid)))
+        short = self._queues_that_lost_units()
         if not index_lost and not short:
             return
         names = [f"{t}/{q}" for t, q in sorted(short)]
@@ -951,16 +1065,33 @@ class MessageStore:
             except Exception:  # noqa: BLE001 - the next open recovers
                 log.exception("final flush failed; the next open will recover")
                 abort_clean = False
+        index_paths = [f.path for f in self.index_service.files]
         self.index_service.close()
         extents = {f"{t}/{q}": cq.max_offset for (t, q), cq in sorted(self.consume_queues.items())}
         for cq in self.consume_queues.values():
             cq.close()
         self.commit_log.close()
         self._close_retired(force=True)
+        if self._own_derived is not None:
+            own_queues, own_index = self._own_derived
+            for cq in own_queues.values():
+                if cq is not None:
+                    cq.close()
+            if own_index is not None:
+                own_index.close()
+        if self._shadow_dir is not None:
+            shutil.rmtree(self._shadow_dir, ignore_errors=True)
         if self._lock_fd is not None:
             if abort_clean:
                 if extents != self._extents_at_open or os.path.exists(os.path.join(self.path, QUEUE_EXTENTS_FILE)):
                     self._write_queue_extents(extents)
+                stats = self._index_stats(index_paths)
+                if stats != self._index_stats_at_open or os.path.exists(os.path.join(self.path, INDEX_STATS_FILE)):
+                    try:
+                        atomic_write_text(os.path.join(self.path, INDEX_STATS_FILE), json.dumps(stats, indent=0) + "\n")
+                    except OSError:
+                        log.exception("%s: the index file stats could not be written (the next open checks less)",
+                                      self.path)
                 try:
                     os.unlink(os.path.join(self.path, "abort"))
                     fsync_dir(self.path)
@@ -1103,14 +1234,26 @@ class MessageStore:
         return rec
 
     def _check_own_unit(self, rec: MessageRecord) -> None:
-        """No checksum covers QUEUEID and QUEUEOFFSET: a record is refused when the unit its queue
-        holds at its queue offset points elsewhere (or, for a writer, is missing although the
-        record was dispatched)."""
+        """No checksum covers QUEUEID and QUEUEOFFSET: a record is refused when its queue offset is
+        implausible (negative, or before the queue's first unit although the record lies after
+        it), when the unit its queue holds at that offset is sound and points elsewhere (a damaged
+        unit does not count against the record it locates), or, for a writer, is missing although
+        the record was dispatched."""
         cq = self.consume_queues.get((rec.topic, rec.queue_id))
         u = cq.get_unit(rec.queue_offset) if cq is not None else None
-        if u is not None:
+        first = cq.get_unit(cq.min_offset) if cq is not None and rec.queue_offset < cq.min_offset else None
+        if rec.queue_offset < 0:
+            why = "which no queue has"
+        elif first is not None and first[1] > 0 and rec.phy_offset >= first[0]:
+            # older offsets lie before the queue's first unit in the commitlog, never after it
+            why = f"but that queue begins at offset {cq.min_offset}, at {first[0]}, before this record"
+        elif u is not None:
             if u[0] == rec.phy_offset and u[1] == rec.store_size:
                 return
+            if self._unit_sound(cq, rec.queue_offset) is None:  # the unit is the damaged one
+                located = self._locate_unit_record(cq, rec.queue_offset)
+                if located is not None and located.phy_offset == rec.phy_offset:
+                    return
             why = f"but that unit points at {u[0]} (size {u[1]})"
         elif not self.read_only and self.reput is not None and \
                 rec.phy_offset + rec.store_size <= self.reput.reput_from and \
@@ -1164,11 +1307,66 @@ class MessageStore:
         return magic in (M.MAGIC_V1, M.MAGIC_V2) and M.I64.unpack_from(mf.mm, pos + M.PHY_OFFSET_POS)[0] == phy
 
     @staticmethod
-    def _unit_error(cq: ConsumeQueue, q: int, msg: str) -> CorruptRecordError:
+    def _unit_error(cq: ConsumeQueue, q: int, msg: str) -> UnitMismatchError:
         mf = cq.queue.find(q * CQF.UNIT_SIZE)
         if mf is None:
-            return CorruptRecordError(f"consume queue: {msg}", path=cq.queue.directory, offset=q * CQF.UNIT_SIZE)
-        return CorruptRecordError(f"consume queue: {msg}", path=mf.path, offset=q * CQF.UNIT_SIZE - mf.file_from_offset)
+            return UnitMismatchError(f"consume queue: {msg}", path=cq.queue.directory, offset=q * CQF.UNIT_SIZE)
+        return UnitMismatchError(f"consume queue: {msg}", path=mf.path, offset=q * CQF.UNIT_SIZE - mf.file_from_offset)
+
+    def _unit_sound(self, cq: ConsumeQueue, q: int) -> tuple[int, int] | None:
+        """``(phy, size)`` of unit ``q`` when it points at its own intact record, else None."""
+        u = cq.get_unit(q)
+        if u is None:
+            return None
+        rec = self.commit_log.read_pulled(u[0], u[1], cq.topic, cq.queue_id, q, self.commit_log.confirm_offset)
+        return (u[0], u[1]) if rec is not None else None
+
+    def _locate_unit_record(self, cq: ConsumeQueue, q: int) -> MessageRecord | None:
+        """Beyond upstream: the record of queue offset ``q`` when its unit is damaged in place.
+        A queue's records are written in queue order, so it lies after the record of the nearest
+        sound unit before ``q`` and before that of the nearest sound unit after; that stretch of
+        the commitlog is walked (bounded: :data:`LOCATE_UNITS` units either side,
+        :data:`LOCATE_BYTES` of commitlog) for the intact record that names this queue and offset.
+        A writer rewrites the unit (logged). None when there is no such record."""
+        cl = self.commit_log
+        lo = hi = None
+        first, last = max(cq.min_offset, q - LOCATE_UNITS), min(cq.max_offset - 1, q + LOCATE_UNITS)
+        for k in range(q - 1, first - 1, -1):
+            u = self._unit_sound(cq, k)
+            if u is not None:
+                lo = u[0] + u[1]
+                break
+        else:
+            lo = cl.min_offset if first == cq.min_offset else None  # no unit before to start from
+        for k in range(q + 1, last + 1):
+            u = self._unit_sound(cq, k)
+            if u is not None:
+                hi = u[0]
+                break
+        else:
+            hi = cl.confirm_offset if last == cq.max_offset - 1 else None
+        if lo is None or hi is None or not 0 <= hi - lo <= LOCATE_BYTES:
+            return None
+        found: list[int] = []
+
+        def on_batch(mf, batch) -> None:
+            hit = np.flatnonzero((batch.queue_id == cq.queue_id) & (batch.queue_offset == q))
+            found.extend((mf.file_from_offset + int(batch.starts[i])) for i in hit.tolist())
+
+        R.scan_log(cl.queue.files, max(lo, cl.min_offset), self.cfg, check_crc=False, limit_phy=hi, on_batch=on_batch)
+        for phy in found:
+            try:
+                rec = cl.read_record(phy, check_crc=True, check_torn=True)
+            except (CorruptRecordError, OffsetError):
+                continue
+            if rec.topic == cq.topic and rec.queue_id == cq.queue_id and rec.queue_offset == q:
+                if not self.read_only:
+                    with self._cq_lock:
+                        if cq.repair_unit(q, rec.phy_offset, rec.store_size, rec.tags_code):
+                            log.warning("%s: unit %d of %s/%d was damaged; its record at %d rewritten into it",
+                                        self.path, q, cq.topic, cq.queue_id, rec.phy_offset)
+                return rec
+        return None
 
     def view_message_by_id(self, offset_msg_id: str) -> MessageRecord | None:
         """Decode an offsetMsgId and read the record it points to."""
@@ -1256,9 +1454,12 @@ class MessageStore:
                     try:
                         rec = self._read_unit(cq, q - 1, phy, size)
                     except CorruptRecordError as e:  # never served, never a stuck reader: step over it
-                        skipped.append(SkippedMessage(q - 1, phy, e.path, e.offset, str(e)))
-                        log.error("%s: pull %s/%d skipped queue offset %d: %s", self.path, topic, queue_id, q - 1, e)
-                        continue
+                        rec = self._locate_unit_record(cq, q - 1) if isinstance(e, UnitMismatchError) else None
+                        if rec is None:
+                            skipped.append(SkippedMessage(q - 1, phy, e.path, e.offset, str(e)))
+                            log.error("%s: pull %s/%d skipped queue offset %d: %s", self.path, topic, queue_id, q - 1, e)
+                            continue
+                        size = rec.store_size
                 if sub is not None and rec.tags not in sub[0]:
                     filtered += 1
                     continue
@@ -1353,7 +1554,33 @@ class MessageStore:
         rebuilds what the commitlog can regenerate and marks those findings ``fixed``.
         ``progress(bytes_done)`` is called while the commitlog is scanned."""
         self._check_open()
-        return V.verify_store(self, fix=fix, progress=progress)
+        with self._own_derived_files():
+            return V.verify_store(self, fix=fix, progress=progress)
+
+    @contextlib.contextmanager
+    def _own_derived_files(self):
+        """A reader answering from temporary derived files (:meth:`_shadow_derived_files`) puts
+        the store's own back meanwhile: verify reports what is on disk."""
+        if self._own_derived is None:
+            yield
+            return
+        own_queues, own_index = self._own_derived
+        with self._cq_lock:
+            shadows = {k: self.consume_queues.get(k) for k in own_queues}
+            for k, cq in own_queues.items():
+                if cq is None:
+                    self.consume_queues.pop(k, None)
+                else:
+                    self.consume_queues[k] = cq
+            shadow_index = self.index_service
+            if own_index is not None:
+                self.index_service = own_index
+        try:
+            yield
+        finally:
+            with self._cq_lock:
+                self.consume_queues.update(shadows)
+                self.index_service = shadow_index
 
     def clean_expired(self, now_ms: int | None = None, dry_run: bool = True, force: bool = False) -> RT.CleanResult:
         """One retention run (``fileReservedTime``, ``deleteWhen``, disk-usage ratios,

@@ -45,12 +45,17 @@ class ConsumeQueue:
         self.queue.load()
 
     def recover(self) -> int:
-        """Upstream ``recover``: scan from the third-to-last file while units are valid
-        (``phy >= 0 and size > 0``), then cut after the last valid unit. Returns the logic end."""
+        """Upstream ``recover``: scan from the third-to-last file (or the file after the last
+        stand-in, :meth:`MappedFile.stand_in_for`) while units are valid (``phy >= 0 and size > 0``),
+        then cut after the last valid unit. Returns the logic end."""
         files = self.queue.files
         if not files:
             return 0
         index = max(0, len(files) - 3)
+        # never from a stand-in for a lost or short file (its zeros are a known gap, not the end)
+        stand_ins = [i for i, mf in enumerate(files) if getattr(mf, "stand_in", "")]
+        if stand_ins and stand_ins[-1] + 1 < len(files):
+            index = max(index, stand_ins[-1] + 1)
         process = files[index].file_from_offset
         while True:
             mf = files[index]
@@ -207,6 +212,19 @@ class ConsumeQueue:
         if p + UNIT > mf.wrote_position:
             return None
         return F.UNIT.unpack_from(mf.mm, p)
+
+    def repair_unit(self, q: int, phy: int, size: int, tags: int) -> bool:
+        """Rewrite unit ``q`` (a writer, inside the written part, never a stand-in): a unit found
+        damaged in place, whose record was located by a walk of the commitlog. True when written."""
+        pos = q * UNIT
+        mf = self.queue.find(pos)
+        if self.read_only or mf is None or mf.read_only or getattr(mf, "stand_in", ""):
+            return False
+        p = pos - mf.file_from_offset
+        if q < 0 or p + UNIT > mf.wrote_position:
+            return False
+        mf.write_at(p, F.UNIT.pack(phy, size, tags), publish_last=False)
+        return True
 
     def iterate_from(self, q: int, limit: int | None = None) -> np.ndarray | None:
         """Units from ``q`` to the end of the written part of the one file holding it, at most

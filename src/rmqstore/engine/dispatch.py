@@ -287,6 +287,9 @@ def iter_record_batches(queue, start: int, end: int, batch_records: int = BATCH_
             continue
         if stop == "limit" and len(starts) == batch_records:
             continue
+        if stop == "end" and mf.stand_in and queue.find(mf.file_from_offset + mf.file_size) is not None:
+            pos_phy = mf.file_from_offset + mf.file_size  # the rest of a missing or short segment: a gap
+            continue
         return pos_phy, "end" if stop in ("end", "limit") else stop
     return pos_phy, "end"
 
@@ -435,7 +438,9 @@ class ReputMessageService:
                     new = mf.file_from_offset + int(batch.starts[-1] + batch.total[-1])
                 else:
                     new = self.reput_from
-                if k < len(starts) or (stop == "invalid" and not len(batch)):
+                if k < len(starts) or (stop in ("invalid", "end") and not len(batch)
+                                       and mf.file_from_offset + stop_pos < end):
+                    # (zeros before the readable end are damage, or a stand-in's gap: resync past them)
                     bad = mf.file_from_offset + (int(starts[k]) if k < len(starts) else stop_pos)
                     new = self._resync(mf, bad, end)
                 elif stop == "blank" and (not len(batch) or new == mf.file_from_offset + stop_pos):

@@ -275,10 +275,17 @@ class IndexService:
             path = os.path.join(self.dir, name)
             if not os.path.isfile(path):
                 continue
+            if not name.isdigit():
+                continue
             if os.path.getsize(path) != size:
-                raise CorruptRecordError(
-                    f"index file is {os.path.getsize(path)} bytes, expected {size} for maxHashSlotNum="
-                    f"{self.cfg.max_hash_slot_num} maxIndexNum={self.cfg.max_index_num}", path=path)
+                # damaged (the geometry is the files' common size: layout.infer_config): its keys are
+                # indexed again from the commitlog (the store sees a hole, or an index behind)
+                log.error("%s: index file is %d bytes, expected %d for maxHashSlotNum=%d maxIndexNum=%d: not used%s",
+                          path, os.path.getsize(path), size, self.cfg.max_hash_slot_num, self.cfg.max_index_num,
+                          "" if self.read_only else f" (moved to {name}.damaged)")
+                if not self.read_only:
+                    os.replace(path, path + ".damaged")
+                continue
             f = IndexFile(path, self.cfg.max_hash_slot_num, self.cfg.max_index_num, read_only=self.read_only)
             if not last_exit_ok and self.checkpoint is not None and f.end_ts > self.checkpoint.values.index_msg_timestamp:
                 dropped_info.append(f)

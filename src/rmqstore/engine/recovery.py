@@ -174,10 +174,12 @@ def find_resync(files, i: int, bad_pos: int, cfg, *, check_crc: bool = True) -> 
     """After bad bytes at ``files[i]`` position ``bad_pos``: where the next intact record (or the
     end-of-segment blank) starts, as ``(segment index, position)``, or None when nothing valid
     follows (a torn or corrupt tail). Records are written back to back, so an intact successor
-    starts within one maximal record length; past the segment end, the next segment must start
-    with an intact record."""
+    starts within one maximal record length (anywhere in the rest of a segment before the last);
+    past the segment end, the next segment must start with an intact record."""
     mf = files[i]
-    window_end = min(mf.file_size, bad_pos + max_record_size(cfg) + 8)
+    # a segment before the last is full (records up to its blank end): all of it is searched; in
+    # the last one an intact successor starts within one maximal record length
+    window_end = mf.file_size if i + 1 < len(files) else min(mf.file_size, bad_pos + max_record_size(cfg) + 8)
     mm = mf.mm
     cands: list[int] = []
     for pat in _MAGIC_BYTES:
@@ -194,6 +196,8 @@ def find_resync(files, i: int, bad_pos: int, cfg, *, check_crc: bool = True) -> 
             return i, q
     if window_end >= mf.file_size and i + 1 < len(files) and record_ok_at(files[i + 1], 0, cfg, check_crc=check_crc):
         return i + 1, 0
+    if getattr(mf, "stand_in", "") and i + 1 < len(files):
+        return i + 1, 0  # the rest of a segment that is missing or short is a known gap, not a tail
     return None
 
 
@@ -328,6 +332,15 @@ def _handle_stop(res: ScanResult, files, i: int, pos: int, stop: str, stop_pos: 
         res.reason = "end of data (last segment full)"
         return None
     if stop == "end":
+        # zeros where a record would start: the end of the data in the last segment (a batch whose
+        # first header was never published ends there too: whole or not at all); before the last
+        # segment, intact records after them make them damage (a zeroed range, or a segment missing
+        # or short in the middle), skipped
+        nxt = find_resync(files, i, pos, cfg, check_crc=check_crc) if i + 1 < len(files) else None
+        if nxt is not None and (limit_phy is None or files[nxt[0]].file_from_offset + nxt[1] <= limit_phy):
+            what = f"segment {mf.stand_in}" if getattr(mf, "stand_in", "") else "zeros where a record should start"
+            return _resync_or_end(res, files, i, pos, "record_invalid",
+                                  f"{what} at {mf.file_from_offset + pos}", cfg, check_crc, limit_phy)
         res.end = mf.file_from_offset + pos
         res.reason = "end of data"
         return None

@@ -442,6 +442,35 @@ class _Verifier:
         return ext
 
 
+def index_file_problems(store, f: IndexFile) -> list[str]:
+    """What is wrong with one index file, judged as :func:`verify_store` judges items (each hash
+    chain and slot head, each item against its record's keys and store time) plus its header
+    (first and last item's offsets and times) and the bytes after its last item (a count cut back
+    by damage hides items there); empty when sound. For the open of a store whose index file
+    changed since the last clean close."""
+    v = _Verifier(store, None)
+    v.data_end = store.commit_log.confirm_offset
+    phys, _ = v._check_index_file(f)
+    out = [x.detail for x in v.f.result()]
+    count = int(f.index_count)
+    n = count - 1
+    mm = f.mf.mm
+    if n > 0 and not out:
+        items = np.frombuffer(mm, dtype=IF.ITEM_DTYPE, count=n, offset=IF.item_pos(f.slot_num, 1))
+        phys = items["phy_offset"].astype(np.int64)
+        past = np.flatnonzero(phys >= v.data_end)  # (verify lets a reader's view lag: not here)
+        if past.size:
+            out.append(f"item {int(past[0]) + 1} points at {int(phys[past[0]])}, past the end of the data {v.data_end}")
+        first, last = int(phys[0]), int(phys[-1])
+        if (f.begin_phy, f.end_phy) != (first, last):
+            out.append(f"its header says offsets [{f.begin_phy}, {f.end_phy}], its items [{first}, {last}]")
+    if count < f.index_num:
+        rest = np.frombuffer(mm, dtype=np.uint8, offset=IF.item_pos(f.slot_num, count))
+        if rest.any():
+            out.append(f"bytes after its last item ({count - 1}) are not zero: its item count was cut back")
+    return out
+
+
 def verify_store(store, fix: bool = False, progress: Callable[[int], None] | None = None) -> list[Finding]:
     """Run every check (see the module doc); with ``fix``, repair what the commitlog can rebuild."""
     if fix and store.read_only:
@@ -506,50 +535,63 @@ class _Sink:
         pass
 
 
-def rebuild_derived(store, queues: set[tuple[str, int]], index: bool) -> None:
-    """Regenerate the named consume queues (and the whole index when ``index``) of a writer store
-    from its commitlog, with the dispatch code the writer uses, then swap them in. Dispatch is
-    paused meanwhile; readers holding the old files keep valid mappings until they are retired."""
+def build_derived(store, queues: set[tuple[str, int]] | None, index: bool, out_dir: str, end: int,
+                  progress: Callable[[int], None] | None = None, start: int | None = None) -> None:
+    """Write the named consume queues (every queue when ``queues`` is None) and, with ``index``,
+    a whole index under ``out_dir`` (its ``consumequeue/`` and ``index/``) from the store's
+    commitlog from ``start`` (default: its beginning) up to ``end``, with the dispatch code a writer
+    uses; lost records keep their queue offsets (blank units fill their places). The store itself
+    is not touched."""
     cfg = store.cfg
     cl = store.commit_log
+    new_cqs: dict[tuple[str, int], ConsumeQueue] = {}
+    sink = _Sink()
+
+    def cq_for(topic: str, qid: int):
+        key = (topic, qid)
+        if queues is not None and key not in queues:
+            return sink
+        cq = new_cqs.get(key)
+        if cq is None:
+            cq = new_cqs[key] = ConsumeQueue(out_dir, topic, qid, cfg, read_only=False)
+        return cq
+
+    new_index = IndexService(out_dir, cfg, read_only=False, checkpoint=None) if index else None
+    spans: list = []
+    topic_cache: dict[bytes, str] = {}
+
+    def on_batch(mf, batch) -> None:
+        if spans:
+            _pad_gaps(store, mf, batch, spans, topic_cache, lambda k: new_cqs.get(k))
+        dispatch_batch(mf.u8, batch, cq_for=cq_for, index_service=new_index, delay_levels_ms=store.delay_levels_ms,
+                       topic_cache=topic_cache, build_index=index)
+
+    def on_corrupt(span) -> None:
+        if span.kind == "record_invalid":
+            spans.append(span)
+
+    try:
+        R.scan_log(cl.queue.files, cl.min_offset if start is None else max(start, cl.min_offset), cfg,
+                   check_crc=False, limit_phy=end, on_batch=on_batch, dispatchable=True, on_corrupt=on_corrupt,
+                   progress=progress)
+        for cq in new_cqs.values():
+            cq.flush(0)
+    finally:
+        for cq in new_cqs.values():
+            cq.close()
+        if new_index is not None:
+            new_index.close()
+
+
+def rebuild_derived(store, queues: set[tuple[str, int]], index: bool) -> None:
+    """Regenerate the named consume queues (and the whole index when ``index``) of a writer store
+    from its commitlog (:func:`build_derived`), then swap them in. Dispatch is paused meanwhile;
+    readers holding the old files keep valid mappings until they are retired."""
     tmp = os.path.join(store.path, ".verify-rebuild")
     shutil.rmtree(tmp, ignore_errors=True)
     with store.reput.lock:
-        end = store.reput.reput_from
-        new_cqs: dict[tuple[str, int], ConsumeQueue] = {}
-        sink = _Sink()
-
-        def cq_for(topic: str, qid: int):
-            key = (topic, qid)
-            if key not in queues:
-                return sink
-            cq = new_cqs.get(key)
-            if cq is None:
-                cq = new_cqs[key] = ConsumeQueue(tmp, topic, qid, cfg, read_only=False)
-            return cq
-
-        new_index = IndexService(tmp, cfg, read_only=False, checkpoint=None) if index else None
-        spans: list = []
-        topic_cache: dict[bytes, str] = {}
-
-        def on_batch(mf, batch) -> None:
-            if spans:
-                _pad_gaps(store, mf, batch, spans, topic_cache, lambda k: new_cqs.get(k))
-            dispatch_batch(mf.u8, batch, cq_for=cq_for, index_service=new_index, delay_levels_ms=store.delay_levels_ms,
-                           topic_cache=topic_cache, build_index=index)
-
-        def on_corrupt(span) -> None:
-            if span.kind == "record_invalid":
-                spans.append(span)
-
         try:
-            R.scan_log(cl.queue.files, cl.min_offset, cfg, check_crc=False, limit_phy=end, on_batch=on_batch,
-                       dispatchable=True, on_corrupt=on_corrupt)
-            for cq in new_cqs.values():
-                cq.flush(0)
-                cq.close()
-            if new_index is not None:
-                new_index.close()
+            build_derived(store, queues, index, tmp, store.reput.reput_from)
             _swap_queues(store, queues, tmp)
             if index:
                 _swap_index(store, tmp)
@@ -557,6 +599,47 @@ def rebuild_derived(store, queues: set[tuple[str, int]], index: bool) -> None:
             raise StoreIOError(f"rebuild failed: {e}", path=tmp) from e
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
+
+
+def shadow_derived(store, queues: set[tuple[str, int]] | None, index: bool, out_dir: str,
+                   index_from: int | None = None) -> tuple[dict, object]:
+    """A reader's stand-ins for derived files that are missing, damaged or behind: the named
+    queues (every queue when None) and, with ``index``, the index are built under ``out_dir`` (a
+    temporary directory the caller removes at close) from the commitlog and used instead of the
+    store's own, which stay as they are. ``index_from``: the index is sound but ends there (its
+    newest file lost): only the records after it are indexed, in files queried after the store's
+    own. Returns the store's own objects they replaced (queue key -> its own queue or None, and
+    the own index service or None) for verify and close."""
+    cfg = store.cfg
+    cl = store.commit_log
+    try:
+        if queues is None or queues or index:
+            build_derived(store, queues, index, out_dir, cl.confirm_offset)
+        if index_from is not None and not index:
+            build_derived(store, set(), True, os.path.join(out_dir, "tail"), cl.confirm_offset, start=index_from)
+    except OSError as e:
+        raise StoreIOError(f"building the reader's stand-in queues and index failed: {e}", path=out_dir) from e
+    root = os.path.join(out_dir, "consumequeue")
+    built = {(t, int(q)) for t in (os.listdir(root) if os.path.isdir(root) else ())
+             for q in os.listdir(os.path.join(root, t)) if q.isdigit()}
+    own_queues: dict = {}
+    for key in sorted(built if queues is None else queues & built):
+        cq = ConsumeQueue(out_dir, key[0], key[1], cfg, read_only=True)
+        cq.load()
+        cq.recover()
+        cq.correct_min_offset(cl.min_offset)
+        own_queues[key] = store.consume_queues.get(key)
+        store.consume_queues[key] = cq
+        cl.topic_queue_table[key] = cq.max_offset
+    own_index = None
+    if index or index_from is not None:
+        own_index = store.index_service
+        svc = IndexService(out_dir if index else os.path.join(out_dir, "tail"), cfg, read_only=True, checkpoint=None)
+        svc.load(True)
+        if not index:
+            svc.files = list(own_index.files) + svc.files  # the store's own files, then the tail's
+        store.index_service = svc
+    return own_queues, own_index
 
 
 def _pad_gaps(store, mf, batch, spans, topic_cache, cq_of) -> None:

@@ -129,7 +129,7 @@ class MappedFile:
     """A segment named by its 20-digit start offset."""
 
     __slots__ = ("path", "file_size", "file_from_offset", "read_only", "mm", "_fd", "wrote_position",
-                 "flushed_position", "_u8", "_lock", "last_store_timestamp", "closed")
+                 "flushed_position", "_u8", "_lock", "last_store_timestamp", "closed", "stand_in")
 
     def __init__(self, path: str, file_size: int, *, read_only: bool = False, create: bool = False):
         self.path = path
@@ -143,6 +143,7 @@ class MappedFile:
         self.closed = False
         self._lock = threading.Lock()
         self._u8 = None
+        self.stand_in = ""
         if create and not read_only and not os.path.exists(path):
             self._fd = self._create(path, file_size)
         else:
@@ -170,6 +171,38 @@ class MappedFile:
         except Exception:
             os.close(self._fd)
             raise
+
+    @classmethod
+    def stand_in_for(cls, path: str, file_size: int, why: str) -> "MappedFile":
+        """A read-only stand-in for a segment that is missing or short in the middle of its queue:
+        an anonymous mapping of the full size holding what is left of the file (nothing, or its
+        first bytes), zeros after. The walkers treat its zeros as a known gap, not as the end of
+        the data; nothing is written to it or to the disk for it (``stand_in`` says why it is one).
+        Untouched zero pages of an anonymous mapping take no memory."""
+        mf = cls.__new__(cls)
+        mf.path = path
+        mf.file_size = file_size
+        name = os.path.basename(path)
+        mf.file_from_offset = int(name) if name.isdigit() else 0
+        mf.read_only = True
+        mf.wrote_position = mf.flushed_position = file_size
+        mf.last_store_timestamp = 0
+        mf.closed = False
+        mf._lock = threading.Lock()
+        mf._u8 = None
+        mf._fd = -1
+        mf.stand_in = why
+        mf.mm = mmap.mmap(-1, file_size)
+        try:
+            with open(path, "rb") as fh:
+                data = fh.read(file_size)
+        except FileNotFoundError:
+            data = b""
+        except OSError as e:
+            mf.mm.close()
+            raise StoreIOError(f"cannot read segment: {e.strerror}", path=path) from e
+        mf.mm[:len(data)] = data
+        return mf
 
     @staticmethod
     def _create(path: str, file_size: int) -> int:
@@ -227,10 +260,17 @@ class MappedFile:
         return self.file_size - self.wrote_position
 
     def mtime(self) -> float:
+        if self._fd < 0:  # a stand-in: the file's own time if what is left of it is there
+            try:
+                return os.stat(self.path).st_mtime
+            except OSError:
+                return 0.0
         return os.fstat(self._fd).st_mtime
 
     def same_file_on_disk(self) -> bool:
-        """True while ``path`` still names the file this object maps."""
+        """True while ``path`` still names the file this object maps (a stand-in: always)."""
+        if self._fd < 0:
+            return True
         try:
             return os.stat(self.path).st_ino == os.fstat(self._fd).st_ino
         except (FileNotFoundError, OSError):
@@ -378,7 +418,8 @@ class MappedFile:
             self.mm.close()
         except BufferError:
             pass  # views still exported (e.g. a caller's memoryview); unmapped when they are released
-        os.close(self._fd)
+        if self._fd >= 0:
+            os.close(self._fd)
 
     def destroy(self) -> None:
         self.close()
@@ -387,6 +428,8 @@ class MappedFile:
     def unlink(self) -> None:
         """Remove the file from its directory but keep the mapping (readers holding this object
         keep reading valid bytes; :meth:`close` later releases the space)."""
+        if self.stand_in and not os.path.exists(self.path):
+            return
         try:
             os.unlink(self.path)
         except FileNotFoundError:

@@ -5,12 +5,15 @@ linear-scan fallback. Read-only queues never create, truncate or delete files.
 """
 from __future__ import annotations
 
+import logging
 import os
 import threading
 from typing import Iterator
 
 from ..errors import CorruptRecordError, ReadOnlyStoreError, StoreIOError
 from .mapped_file import MappedFile
+
+log = logging.getLogger(__name__)
 
 
 def segment_name(offset: int) -> str:
@@ -23,6 +26,8 @@ class MappedFileQueue:
         self.file_size = file_size
         self.read_only = read_only
         self.files: list[MappedFile] = []
+        #: (path, why) of the segments stood in for at load (missing or short in the middle)
+        self.gaps: list[tuple[str, str]] = []
         self._lock = threading.RLock()
 
     # --- loading -----------------------------------------------------------------------------
@@ -33,11 +38,16 @@ class MappedFileQueue:
             return []
 
     def load(self) -> None:
-        """Map every segment in the directory; a zero-length *last* file is dropped (deleted unless
-        read-only), any other wrong-sized file is a :class:`CorruptRecordError` (segments are created
-        at full size under another name and renamed, so a writer never shows a short one).
-        A writer reserves the blocks of the last segment (see :mod:`.mapped_file`) and removes
-        leftovers of segment creations interrupted by a crash."""
+        """Map every segment in the directory. A zero-length *last* file is dropped (deleted unless
+        read-only); a file larger than the segment size, or one whose name does not fall on the
+        segment grid after its predecessor, is a :class:`CorruptRecordError` (a geometry mismatch,
+        not damage). Damage is a gap, never a refusal: a segment missing between two others, or a
+        short one before the last, is replaced by a read-only stand-in
+        (:meth:`MappedFile.stand_in_for`: what is left of it, zeros after) and listed in ``gaps``;
+        a short *last* segment is extended with zeros by a writer (recovery then finds where its
+        data ends, as after a crash) and stood in for by a reader. A writer reserves the blocks of
+        the last segment (see :mod:`.mapped_file`) and removes leftovers of segment creations
+        interrupted by a crash."""
         if not os.path.isdir(self.directory):
             return
         if not self.read_only:
@@ -51,20 +61,42 @@ class MappedFileQueue:
                 if not self.read_only:
                     os.unlink(path)
                 continue
-            if size != self.file_size:
+            if size > self.file_size:
                 raise CorruptRecordError(
                     f"segment is {size} bytes but the configured segment size is {self.file_size} "
                     "(check mappedFileSize* in the config)", path=path)
+            start = int(name)
+            if self.files:
+                expected = self.files[-1].file_from_offset + self.file_size
+                if start < expected or (start - expected) % self.file_size:
+                    raise CorruptRecordError(
+                        f"segment does not follow {self.files[-1].path} (expected a start of {expected} plus "
+                        f"a multiple of the segment size {self.file_size})", path=path)
+                while expected < start:
+                    self._stand_in(os.path.join(self.directory, segment_name(expected)), "missing")
+                    expected += self.file_size
+            if size < self.file_size:
+                if last and not self.read_only:
+                    log.error("%s: segment is %d bytes, not %d: extended with zeros (its data ends where the "
+                              "recovery finds it)", path, size, self.file_size)
+                    try:
+                        os.truncate(path, self.file_size)
+                    except OSError as e:
+                        raise StoreIOError(f"cannot extend a short segment: {e.strerror}", path=path) from e
+                else:
+                    self._stand_in(path, f"short ({size} of {self.file_size} bytes)")
+                    continue
             mf = MappedFile(path, self.file_size, read_only=self.read_only)
             mf.wrote_position = mf.flushed_position = self.file_size
-            if self.files and mf.file_from_offset != self.files[-1].file_from_offset + self.file_size:
-                mf.close()
-                raise CorruptRecordError(
-                    f"segment does not follow {self.files[-1].path} (expected start "
-                    f"{self.files[-1].file_from_offset + self.file_size})", path=path)
             self.files.append(mf)
         if not self.read_only and self.files:
             self.files[-1].ensure_allocated()
+
+    def _stand_in(self, path: str, why: str) -> None:
+        log.error("%s: segment %s: its offsets [%d, %d) are a gap; every other segment is served", path, why,
+                  int(os.path.basename(path)), int(os.path.basename(path)) + self.file_size)
+        self.files.append(MappedFile.stand_in_for(path, self.file_size, why))
+        self.gaps.append((path, why))
 
     def _remove_creation_leftovers(self) -> None:
         parent = os.path.dirname(self.directory)

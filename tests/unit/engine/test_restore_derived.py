@@ -1,5 +1,6 @@
 """Derived files come back at a writable open: lost index files and consume queues short of their
-records are rebuilt from the commitlog; every message keeps its queue offset and its keys."""
+records are rebuilt from the commitlog; every message keeps its queue offset and its keys. A reader
+answers from a scan of the commitlog into temporary files instead, and writes nothing."""
 from __future__ import annotations
 
 import os
@@ -17,6 +18,15 @@ def _build(path, n=40):
     with MessageStore.open(path, CFG) as st:
         rs = [st.put_message(Message.create("T", b"m%d" % i, keys=[f"k{i}"], queue_id=i % 2)) for i in range(n)]
     return rs
+
+
+def _files(path):
+    out = {}
+    for root, _, names in os.walk(path):
+        for n in names:
+            with open(os.path.join(root, n), "rb") as fh:
+                out[os.path.relpath(os.path.join(root, n), path)] = fh.read()
+    return out
 
 
 def _all_served(st, rs):
@@ -37,8 +47,17 @@ def test_lost_derived_files_are_rebuilt_at_open(tmp_path, lose, caplog):
         shutil.rmtree(path / "consumequeue" / "T" / "1")
     if "first file" in lose:
         os.unlink(path / "consumequeue" / "T" / "0" / sorted(os.listdir(path / "consumequeue" / "T" / "0"))[0])
-    with MessageStore.open(path, CFG, read_only=True) as ro:  # a reader never writes
-        assert ro.derived_files_restored == []
+    before = _files(path)
+    with caplog.at_level("WARNING", logger="rmqstore"):
+        with MessageStore.open(path, CFG, read_only=True) as ro:  # a reader answers from a scan, writes nothing
+            assert ro.derived_files_restored
+            shadow = ro._shadow_dir
+            assert shadow and os.path.isdir(shadow)
+            _all_served(ro, rs)
+    assert any("answering from a scan of the commitlog" in r.getMessage() for r in caplog.records)
+    assert _files(path) == before
+    assert not os.path.exists(shadow)  # removed at close
+    caplog.clear()
     with caplog.at_level("WARNING", logger="rmqstore"):
         with MessageStore.open(path, CFG) as st:
             assert st.derived_files_restored

@@ -116,6 +116,8 @@ def test_index_item_then_fix(built):
     from rmqstore.format import index_file as IF
     pos = IF.item_pos(16, 3)
     _patch(str(idx / name), pos + 4, (10**9).to_bytes(8, "big"))   # item 3 points nowhere
+    stats = path / "config" / "rmqstore-index.json"
+    stats.unlink()  # as in a store a Java broker closed: the open does not know the file changed
     with MessageStore.open(path, _cfg()) as st:
         found = st.verify()
         assert ("index_item", str(idx / name), pos) in {(f.kind, f.path, f.offset) for f in found}
@@ -125,6 +127,31 @@ def test_index_item_then_fix(built):
         assert st.verify() == []
         for i, r in enumerate(puts):
             assert [m.phy_offset for m in st.query_message("V", f"k{i}").messages] == [r.phy_offset]
+
+
+def test_an_index_file_changed_since_the_clean_close_is_checked_at_open(built, caplog):
+    path, puts = built
+    idx = path / "index"
+    name = sorted(os.listdir(idx))[0]
+    from rmqstore.format import index_file as IF
+    _patch(str(idx / name), IF.item_pos(16, 3) + 4, (10**9).to_bytes(8, "big"))
+    assert (path / "config" / "rmqstore-index.json").exists()
+    before = {n: (idx / n).read_bytes() for n in os.listdir(idx)}
+    with caplog.at_level("ERROR", logger="rmqstore"):
+        with MessageStore.open(path, _cfg(), read_only=True) as ro:  # answers from a scan, writes nothing
+            assert ro.derived_files_restored == ["index"]
+            for i, r in enumerate(puts):
+                assert [m.phy_offset for m in ro.query_message("V", f"k{i}").messages] == [r.phy_offset]
+            assert {f.kind for f in ro.verify()} == {"index_item"}  # verify judges the files on disk
+    assert any("changed since the last clean close and is damaged" in r.getMessage() for r in caplog.records)
+    assert {n: (idx / n).read_bytes() for n in os.listdir(idx)} == before
+    with MessageStore.open(path, _cfg()) as st:  # a writer rebuilds the index
+        assert st.derived_files_restored == ["index"]
+        assert st.verify() == []
+        for i, r in enumerate(puts):
+            assert [m.phy_offset for m in st.query_message("V", f"k{i}").messages] == [r.phy_offset]
+    with MessageStore.open(path, _cfg()) as st:
+        assert st.derived_files_restored == []
 
 
 def test_checkpoint_ahead_then_fix(built):

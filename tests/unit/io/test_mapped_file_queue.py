@@ -99,15 +99,29 @@ def test_load_positions_and_contiguity(tmp_path):
     assert [mf.file_from_offset for mf in q2] == [0, 64, 128]
     assert all(mf.wrote_position == 64 for mf in q2)  # provisional until recovery
     q2.close()
+    # a segment missing in the middle is a gap (a stand-in of zeros), not a refusal
     os.unlink(d / segment_name(64))
-    q3 = MappedFileQueue(str(d), 64)
-    with pytest.raises(CorruptRecordError) as ei:
+    for read_only in (True, False):
+        q3 = MappedFileQueue(str(d), 64, read_only=read_only)
         q3.load()
-    assert ei.value.path == str(d / segment_name(128))
-    q3.close()
+        assert [mf.file_from_offset for mf in q3] == [0, 64, 128]
+        assert q3.gaps == [(str(d / segment_name(64)), "missing")] and q3.files[1].stand_in == "missing"
+        assert bytes(q3.files[1].mm) == bytes(64) and bytes(q3.files[0].mm) == b"L" * 64
+        assert q3.find(70) is q3.files[1]
+        with pytest.raises(ReadOnlyStoreError):
+            q3.files[1].write_at(0, b"x")
+        q3.close()
+        assert not (d / segment_name(64)).exists()  # nothing written for it
+    # a name off the segment grid is a geometry mismatch, still refused
+    os.rename(d / segment_name(128), d / segment_name(100))
+    q4 = MappedFileQueue(str(d), 64)
+    with pytest.raises(CorruptRecordError) as ei:
+        q4.load()
+    assert ei.value.path == str(d / segment_name(100))
+    q4.close()
 
 
-def test_load_drops_an_empty_last_file_and_rejects_other_sizes(tmp_path):
+def test_load_drops_an_empty_last_file_stands_in_for_short_ones_and_rejects_larger(tmp_path):
     d = tmp_path / "cl"
     d.mkdir()
     (d / segment_name(0)).write_bytes(bytes(64))
@@ -120,8 +134,25 @@ def test_load_drops_an_empty_last_file_and_rejects_other_sizes(tmp_path):
     q.load()
     assert len(q) == 1 and not (d / segment_name(64)).exists()
     q.close()
-    (d / segment_name(64)).write_bytes(bytes(10))
+    (d / segment_name(64)).write_bytes(b"S" * 10)
     (d / segment_name(128)).write_bytes(bytes(64))
+    short = MappedFileQueue(str(d), 64)  # short in the middle: a stand-in holding what is left
+    short.load()
+    assert short.files[1].stand_in.startswith("short (10 of 64") and bytes(short.files[1].mm) == b"S" * 10 + bytes(54)
+    assert os.path.getsize(d / segment_name(64)) == 10  # left as it is
+    short.close()
+    (d / segment_name(192)).write_bytes(b"T" * 20)  # short and last: a writer extends it with zeros
+    ro = MappedFileQueue(str(d), 64, read_only=True)
+    ro.load()
+    assert ro.files[-1].stand_in and os.path.getsize(d / segment_name(192)) == 20
+    ro.close()
+    w = MappedFileQueue(str(d), 64)
+    w.load()
+    assert not w.files[-1].stand_in and bytes(w.files[-1].mm) == b"T" * 20 + bytes(44)
+    assert os.path.getsize(d / segment_name(192)) == 64
+    w.close()
+    os.unlink(d / segment_name(192))
+    (d / segment_name(64)).write_bytes(bytes(65))  # larger than a segment: another geometry
     bad = MappedFileQueue(str(d), 64)
     with pytest.raises(CorruptRecordError) as ei:
         bad.load()
