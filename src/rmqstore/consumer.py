@@ -35,8 +35,8 @@ from .types import GetMessageStatus, MessageRecord
 EARLIEST = "earliest"
 LATEST = "latest"
 #: largest pull per queue and call (upstream's default ``pullBatchSize`` is 32; a larger pull is
-#: the same work per message with fewer calls)
-PULL_BATCH = 64
+#: the same work per message with fewer calls; a poll never holds more than ``max_messages``)
+PULL_BATCH = 256
 #: how often a consumer of a read-only store looks for a writer's new data while it waits
 REFRESH_INTERVAL_S = 0.05
 #: pulls one queue gets per round of a poll
@@ -151,7 +151,8 @@ class Consumer:
         pos = self._position(topic, queue_id)
         got: list[MessageRecord] = []
         for _ in range(MAX_PULLS_PER_QUEUE):
-            g = st.get_message(self.group, topic, queue_id, pos, min(want - len(got), PULL_BATCH), self.subscription)
+            g = st.get_message(self.group, topic, queue_id, pos, min(want - len(got), PULL_BATCH), self.subscription,
+                               transfer_limits=False)
             got.extend(g.messages)
             if g.next_begin_offset == pos or g.status not in _MOVING:
                 break

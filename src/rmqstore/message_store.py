@@ -173,6 +173,23 @@ def parse_subscription(expr: str | None) -> tuple[frozenset[str], frozenset[int]
     return frozenset(tags), frozenset(java_hash_cached(t) for t in tags)
 
 
+def _units_of_one_file(cq: ConsumeQueue, q: int, units: np.ndarray, first: int, limit: int):
+    """``(phy, size, tagsCode)`` of up to ``limit`` units from ``q`` in the consume-queue file
+    holding it: ``units`` (the first ``first`` of them), then further chunks as the caller goes on."""
+    step = first
+    while True:
+        yield from zip(units["phy_offset"].tolist(), units["size"].tolist(), units["tags_code"].tolist())
+        got = len(units)
+        q += got
+        limit -= got
+        if got < step or limit <= 0 or (q * CQF.UNIT_SIZE) % cq.queue.file_size == 0:
+            return  # the end of the written units, of what may be walked, or of the file
+        step = min(limit, 256)
+        units = cq.iterate_from(q, step)
+        if units is None or not len(units):
+            return
+
+
 class MessageStore:
     """A RocketMQ store directory, opened for writing or read-only."""
 
@@ -1374,12 +1391,15 @@ class MessageStore:
         return self.look_message_by_offset(phy)
 
     def get_message(self, group: str, topic: str, queue_id: int, offset: int, max_nums: int = 32,
-                    subscription: str | None = None) -> GetMessageResult:
+                    subscription: str | None = None, *, transfer_limits: bool = True) -> GetMessageResult:
         """Pull up to ``max_nums`` messages from ``offset`` (``getMessage``, FORMAT.md §11.1).
 
         ``subscription`` is a tag expression (``"TagA || TagB"``, ``"*"``); units are matched by
         tag hash as upstream, then by the exact TAGS string (what the client would do), so hash
-        collisions are never returned; ``filtered`` counts what the exact check dropped."""
+        collisions are never returned; ``filtered`` counts what the exact check dropped.
+        ``transfer_limits=False`` (an in-process reader such as :meth:`consumer`) drops upstream's
+        per-pull byte and count limits, sized for a network transfer (``maxTransfer*OnMessageIn*``:
+        32 messages from memory, 8 from disk); ``max_nums`` and the 128 MiB pull cap still hold."""
         self._check_open()
         cfg = self.cfg
         cq = self.find_consume_queue(topic, queue_id)
@@ -1407,31 +1427,34 @@ class MessageStore:
         files_walked = 0
         while total_bytes <= 0 and next_begin < max_o and files_walked < cfg.travel_cq_file_num_when_get_message:
             files_walked += 1
-            units = cq.iterate_from(next_begin, max_filter // 20 + 1)
+            # the units a pull may look at, converted in chunks: without a filter it usually stops
+            # after max_nums of them (a broker's 32), not the 800 a filtered pull may walk
+            limit = max_filter // 20 + 1
+            first = limit if sub is not None else min(limit, max_nums + 8)
+            units = cq.iterate_from(next_begin, first)
             if units is None:
                 status = GetMessageStatus.OFFSET_FOUND_NULL
                 next_begin = cq.roll_next_file(next_begin)
                 break
             q = next_begin
             next_phy_file_start = None
-            for phy, size, tags_code in zip(units["phy_offset"].tolist(), units["size"].tolist(),
-                                            units["tags_code"].tolist()):
+            for phy, size, tags_code in _units_of_one_file(cq, next_begin, units, first, limit):
                 if next_begin >= max_o:
                     break
                 if (q - offset) * 20 >= max_filter:
                     break
                 count = len(messages)
                 if total_bytes and count:
-                    in_mem = (max_phy - phy) <= in_mem_limit
                     if count + 1 > max_nums or total_bytes + size > MAX_PULL_SIZE:
                         break
-                    if in_mem:
-                        if total_bytes + size > cfg.max_transfer_bytes_on_message_in_memory or \
-                                count > cfg.max_transfer_count_on_message_in_memory - 1:
+                    if transfer_limits:
+                        if (max_phy - phy) <= in_mem_limit:
+                            if total_bytes + size > cfg.max_transfer_bytes_on_message_in_memory or \
+                                    count > cfg.max_transfer_count_on_message_in_memory - 1:
+                                break
+                        elif total_bytes + size > cfg.max_transfer_bytes_on_message_in_disk or \
+                                count > cfg.max_transfer_count_on_message_in_disk - 1:
                             break
-                    elif total_bytes + size > cfg.max_transfer_bytes_on_message_in_disk or \
-                            count > cfg.max_transfer_count_on_message_in_disk - 1:
-                        break
                 if total_bytes >= MAX_PULL_SIZE:
                     break
                 next_begin = q + 1

@@ -251,3 +251,22 @@ def test_a_damaged_offsets_file_does_not_refuse_the_store(tmp_path):
         assert st.consumer_offsets.table() == {}
         assert len(st.consumer("g", "Orders").poll(100, 0)) == 3  # starts over: redelivery, never loss
     assert (cfg_dir / "consumerOffset.json.damaged").read_bytes() == b"\xa2\x00garbage"
+
+
+def test_a_poll_is_not_held_to_the_network_transfer_limits(tmp_path, monkeypatch):
+    """A pull is capped at 32 messages (maxTransferCountOnMessageInMemory) as upstream; the
+    in-process consumer pulls what it was asked for in one call per queue (a pull still ends
+    with its consume-queue file, as upstream's)."""
+    store = MessageStore.open(tmp_path / "s", CFG.replace(mapped_file_size_consume_queue=20 * 1000))
+    _fill(store, 200, queues=1)
+    g = store.get_message("g", "Orders", 0, 0, 100)
+    assert len(g.messages) == 32 and g.next_begin_offset == 32
+    g = store.get_message("g", "Orders", 0, 0, 100, transfer_limits=False)
+    assert [m.queue_offset for m in g.messages] == list(range(100)) and g.next_begin_offset == 100
+    calls = []
+    real = store.get_message
+    monkeypatch.setattr(store, "get_message", lambda *a, **k: calls.append(a[4]) or real(*a, **k))
+    c = store.consumer("big", "Orders")
+    assert [r.queue_offset for r in c.poll(max_messages=150, timeout_s=0)] == list(range(150))
+    assert calls == [150]
+    store.close()

@@ -381,7 +381,7 @@ class _Verifier:
                 ok[sel] = rec_hash_ok
                 rec_ts[idx[sel]] = sub.store_timestamp
             rec_ok[idx] = ok
-        nb = live & ~rec_ok
+        nb = (live & ~rec_ok) | (phys < 0)  # (below the commitlog's start: deleted records, unless negative)
         bad[nb] = True
         why[nb] = "it does not point at a complete record holding its key"
         expect = IF.time_diff_seconds(rec_ts, np.int64(f.begin_ts)).astype(np.int64)
