@@ -9,11 +9,15 @@ upstream's ``MixAll.properties2Object`` does.
 from __future__ import annotations
 
 import dataclasses
+import logging
 import os
 from dataclasses import dataclass, field, fields
 from typing import Any, Mapping
 
+import javaproperties
+
 from .errors import ConfigError
+from .format.javalang import java_trim, parse_int
 
 SYNC_FLUSH = "SYNC_FLUSH"
 ASYNC_FLUSH = "ASYNC_FLUSH"
@@ -145,29 +149,67 @@ class MessageStoreConfig:
     # --- loading -----------------------------------------------------------------------------
     @classmethod
     def from_properties(cls, source: str | os.PathLike | Mapping[str, Any], **overrides: Any) -> "MessageStoreConfig":
-        """Build from a broker.conf path or a mapping of RocketMQ (camelCase) or snake_case keys."""
-        if isinstance(source, (str, os.PathLike)):
+        """Build from a broker.conf path or a mapping.
+
+        A file is read as RocketMQ's broker reads it (``java.util.Properties.load``: ISO-8859-1,
+        ``=``/``:``/blank separators, escapes, continuation lines) and its values are judged as
+        ``MixAll.properties2Object`` judges them: keys are RocketMQ's exact camelCase names (others
+        are ignored, with a warning), ints must pass ``Integer.parseInt`` (the broker keeps its
+        default for a value that does not, e.g. ``"1024 "`` with a trailing blank or ``"1_024"``:
+        here that is a :class:`ConfigError` naming the key), booleans are ``true``/``false`` in any
+        case (anything else the broker reads as false: a ``ConfigError`` here), strings are
+        trimmed as Java's ``String.trim``. A mapping may use the camelCase or the snake_case names,
+        with Python values or strings (judged the same way)."""
+        from_file = isinstance(source, (str, os.PathLike))
+        if from_file:
             mapping = read_properties_file(os.fspath(source))
         elif isinstance(source, Mapping):
             mapping = dict(source)
         else:
             raise ConfigError(f"from_properties takes a path or a mapping, got {type(source).__name__}")
-        by_norm = {f.name.replace("_", "").lower(): f for f in fields(cls)}
+        by_camel = {_camel(f.name): f for f in fields(cls)}
+        by_snake = {f.name: f for f in fields(cls)}
         kwargs: dict[str, Any] = {}
         for key, value in mapping.items():
-            f = by_norm.get(str(key).replace("_", "").lower())
+            key = str(key)
+            f = by_camel.get(key) or (None if from_file else by_snake.get(key))
             if f is None:
                 if key == "brokerIP1":
-                    kwargs.setdefault("_ip", str(value))
+                    kwargs.setdefault("_ip", java_trim(str(value)))
                 elif key == "listenPort":
                     kwargs.setdefault("_port", str(value))
+                elif from_file and key.replace("_", "").lower() in _NORMALIZED:
+                    log.warning("%s: key %r is not RocketMQ's spelling %r: ignored, as the broker ignores it",
+                                os.fspath(source), key, _NORMALIZED[key.replace("_", "").lower()])
                 continue
             kwargs[f.name] = _coerce(f, value)
         ip, port = kwargs.pop("_ip", None), kwargs.pop("_port", None)
         if ip is not None and "store_host" not in kwargs:
-            kwargs["store_host"] = f"{ip}:{port or 10911}"
+            if port is not None:
+                try:
+                    port = parse_int(port)
+                except ValueError:
+                    raise ConfigError(f"config key listenPort: {port!r} is not an int as Integer.parseInt "
+                                      "reads one (the broker would ignore it)") from None
+            kwargs["store_host"] = f"{ip}:{10911 if port is None else port}"
         kwargs.update(overrides)
         return cls(**kwargs)
+
+
+log = logging.getLogger(__name__)
+
+
+#: RocketMQ's spelling where it is not the plain camelCase of the field name
+_JAVA_NAMES = {"check_crc_on_recover": "checkCRCOnRecover", "enabled_append_prop_crc": "enabledAppendPropCRC",
+               "force_verify_prop_crc": "forceVerifyPropCRC"}
+
+
+def _camel(name: str) -> str:
+    """The broker.conf key of a field (RocketMQ's setter name without ``set``, first letter lowered)."""
+    if name in _JAVA_NAMES:
+        return _JAVA_NAMES[name]
+    head, *rest = name.split("_")
+    return head + "".join(w[:1].upper() + w[1:] for w in rest)
 
 
 #: The embedded preset's values (``MessageStoreConfig.embedded``): 32 MiB commitlog segments,
@@ -182,44 +224,47 @@ EMBEDDED_DEFAULTS: dict[str, Any] = {
 }
 
 
+#: every field's name without underscores, lowercased -> RocketMQ's camelCase (for the warning on a
+#: misspelt broker.conf key)
+_NORMALIZED = {f.name.replace("_", "").lower(): _camel(f.name) for f in fields(MessageStoreConfig)}
+
+
 def read_properties_file(path: str) -> dict[str, str]:
-    """Java ``.properties`` subset: ``key=value`` or ``key: value``, ``#``/``!`` comments."""
+    """A Java ``.properties`` file as ``Properties.load(InputStream)`` reads it (the well-kept
+    ``javaproperties`` package: ISO-8859-1, escapes, continuations; later keys win)."""
     try:
-        with open(path, encoding="utf-8") as fh:
-            text = fh.read()
+        with open(path, "rb") as fh:
+            return dict(javaproperties.load(fh))
     except OSError as e:
         raise ConfigError(f"cannot read config file: {e.strerror}", path=path) from e
-    out: dict[str, str] = {}
-    for raw in text.splitlines():
-        line = raw.strip()
-        if not line or line[0] in "#!":
-            continue
-        for sep in ("=", ":"):
-            if sep in line:
-                k, v = line.split(sep, 1)
-                out[k.strip()] = v.strip()
-                break
-    return out
+    except (ValueError, UnicodeError) as e:
+        raise ConfigError(f"not a Java properties file: {e}", path=path) from e
 
 
 def _coerce(f: dataclasses.Field, value: Any) -> Any:
+    """A value as ``MixAll.properties2Object`` takes it for the Java type of field ``f``."""
     typ = f.type if isinstance(f.type, str) else getattr(f.type, "__name__", str(f.type))
-    try:
-        if typ == "bool":
-            if isinstance(value, bool):
-                return value
-            s = str(value).strip().lower()
-            if s not in ("true", "false"):
-                raise ValueError(value)
-            return s == "true"
-        if typ == "int":
-            if isinstance(value, bool):
-                raise ValueError(value)
-            return int(str(value).strip())
-        if typ.startswith("tuple"):
-            if isinstance(value, str):
-                return tuple(v.strip() for v in value.split(",") if v.strip())
-            return tuple(value)
-        return str(value).strip()
-    except (TypeError, ValueError) as e:
-        raise ConfigError(f"config key {f.name}: cannot use {value!r} as {typ}") from e
+    key = _camel(f.name)
+    if typ == "bool":
+        if isinstance(value, bool):
+            return value
+        s = str(value)
+        if s.lower() in ("true", "false"):
+            return s.lower() == "true"
+        raise ConfigError(f"config key {key}: {value!r} is not true or false (Boolean.parseBoolean would read it "
+                          "as false)")
+    if typ == "int":
+        if isinstance(value, int) and not isinstance(value, bool):
+            if not -(1 << 31) <= value < (1 << 31):
+                raise ConfigError(f"config key {key}: {value} is outside a Java int")
+            return value
+        try:
+            return parse_int(str(value))
+        except ValueError:
+            raise ConfigError(f"config key {key}: {value!r} is not an int as Integer.parseInt reads one (RocketMQ's "
+                              "broker would ignore it and keep its default)") from None
+    if typ.startswith("tuple"):
+        if isinstance(value, str):
+            return tuple(java_trim(v) for v in value.split(",") if java_trim(v))
+        return tuple(value)
+    return java_trim(str(value))

@@ -44,6 +44,7 @@ from .io.mapped_file import atomic_write_text, fsync_dir, fsync_dirty_dirs
 from .errors import (CorruptRecordError, OffsetError, ReadOnlyStoreError, RmqStoreError, StoreClosedError,
                      StoreIOError, StoreLockedError, StoreNotFoundError, UnitMismatchError)
 from .format.hashes import java_hash_cached
+from .format.javalang import java_trim
 from .format.msgid import decode_offset_msg_id
 from .types import (GetMessageResult, GetMessageStatus, Message, MessageRecord, PutMessageResult,
                     PutMessageStatus, QueryMessageResult, SkippedMessage)
@@ -163,13 +164,14 @@ def _disk_full_result(cfg: MessageStoreConfig) -> PutMessageResult:
 
 
 def parse_subscription(expr: str | None) -> tuple[frozenset[str], frozenset[int]] | None:
-    """``"TagA || TagB"`` to (tags, 32-bit hashes); None means every message matches."""
-    if expr is None:
+    """``"TagA || TagB"`` to (tags, 32-bit hashes); None means every message matches.
+
+    As upstream's ``FilterAPI.buildSubscriptionData``: only an empty expression or exactly ``*``
+    matches everything; otherwise the parts between ``||``, trimmed as Java's ``String.trim``,
+    are tags (so ``"TagA || *"`` is TagA or the literal tag ``*``, and ``"||"`` matches nothing)."""
+    if not expr or expr == "*":
         return None
-    tags = [t.strip() for t in expr.split("||")]
-    tags = [t for t in tags if t]
-    if not tags or "*" in tags:
-        return None
+    tags = [t for t in (java_trim(t) for t in expr.split("||")) if t]
     return frozenset(tags), frozenset(java_hash_cached(t) for t in tags)
 
 

@@ -38,3 +38,14 @@ def parse_port(text: str) -> int:
     if not (text.isascii() and text.isdigit()) or int(text) > 65535:
         raise ValueError(f"port {text!r} is not a number from 0 to 65535")
     return int(text)
+
+
+def java_trim(s: str) -> str:
+    """Java's ``String.trim``: strips every char up to U+0020 at both ends (Python's ``strip``
+    also strips Unicode spaces such as U+00A0 or U+3000, which Java keeps)."""
+    i, j = 0, len(s)
+    while i < j and s[i] <= " ":
+        i += 1
+    while j > i and s[j - 1] <= " ":
+        j -= 1
+    return s[i:j]

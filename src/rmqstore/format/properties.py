@@ -130,7 +130,7 @@ def crc_digits(crc: int) -> bytes:
 
 def parse_crc_digits(value: str) -> int | None:
     """Inverse of :func:`crc_digits`; ``None`` when the value is not 10 digits."""
-    if len(value) != 10 or not value.isdigit():
+    if len(value) != 10 or not value.isdecimal():  # (isdigit would pass superscripts, which int() refuses)
         return None
     return int(value[::-1])
 

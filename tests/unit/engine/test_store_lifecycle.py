@@ -189,6 +189,50 @@ def test_config_from_broker_conf_file(tmp_path):
     assert c.delay_levels_ms == (1000, 120_000) and c.delete_when == "04;05"
 
 
+def test_broker_conf_is_read_as_rocketmqs_broker_reads_it(tmp_path, caplog):
+    """Properties.load syntax (blank separator, continuation, escapes, ISO-8859-1) and
+    MixAll.properties2Object's judgement: exact keys, Integer.parseInt, String.trim."""
+    p = tmp_path / "broker.conf"
+    p.write_bytes(b"maxIndexNum 40\nmappedFileSizeCommitLog=+8\\\n   192\ndeleteWhen=04\\u003b05\n"
+                  b"flushDiskType=\tSYNC_FLUSH\t\nmessageIndexEnable=FALSE\nMaxHashSlotNum=99\n"
+                  b"brokerIP1=10.1.2.3\nmessageDelayLevel=1s\xe9\n")
+    with caplog.at_level("WARNING", logger="rmqstore"):
+        with pytest.raises(ConfigError, match="bad level .1s\u00e9."):  # ISO-8859-1: 0xE9 is é, no time unit
+            MessageStoreConfig.from_properties(str(p))
+    p.write_bytes(p.read_bytes().replace(b"1s\xe9", b"1s"))
+    with caplog.at_level("WARNING", logger="rmqstore"):
+        c = MessageStoreConfig.from_properties(str(p))
+    assert (c.max_index_num, c.mapped_file_size_commit_log, c.delete_when) == (40, 8192, "04;05")
+    assert c.sync_flush and c.message_index_enable is False
+    assert c.max_hash_slot_num == MessageStoreConfig().max_hash_slot_num  # wrong case: the broker ignores it
+    assert any("'MaxHashSlotNum' is not RocketMQ's spelling 'maxHashSlotNum'" in r.getMessage() for r in caplog.records)
+    assert c.store_host == "10.1.2.3:10911"
+
+
+@pytest.mark.parametrize("line,why", [
+    ("mappedFileSizeCommitLog=8192 ", "Integer.parseInt"),   # Java keeps the trailing blank: the broker ignores it
+    ("mappedFileSizeCommitLog=1_024", "Integer.parseInt"),
+    ("mappedFileSizeCommitLog=0x2000", "Integer.parseInt"),
+    ("mappedFileSizeCommitLog=3000000000", "Integer.parseInt"),  # beyond a Java int
+    ("messageIndexEnable=true ", "Boolean.parseBoolean"),     # the broker would read false
+    ("messageIndexEnable=yes", "Boolean.parseBoolean"),
+    ("listenPort=10911x\nbrokerIP1=1.2.3.4", "listenPort"),
+])
+def test_broker_conf_values_java_would_not_take_are_refused(tmp_path, line, why):
+    p = tmp_path / "broker.conf"
+    p.write_text(line + "\n", encoding="latin-1")
+    with pytest.raises(ConfigError, match=why):
+        MessageStoreConfig.from_properties(str(p))
+
+
+def test_a_mapping_takes_snake_case_and_python_values():
+    c = MessageStoreConfig.from_properties({"mapped_file_size_commit_log": 4096, "messageIndexEnable": False,
+                                            "max_index_num": "+64"})
+    assert (c.mapped_file_size_commit_log, c.message_index_enable, c.max_index_num) == (4096, False, 64)
+    with pytest.raises(ConfigError, match="outside a Java int"):
+        MessageStoreConfig.from_properties({"maxIndexNum": 1 << 40})
+
+
 @pytest.mark.parametrize("bad", [
     {"mappedFileSizeCommitLog": "big"}, {"enabledAppendPropCRC": "yes"}, {"maxIndexNum": "1"},
     {"flushDiskType": "SOMETIMES"}, {"mappedFileSizeCommitLog": "0"}, {"messageDelayLevel": "1x"},

@@ -77,3 +77,10 @@ def test_an_ipv4_mapped_born_host_is_stored_as_ipv4(tmp_path):
         r = st.put_message(Message(topic="T", body=b"x", born_host="[::ffff:10.1.2.3]:1234"))
         rec = st.look_message_by_offset(r.phy_offset)
         assert rec.born_host == "10.1.2.3:1234" and not rec.sys_flag & 0x10  # no BORNHOST_V6 flag
+
+
+@pytest.mark.parametrize("raw,trimmed", [(" a ", "a"), ("\t\x00a\x1f", "a"), ("\u00a0a\u3000", "\u00a0a\u3000"),
+                                         ("", ""), ("  ", "")])
+def test_java_trim_strips_only_up_to_u0020(raw, trimmed):
+    from rmqstore.format.javalang import java_trim
+    assert java_trim(raw) == trimmed

@@ -69,7 +69,7 @@ def test_crc_digits_least_significant_first(crc, digits):
     assert P.parse_crc_digits(digits.decode()) == crc
 
 
-@pytest.mark.parametrize("bad", ["123", "12345678901", "12345x7890", ""])
+@pytest.mark.parametrize("bad", ["123", "12345678901", "12345x7890", "", "\u00b2" * 10])  # superscripts: isdigit, not int()
 def test_parse_crc_digits_rejects(bad):
     assert P.parse_crc_digits(bad) is None
 
