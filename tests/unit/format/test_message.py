@@ -347,3 +347,29 @@ def test_batch_with_too_long_properties_is_never_rendered():
     assert batch.props_max == len(props[1])
     with pytest.raises(ValueError, match="32769 bytes"):
         batch.render(0, 0, 1, True)
+
+
+def test_a_lazily_decoded_record_equals_the_fully_decoded_one(tmp_path):
+    """The fast path defers properties, hosts, msgId and tagsCode; the values, equality, repr and
+    pickling are those of the record decoded by the general path."""
+    import copy
+    import pickle
+
+    from rmqstore import Message, MessageStore, MessageStoreConfig
+    from rmqstore.format import message as M
+    with MessageStore.open(tmp_path / "s", MessageStoreConfig.embedded()) as st:
+        r = st.put_message(Message.create("T", b"body", tags="TagA", keys=["k1", "k2"],
+                                          properties={"a": "1"}))
+        mf = st.commit_log.queue.find(r.phy_offset)
+        lazy = st.look_message_by_offset(r.phy_offset)
+        assert lazy._properties is None and lazy._msg_id is None  # nothing decoded yet
+        with mock.patch.object(M, "decode_v1_ipv4", return_value=None):  # the general path
+            full = M.decode_message(mf.mm, r.phy_offset - mf.file_from_offset, mf.file_size, check_crc=True)
+        assert full._lazy is None and full == lazy and repr(full) == repr(lazy)
+        assert lazy.msg_id == r.msg_id and lazy.keys == ["k1", "k2"] and lazy.tags == "TagA"
+        assert lazy.store_host == full.store_host and lazy.born_host == full.born_host
+        assert lazy.tags_code == full.tags_code != 0
+        fresh = st.look_message_by_offset(r.phy_offset)
+        assert pickle.loads(pickle.dumps(fresh)) == full and copy.copy(fresh) == full
+        fresh.properties = {"x": "y"}
+        assert fresh.properties == {"x": "y"} and fresh != full
