@@ -53,31 +53,37 @@ def format_host(raw: bytes) -> str:
     return f"[{addr}]:{port}" if addr.version == 6 else f"{addr}:{port}"
 
 
-_HOSTS4: dict = {}
-_ID_PREFIX4: dict = {}
+def _host_text(addr: bytes, port: int) -> str:
+    return f"{addr[0]}.{addr[1]}.{addr[2]}.{addr[3]}:{port}"
 
 
-def format_host4(addr: bytes, port: int) -> str:
-    """``"a.b.c.d:port"`` for a 4-byte address and a port (cached: a store has few hosts)."""
-    key = (addr, port)
-    s = _HOSTS4.get(key)
-    if s is None:
-        if len(_HOSTS4) > 65536:
-            _HOSTS4.clear()
-        s = _HOSTS4[key] = f"{addr[0]}.{addr[1]}.{addr[2]}.{addr[3]}:{port}"
-    return s
+def _id_prefix(addr: bytes, port: int) -> str:
+    return f"{addr.hex().upper()}{port & 0xFFFFFFFF:08X}"
+
+
+def _per_host(make):
+    """``make(addr, port)`` cached per host (a store has few): bounded, cleared when it grows past 65,536."""
+    table: dict = {}
+
+    def get(addr: bytes, port: int) -> str:
+        s = table.get((addr, port))
+        if s is None:
+            if len(table) > 65536:
+                table.clear()
+            s = table[(addr, port)] = make(addr, port)
+        return s
+    return get
+
+
+#: ``"a.b.c.d:port"`` for a 4-byte address and a port
+format_host4 = _per_host(_host_text)
+_id_prefix4 = _per_host(_id_prefix)
 
 
 def offset_msg_id4(addr: bytes, port: int, phy_offset: int) -> str:
     """:func:`encode_offset_msg_id` for an IPv4 store host given as address bytes and port (the
     store-host half cached per host)."""
-    key = (addr, port)
-    prefix = _ID_PREFIX4.get(key)
-    if prefix is None:
-        if len(_ID_PREFIX4) > 65536:
-            _ID_PREFIX4.clear()
-        prefix = _ID_PREFIX4[key] = f"{addr.hex().upper()}{port & 0xFFFFFFFF:08X}"
-    return f"{prefix}{phy_offset & 0xFFFFFFFFFFFFFFFF:016X}"
+    return f"{_id_prefix4(addr, port)}{phy_offset & 0xFFFFFFFFFFFFFFFF:016X}"
 
 
 def encode_offset_msg_id(store_host_raw: bytes, phy_offset: int) -> str:
