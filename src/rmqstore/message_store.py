@@ -393,6 +393,23 @@ class MessageStore:
                 out.add((topic, int(qid)))
         return out
 
+    def _rebuild_progress(self, what: str, every_s: float = 5.0) -> Callable[[int], None]:
+        """A progress callback for a long scan of the commitlog: one log line every ``every_s``
+        seconds (offset reached, share of the commitlog, rate); silent for a short one."""
+        cl = self.commit_log
+        lo, hi = cl.min_offset, max(cl.confirm_offset, cl.min_offset + 1)
+        t0 = last = time.monotonic()
+
+        def progress(phy: int) -> None:
+            nonlocal last
+            now = time.monotonic()
+            if now - last >= every_s:
+                last = now
+                done = max(0, phy - lo)
+                log.warning("%s: %s derived files from the commitlog: %.0f%% (%d of %d MB, %.0f MB/s)", self.path,
+                            what, 100 * done / (hi - lo), done >> 20, (hi - lo) >> 20, done / (now - t0) / 1e6)
+        return progress
+
     def _queues_that_lost_units(self) -> set[tuple[str, int]]:
         """Queues with blank units for lost records or a file missing or short in the middle, one
         that starts past 0 although no commitlog segment was ever deleted (its first files are
@@ -453,7 +470,8 @@ class MessageStore:
         log.warning("%s: %s: answering from a scan of the commitlog (%d bytes) into temporary files in %s; "
                     "open the store for writing once to rebuild them in place", self.path, " and ".join(what),
                     cl.confirm_offset - cl.min_offset, self._shadow_dir)
-        self._own_derived = V.shadow_derived(self, queues, index_lost, self._shadow_dir, index_from)
+        self._own_derived = V.shadow_derived(self, queues, index_lost, self._shadow_dir, index_from,
+                                             self._rebuild_progress("building temporary"))
         self.derived_files_restored = [f"{t}/{q}" for t, q in sorted(queues)] + \
             (["index"] if index_lost or index_from is not None else [])
 
@@ -474,7 +492,7 @@ class MessageStore:
         log.warning("%s: %s: rebuilding them from the commitlog (%d bytes)", self.path, "; ".join(what),
                     cl.confirm_offset - cl.min_offset)
         self.wait_dispatched()
-        V.rebuild_derived(self, short, index_lost)
+        V.rebuild_derived(self, short, index_lost, self._rebuild_progress("rebuilding"))
         self.derived_files_restored = names + (["index"] if index_lost else [])
         for cq in self.consume_queues.values():
             cq.gap_units, cq.cut_in_middle = 0, False

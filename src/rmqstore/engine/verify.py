@@ -583,7 +583,8 @@ def build_derived(store, queues: set[tuple[str, int]] | None, index: bool, out_d
             new_index.close()
 
 
-def rebuild_derived(store, queues: set[tuple[str, int]], index: bool) -> None:
+def rebuild_derived(store, queues: set[tuple[str, int]], index: bool,
+                    progress: Callable[[int], None] | None = None) -> None:
     """Regenerate the named consume queues (and the whole index when ``index``) of a writer store
     from its commitlog (:func:`build_derived`), then swap them in. Dispatch is paused meanwhile;
     readers holding the old files keep valid mappings until they are retired."""
@@ -591,7 +592,7 @@ def rebuild_derived(store, queues: set[tuple[str, int]], index: bool) -> None:
     shutil.rmtree(tmp, ignore_errors=True)
     with store.reput.lock:
         try:
-            build_derived(store, queues, index, tmp, store.reput.reput_from)
+            build_derived(store, queues, index, tmp, store.reput.reput_from, progress)
             _swap_queues(store, queues, tmp)
             if index:
                 _swap_index(store, tmp)
@@ -602,7 +603,8 @@ def rebuild_derived(store, queues: set[tuple[str, int]], index: bool) -> None:
 
 
 def shadow_derived(store, queues: set[tuple[str, int]] | None, index: bool, out_dir: str,
-                   index_from: int | None = None) -> tuple[dict, object]:
+                   index_from: int | None = None, progress: Callable[[int], None] | None = None
+                   ) -> tuple[dict, object]:
     """A reader's stand-ins for derived files that are missing, damaged or behind: the named
     queues (every queue when None) and, with ``index``, the index are built under ``out_dir`` (a
     temporary directory the caller removes at close) from the commitlog and used instead of the
@@ -614,9 +616,10 @@ def shadow_derived(store, queues: set[tuple[str, int]] | None, index: bool, out_
     cl = store.commit_log
     try:
         if queues is None or queues or index:
-            build_derived(store, queues, index, out_dir, cl.confirm_offset)
+            build_derived(store, queues, index, out_dir, cl.confirm_offset, progress)
         if index_from is not None and not index:
-            build_derived(store, set(), True, os.path.join(out_dir, "tail"), cl.confirm_offset, start=index_from)
+            build_derived(store, set(), True, os.path.join(out_dir, "tail"), cl.confirm_offset, progress,
+                          start=index_from)
     except OSError as e:
         raise StoreIOError(f"building the reader's stand-in queues and index failed: {e}", path=out_dir) from e
     root = os.path.join(out_dir, "consumequeue")

@@ -74,3 +74,19 @@ def test_a_sound_store_restores_nothing(tmp_path):
     _build(path)
     with MessageStore.open(path, CFG) as st:
         assert st.derived_files_restored == []
+
+
+def test_a_long_rebuild_reports_progress(tmp_path, caplog, monkeypatch):
+    from rmqstore import message_store as MS
+    path = tmp_path / "s"
+    rs = _build(path, n=200)
+    shutil.rmtree(path / "index")
+    real = MS.MessageStore._rebuild_progress
+    monkeypatch.setattr(MS.MessageStore, "_rebuild_progress", lambda self, what, every_s=5.0: real(self, what, 0.0))
+    for read_only, what in ((True, "building temporary"), (False, "rebuilding")):
+        caplog.clear()
+        with caplog.at_level("WARNING", logger="rmqstore"):
+            with MessageStore.open(path, CFG, read_only=read_only) as st:
+                _all_served(st, rs)
+        lines = [r.getMessage() for r in caplog.records if "derived files from the commitlog" in r.getMessage()]
+        assert lines and all(what in x for x in lines) and "100%" in lines[-1], lines
