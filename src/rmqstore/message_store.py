@@ -239,13 +239,19 @@ class MessageStore:
         #: close, and the store's own objects they stand in for (what verify checks)
         self._shadow_dir: str | None = None
         self._own_derived: tuple[dict, object] | None = None
+        self._stand_in_derived = True
 
     # ==========================================================================================
     # Opening and closing
     # ==========================================================================================
     @classmethod
-    def open(cls, path: str | os.PathLike, cfg: MessageStoreConfig | None = None, read_only: bool = False
-             ) -> "MessageStore":
+    def open(cls, path: str | os.PathLike, cfg: MessageStoreConfig | None = None, read_only: bool = False, *,
+             stand_in_derived: bool = True) -> "MessageStore":
+        """Open (or, writable, create) the store at ``path``; ``cfg`` None: the embedded preset with
+        the sizes of the files already there. A read-only open whose consume queues or index are
+        missing, damaged or behind the commitlog answers from a scan of the commitlog into temporary
+        files (:meth:`_shadow_derived_files`) unless ``stand_in_derived=False`` (what ``verify``
+        and tools that judge the files themselves want)."""
         path = os.fspath(path)
         cfg = resolve_config(path, cfg)
         if read_only:
@@ -260,6 +266,7 @@ class MessageStore:
                 raise StoreIOError(f"cannot create store directory: {e.strerror}", path=path) from e
         try:
             store = cls(path, cfg, read_only)
+            store._stand_in_derived = stand_in_derived
         except OSError as e:
             if isinstance(e, RmqStoreError):
                 raise
@@ -312,7 +319,7 @@ class MessageStore:
         self._recover(last_exit_ok, dropped_index)
         if changed and not index_lost:
             index_lost = self._index_files_damaged(changed)
-        if self.read_only and self.live_writer_pid is None:
+        if self.read_only and self.live_writer_pid is None and self._stand_in_derived:
             self._shadow_derived_files(index_lost)
         if not self.read_only:
             self._write_abort(abort_path)

@@ -152,7 +152,7 @@ def verify(cmd: StoreCommand, fix: bool, limit: int) -> None:
     unless --fix (which WRITES). Exit 12 when problems remain unfixed."""
     from ..engine.verify import work_bytes
 
-    with (cmd.open_write() if fix else cmd.open_read()) as st:
+    with (cmd.open_write() if fix else cmd.open_read(stand_in_derived=False)) as st:
         findings = _call_with_progress(st.verify, cmd.out, "verifying", work_bytes(st), fix=fix)
         path = st.path
     rows = [finding_dict(f) for f in findings]

@@ -117,11 +117,12 @@ class StoreCommand:
             return infer_config(self.store_path, base)
         return base
 
-    def open_read(self):
-        """The store opened read-only: no lock, nothing on disk changes."""
+    def open_read(self, stand_in_derived: bool = True):
+        """The store opened read-only: no lock, nothing on disk changes (``stand_in_derived``: see
+        ``MessageStore.open``)."""
         from ..message_store import MessageStore
 
-        return MessageStore.open(self.store_path, self.config(), read_only=True)
+        return MessageStore.open(self.store_path, self.config(), read_only=True, stand_in_derived=stand_in_derived)
 
     def open_write(self, create: bool = False):
         """The store opened for writing (takes the lock, recovers). Refuses to turn a directory that

@@ -55,7 +55,7 @@ def rebuild(store_dir: str, out_dir: str, cfg: MessageStoreConfig | None = None,
                          checkpoint=StoreCheckpoint(os.path.join(out_dir, "checkpoint"), read_only=True))
     records = 0
     topic_cache: dict[bytes, str] = {}
-    with MessageStore.open(store_dir, cfg, read_only=True) as src:
+    with MessageStore.open(store_dir, cfg, read_only=True, stand_in_derived=False) as src:  # the commitlog only
         cl = src.commit_log
         end = cl.confirm_offset
         try:

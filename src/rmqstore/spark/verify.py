@@ -252,7 +252,7 @@ def _verifier(store_dir: str, cfg, data_end: int):
     from ..engine import verify as V
     from ..message_store import MessageStore
 
-    st = MessageStore.open(store_dir, cfg, read_only=True)
+    st = MessageStore.open(store_dir, cfg, read_only=True, stand_in_derived=False)  # judge the files themselves
     try:
         v = V._Verifier(st, None)
         v.data_end = data_end

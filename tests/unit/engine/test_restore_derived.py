@@ -90,3 +90,13 @@ def test_a_long_rebuild_reports_progress(tmp_path, caplog, monkeypatch):
                 _all_served(st, rs)
         lines = [r.getMessage() for r in caplog.records if "derived files from the commitlog" in r.getMessage()]
         assert lines and all(what in x for x in lines) and "100%" in lines[-1], lines
+
+
+def test_a_reader_that_judges_the_files_gets_them_as_they_are(tmp_path):
+    path = tmp_path / "s"
+    _build(path)
+    shutil.rmtree(path / "index")
+    with MessageStore.open(path, CFG, read_only=True, stand_in_derived=False) as ro:
+        assert ro.derived_files_restored == [] and ro._shadow_dir is None
+        assert ro.query_message("T", "k1").messages == []  # no index: upstream's answer
+        assert "index_item" in {f.kind for f in ro.verify()}
