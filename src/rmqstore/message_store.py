@@ -344,8 +344,8 @@ class MessageStore:
 
     def _index_files_changed(self, last_exit_ok: bool, dropped: list) -> list:
         """Index files whose size or mtime differ from :data:`INDEX_STATS_FILE` (the last clean
-        close), but for the newest after a crash or with a live writer, and those the recovery
-        cuts back anyway: something else changed them."""
+        close): something else changed them. Not those the recovery cuts back anyway, nor, after a
+        crash or with a live writer, the newest of that close and later ones (a writer appends)."""
         try:
             with open(os.path.join(self.path, INDEX_STATS_FILE), encoding="utf-8") as fh:
                 table = json.load(fh)
@@ -354,8 +354,11 @@ class MessageStore:
         if not isinstance(table, dict):
             return []
         files = [f for f in self.index_service.files if f not in dropped]
-        if files and (not last_exit_ok or self.live_writer_pid is not None):
-            files = files[:-1]
+        if not last_exit_ok or self.live_writer_pid is not None:
+            # a writer since that close appended to the then newest file and to files it created
+            # (as their names grow): only the older ones must be as they were
+            newest = max(table, default="")
+            files = [f for f in files if os.path.basename(f.path) < newest]
         now = self._index_stats_at_open
         return [f for f in files if os.path.basename(f.path) in table
                 and table[os.path.basename(f.path)] != now.get(os.path.basename(f.path))]

@@ -207,3 +207,29 @@ def test_progress_covers_every_phase(built):
         assert ro.verify(progress=seen.append) == []
     assert seen == sorted(seen) and seen[-1] == total
     assert total > cl_bytes and any(cl_bytes < x < total for x in seen)  # queue and index phases move it
+
+
+def test_after_a_crash_the_files_a_writer_appended_to_are_not_judged_but_older_ones_are(built, tmp_path, caplog):
+    import shutil
+
+    from rmqstore.format import index_file as IF
+    path, puts = built  # closed cleanly: config/rmqstore-index.json records every index file
+    names_at_close = sorted(os.listdir(path / "index"))
+    crash = tmp_path / "crash"
+    with MessageStore.open(path, _cfg()) as st:  # a writer appends (the newest file fills, new ones follow)
+        more = [st.put_message(_msg(i)) for i in range(60, 140)]
+        st.wait_dispatched()
+        st.index_service.flush()
+        shutil.copytree(path, crash, ignore=shutil.ignore_patterns("lock"))  # abort present: a crash
+    assert len(os.listdir(crash / "index")) > len(names_at_close)
+    with caplog.at_level("ERROR", logger="rmqstore"):
+        with MessageStore.open(crash, _cfg(), read_only=True) as ro:  # appended files: no false alarm
+            assert "index" not in ro.derived_files_restored
+            for i, r in enumerate(puts + more):
+                assert [m.phy_offset for m in ro.query_message("V", f"k{i}").messages] == [r.phy_offset]
+    assert not any("is damaged" in r.getMessage() for r in caplog.records)
+    _patch(str(crash / "index" / names_at_close[0]), IF.item_pos(16, 3) + 4, (10**9).to_bytes(8, "big"))
+    with MessageStore.open(crash, _cfg(), read_only=True) as ro:  # an older file changed: judged
+        assert ro.derived_files_restored == ["index"]
+        for i, r in enumerate(puts + more):
+            assert [m.phy_offset for m in ro.query_message("V", f"k{i}").messages] == [r.phy_offset]
