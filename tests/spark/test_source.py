@@ -262,3 +262,28 @@ def test_damaged_records_skipped_or_failing_on_data_loss(spark, tmp_path):
     assert got == [r.phy_offset for i, r in enumerate(rs) if i != 4]  # skipped, the scan resynchronises
     with pytest.raises(Exception, match="failOnDataLoss"):
         read(spark, str(tmp_path / "s"), failOnDataLoss="true").collect()
+
+
+def test_missing_and_short_segments_are_gaps(spark, tmp_path):
+    """A segment missing or short in the middle: every other record is read, the gap is logged
+    (or, with failOnDataLoss, the read fails before it starts); a larger file is another geometry."""
+    from rmqstore import Message, MessageStoreConfig
+
+    cfg = MessageStoreConfig(mapped_file_size_commit_log=4096, mapped_file_size_consume_queue=400,
+                             max_hash_slot_num=16, max_index_num=64)
+    with MessageStore.open(tmp_path / "s", cfg) as st:
+        rs = [st.put_message(Message.create("G", b"message %d" % i + b"." * 200)) for i in range(80)]
+    d = tmp_path / "s" / "commitlog"
+    names = sorted(p.name for p in d.iterdir())
+    assert len(names) >= 5
+    (d / names[1]).unlink()
+    short = d / names[3]
+    short.write_bytes(short.read_bytes()[:1000])
+    lo1, hi1 = int(names[1]), int(names[1]) + 4096
+    lo3 = int(names[3])
+    want = [r.phy_offset for r in rs if not lo1 <= r.phy_offset < hi1
+            and not (lo3 <= r.phy_offset and r.phy_offset + r.wrote_bytes > lo3 + 1000 and r.phy_offset < lo3 + 4096)]
+    got = sorted(r.commitLogOffset for r in read(spark, str(tmp_path / "s")).collect())
+    assert got == want and len(want) < len(rs)
+    with pytest.raises(Exception, match="failOnDataLoss"):
+        read(spark, str(tmp_path / "s"), failOnDataLoss="true").collect()

@@ -57,27 +57,46 @@ def segment_path(store_dir: str, seg_start: int) -> str:
 def list_segments(store_dir: str, seg_size: int) -> list[int]:
     """Start offsets of the commitlog segments, from the file names and sizes alone.
 
-    Mirrors the store's load rules: a zero-length *last* file is ignored, any other file whose size
-    is not ``seg_size`` or that does not follow its predecessor is a :class:`CorruptRecordError`."""
+    Mirrors the store's load rules: a zero-length *last* file is ignored; a segment missing or
+    short in the middle is a gap (:func:`segment_gaps` names them; a short one is read for what is
+    left of it), not a refusal; a file larger than ``seg_size`` or named off the segment grid is
+    another geometry, a :class:`CorruptRecordError`."""
+    return [start for start, _ in _segment_files(store_dir, seg_size)]
+
+
+def segment_gaps(store_dir: str, seg_size: int) -> list[str]:
+    """What is lost to missing or short segments before the last (one line each; empty when none)."""
+    files = _segment_files(store_dir, seg_size)
+    out = []
+    for (start, size), nxt in zip(files, files[1:] + [None]):
+        if size < seg_size and nxt is not None:
+            out.append(f"segment {segment_path(store_dir, start)} is short ({size} of {seg_size} bytes)")
+        if nxt is not None and nxt[0] > start + seg_size:
+            out.append(f"segments for offsets [{start + seg_size}, {nxt[0]}) are missing")
+    return out
+
+
+def _segment_files(store_dir: str, seg_size: int) -> list[tuple[int, int]]:
     if not os.path.isdir(store_dir):
         raise StoreNotFoundError("store directory does not exist", path=store_dir)
     d = os.path.join(store_dir, COMMITLOG)
     if not os.path.isdir(d):
         return []
     names = sorted(n for n in os.listdir(d) if n.isdigit() and len(n) == 20)
-    out: list[int] = []
+    out: list[tuple[int, int]] = []
     for i, name in enumerate(names):
         path = os.path.join(d, name)
         size = os.path.getsize(path)
         if size == 0 and i == len(names) - 1:
             continue
-        if size != seg_size:
+        if size > seg_size:
             raise CorruptRecordError(f"segment is {size} bytes but the commitlog segment size is {seg_size} "
                                      "(mappedFileSizeCommitLog)", path=path)
         start = int(name)
-        if out and start != out[-1] + seg_size:
-            raise CorruptRecordError(f"segment does not follow the one at {out[-1]}", path=path)
-        out.append(start)
+        if out and (start <= out[-1][0] or (start - out[-1][0]) % seg_size):
+            raise CorruptRecordError(f"segment does not follow the one at {out[-1][0]} on the grid of "
+                                     f"{seg_size}-byte segments", path=path)
+        out.append((start, size))
     return out
 
 
@@ -228,7 +247,11 @@ class Segment:
     def __init__(self, store_dir: str, seg_start: int, seg_size: int):
         self.start = seg_start
         self.size = seg_size
-        self.mf = MappedFile(segment_path(store_dir, seg_start), seg_size, read_only=True)
+        path = segment_path(store_dir, seg_start)
+        if os.path.getsize(path) < seg_size:  # short (damaged): what is left of it, zeros after
+            self.mf = MappedFile.stand_in_for(path, seg_size, "short")
+        else:
+            self.mf = MappedFile(path, seg_size, read_only=True)
         self.mm = self.mf.mm
         self.u8 = self.mf.u8
         self.path = self.mf.path

@@ -89,6 +89,12 @@ def plan_partitions(opts: ReadOptions, flt: RowFilter, lo: int | None, hi: int |
     if lo is not None and hi is not None and lo >= hi:
         return []
     segments = S.list_segments(opts.store_dir, opts.seg_size)
+    gaps = S.segment_gaps(opts.store_dir, opts.seg_size)
+    if gaps and opts.fail_on_data_loss:
+        raise CorruptRecordError(f"failOnDataLoss: {gaps[0]}" + (f" (and {len(gaps) - 1} more)" if len(gaps) > 1 else ""),
+                                 path=opts.store_dir)
+    for g in gaps:
+        log.warning("%s: %s: their records are not read", opts.store_dir, g)
     spans = S.plan_spans(segments, opts.seg_size, opts.split_size, lo, hi)
     return [SpanPartition(i, [(sp.seg, sp.start, sp.end) for sp in grp])
             for i, grp in enumerate(S.group_spans(spans, opts.split_size))]
