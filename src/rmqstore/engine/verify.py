@@ -444,13 +444,13 @@ class _Verifier:
 
 def index_file_problems(store, f: IndexFile) -> list[str]:
     """What is wrong with one index file, judged as :func:`verify_store` judges items (each hash
-    chain and slot head, each item against its record's keys and store time) plus its header
-    (first and last item's offsets and times) and the bytes after its last item (a count cut back
-    by damage hides items there); empty when sound. For the open of a store whose index file
-    changed since the last clean close."""
+    chain and slot head, each item against its record's keys and store time) plus items past the
+    end of the data, its header (the first and last item's offsets) and the bytes after its last
+    item (a count cut back by damage hides items there); empty when sound. For the open of a
+    store whose index file changed since the last clean close."""
     v = _Verifier(store, None)
     v.data_end = store.commit_log.confirm_offset
-    phys, _ = v._check_index_file(f)
+    v._check_index_file(f)
     out = [x.detail for x in v.f.result()]
     count = int(f.index_count)
     n = count - 1
