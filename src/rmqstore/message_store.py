@@ -436,9 +436,9 @@ class MessageStore:
                 short.add((topic, int(qid)))
         return short
 
-    def _undispatched_queues(self) -> set[tuple[str, int]]:
-        """Queues that records after the last dispatched one (up to the readable end) belong to:
-        a crash before dispatch, or consume queues that were never there."""
+    def _undispatched_queues(self) -> tuple[int, set[tuple[str, int]]]:
+        """Where the records after the last dispatched one start (up to the readable end), and the
+        queues they belong to: a crash before dispatch, or consume queues that were never there."""
         cl = self.commit_log
         last = max((cq.max_physic_offset for cq in self.consume_queues.values()), default=-1)
         start = cl.min_offset
@@ -453,7 +453,7 @@ class MessageStore:
             tx = batch.sys_flag & M.SYSFLAG_TX_MASK
             for i in np.flatnonzero((tx != M.TX_PREPARED) & (tx != M.TX_ROLLBACK)).tolist():
                 out.add((cols.topics[cols.topic_ids[i]], int(batch.queue_id[i])))
-        return out
+        return start, out
 
     def _shadow_derived_files(self, index_lost: bool) -> None:
         """Beyond upstream, for a reader with no live writer: consume queues that lost units or are
@@ -464,7 +464,10 @@ class MessageStore:
         cl = self.commit_log
         if cl.confirm_offset <= cl.min_offset:
             return
-        queues = self._queues_that_lost_units() | self._undispatched_queues()
+        lost = self._queues_that_lost_units()
+        tail_from, behind = self._undispatched_queues()
+        behind -= lost  # only behind: continued from the tail; lost units: rebuilt whole
+        queues = lost | behind
         index_from = None
         if not index_lost and self.cfg.message_index_enable and self.index_service.files:
             idx_end = self._index_end(cl.confirm_offset)  # the index behind (its newest file lost)
@@ -480,8 +483,11 @@ class MessageStore:
         log.warning("%s: %s: answering from a scan of the commitlog (%d bytes) into temporary files in %s; "
                     "open the store for writing once to rebuild them in place", self.path, " and ".join(what),
                     cl.confirm_offset - cl.min_offset, self._shadow_dir)
-        self._own_derived = V.shadow_derived(self, queues, index_lost, self._shadow_dir, index_from,
-                                             self._rebuild_progress("building temporary"))
+        own_queues, own_index = V.shadow_derived(self, lost, index_lost, self._shadow_dir, index_from,
+                                                 self._rebuild_progress("building temporary"))
+        if behind:
+            own_queues.update(V.shadow_queue_tails(self, behind, os.path.join(self._shadow_dir, "tails"), tail_from))
+        self._own_derived = (own_queues, own_index)
         self.derived_files_restored = [f"{t}/{q}" for t, q in sorted(queues)] + \
             (["index"] if index_lost or index_from is not None else [])
 

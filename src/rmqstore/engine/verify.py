@@ -52,6 +52,7 @@ from ..errors import ReadOnlyStoreError, StoreIOError
 from ..format import consume_queue as CQF
 from ..format import index_file as IF
 from ..format import message as M
+from ..io.mapped_file import MappedFile
 from . import recovery as R
 from .checkpoint import StoreCheckpoint
 from .consume_queue import ConsumeQueue
@@ -643,6 +644,51 @@ def shadow_derived(store, queues: set[tuple[str, int]] | None, index: bool, out_
             svc.files = list(own_index.files) + svc.files  # the store's own files, then the tail's
         store.index_service = svc
     return own_queues, own_index
+
+
+def shadow_queue_tails(store, queues: set[tuple[str, int]], out_dir: str, start: int) -> dict:
+    """A reader's view of consume queues that are only behind the commitlog (records from
+    ``start`` on were never dispatched: a crash): each keeps its own files but the last, which is
+    copied into ``out_dir`` (one consume-queue file) and continued there with the records from
+    ``start`` (work in proportion to the tail, not the store). Returns the store's own queues they
+    replaced (key -> own queue or None)."""
+    cfg = store.cfg
+    cl = store.commit_log
+    tails: dict[tuple[str, int], ConsumeQueue] = {}
+    own_queues: dict = {}
+    for key in sorted(queues):
+        own = store.consume_queues.get(key)
+        cq = ConsumeQueue(out_dir, key[0], key[1], cfg, read_only=False)
+        if own is not None and own.queue.files:
+            last = own.queue.files[-1]
+            os.makedirs(cq.queue.directory, exist_ok=True)
+            copy = os.path.join(cq.queue.directory, os.path.basename(last.path))
+            with open(copy, "wb") as fh:
+                fh.write(last.mm[:])
+            mf = MappedFile(copy, last.file_size)
+            mf.wrote_position = mf.flushed_position = last.wrote_position
+            cq.queue.files = list(own.queue.files[:-1]) + [mf]
+            cq.min_logic_offset = own.min_logic_offset
+            cq.max_physic_offset = own.max_physic_offset
+        tails[key] = cq
+    sink = _Sink()
+    topic_cache: dict[bytes, str] = {}
+
+    def on_batch(mf, batch) -> None:
+        dispatch_batch(mf.u8, batch, cq_for=lambda t, q: tails.get((t, q), sink), index_service=None,
+                       delay_levels_ms=store.delay_levels_ms, topic_cache=topic_cache, build_index=False)
+
+    try:
+        R.scan_log(cl.queue.files, max(start, cl.min_offset), cfg, check_crc=False, limit_phy=cl.confirm_offset,
+                   on_batch=on_batch, dispatchable=True)
+    except OSError as e:
+        raise StoreIOError(f"building the reader's consume-queue tails failed: {e}", path=out_dir) from e
+    for key, cq in tails.items():
+        cq.read_only = cq.queue.read_only = True  # a reader's view from here on
+        own_queues[key] = store.consume_queues.get(key)
+        store.consume_queues[key] = cq
+        cl.topic_queue_table[key] = cq.max_offset
+    return own_queues
 
 
 def _pad_gaps(store, mf, batch, spans, topic_cache, cq_of) -> None:

@@ -100,3 +100,34 @@ def test_a_reader_that_judges_the_files_gets_them_as_they_are(tmp_path):
         assert ro.derived_files_restored == [] and ro._shadow_dir is None
         assert ro.query_message("T", "k1").messages == []  # no index: upstream's answer
         assert "index_item" in {f.kind for f in ro.verify()}
+
+
+def test_a_reader_of_a_crashed_store_continues_the_queues_behind_from_the_tail(tmp_path, caplog):
+    """A crash before dispatch: the reader continues only the queues behind (their own files, the
+    last one copied) with the undispatched records, in proportion to the tail; nothing is written."""
+    path = tmp_path / "s"
+    rs = _build(path, n=60)  # closed cleanly
+    crash = tmp_path / "crash"
+    st = MessageStore.open(path, CFG)
+    st.reput.shutdown()  # what follows is appended, never dispatched
+    more = [st.put_message(Message.create("T", b"late %d" % i, keys=[f"k{60 + i}"], queue_id=1)) for i in range(7)]
+    shutil.copytree(path, crash, ignore=shutil.ignore_patterns("lock"))  # abort present
+    st.close()
+    before = _files(crash)
+    with caplog.at_level("WARNING", logger="rmqstore"):
+        with MessageStore.open(crash, CFG, read_only=True) as ro:
+            assert ro.derived_files_restored == ["T/1", "index"]  # the index is behind too: its tail
+            own_queues, own_index = ro._own_derived
+            assert ro.index_service.files[:len(own_index.files)] == own_index.files
+            own = own_queues[("T", 1)]
+            cq = ro.find_consume_queue("T", 1)
+            assert cq.queue.files[0] is own.queue.files[0]  # its own files, not a rebuild
+            for i, r in enumerate(rs):
+                assert [m.phy_offset for m in ro.get_message("g", "T", i % 2, r.queue_offset, 1).messages] == \
+                    [r.phy_offset]
+            for i, r in enumerate(more):
+                assert [m.phy_offset for m in ro.get_message("g", "T", 1, r.queue_offset, 1).messages] == \
+                    [r.phy_offset]
+                assert [m.phy_offset for m in ro.query_message("T", f"k{60 + i}").messages] == [r.phy_offset]
+            assert ro.get_max_offset_in_queue("T", 1) == more[-1].queue_offset + 1
+    assert _files(crash) == before
