@@ -231,8 +231,10 @@ class MessageStore:
         self.derived_files_restored: list[str] = []
         #: every queue's max offset after the open (a clean close writes QUEUE_EXTENTS_FILE when they changed)
         self._extents_at_open: dict[str, int] = {}
-        #: size and mtime of the index files at open (a clean close writes INDEX_STATS_FILE when they changed)
+        #: size and mtime of the index files at open, and their item counts (a clean close writes
+        #: INDEX_STATS_FILE when the counts changed, or the file exists)
         self._index_stats_at_open: dict[str, list[int]] = {}
+        self._index_counts_at_open: dict[str, int] = {}
         #: no abort file and no live writer when opened: every record was dispatched
         self._closed_cleanly = False
         #: a reader's temporary consume queues and index (:meth:`_shadow_derived_files`), removed at
@@ -312,6 +314,7 @@ class MessageStore:
         self._load_consume_queues()
         dropped_index = self.index_service.load(last_exit_ok)
         self._index_stats_at_open = self._index_stats()
+        self._index_counts_at_open = self._index_counts()
         changed = self._index_files_changed(last_exit_ok, dropped_index)
         # checked before recovery, whose re-dispatch may create a fresh index file
         index_lost = (self.cfg.message_index_enable and not dropped_index and bool(self.commit_log.queue.files)
@@ -331,6 +334,9 @@ class MessageStore:
             self._flusher.start()
             self._restore_derived_files(index_lost)
             self._extents_at_open = {f"{t}/{q}": cq.max_offset for (t, q), cq in sorted(self.consume_queues.items())}
+
+    def _index_counts(self) -> dict[str, int]:
+        return {os.path.basename(f.path): f.index_count for f in self.index_service.files}
 
     def _index_stats(self, paths: list[str] | None = None) -> dict[str, list[int]]:
         out = {}
@@ -1119,6 +1125,7 @@ class MessageStore:
                 log.exception("final flush failed; the next open will recover")
                 abort_clean = False
         index_paths = [f.path for f in self.index_service.files]
+        index_counts = self._index_counts()
         self.index_service.close()
         extents = {f"{t}/{q}": cq.max_offset for (t, q), cq in sorted(self.consume_queues.items())}
         for cq in self.consume_queues.values():
@@ -1139,7 +1146,10 @@ class MessageStore:
                 if extents != self._extents_at_open or os.path.exists(os.path.join(self.path, QUEUE_EXTENTS_FILE)):
                     self._write_queue_extents(extents)
                 stats = self._index_stats(index_paths)
-                if stats != self._index_stats_at_open or os.path.exists(os.path.join(self.path, INDEX_STATS_FILE)):
+                # (a close that indexed nothing leaves a broker's store without the file: mtimes move
+                # when a writer merely maps and flushes, the counts do not)
+                if index_counts != self._index_counts_at_open or os.path.exists(os.path.join(self.path,
+                                                                                            INDEX_STATS_FILE)):
                     try:
                         atomic_write_text(os.path.join(self.path, INDEX_STATS_FILE), json.dumps(stats, indent=0) + "\n")
                     except OSError:

@@ -117,7 +117,7 @@ def test_offset_not_found_usage_and_config(run, vectors, tmp_path):
     bad = tmp_path / "bad.conf"
     bad.write_text("mappedFileSizeCommitLog=lots\n")
     line = _one_line(run.fails(ExitCode.CONFIG, "topic-status", "--store", s, "--config", bad))
-    assert "mapped_file_size_commit_log" in line and "lots" in line
+    assert "mappedFileSizeCommitLog" in line and "lots" in line
 
 
 def test_debug_shows_the_traceback(run, vectors, monkeypatch):
