@@ -132,18 +132,7 @@ class MappedFile:
                  "flushed_position", "_u8", "_lock", "last_store_timestamp", "closed", "stand_in")
 
     def __init__(self, path: str, file_size: int, *, read_only: bool = False, create: bool = False):
-        self.path = path
-        self.file_size = file_size
-        name = os.path.basename(path)
-        self.file_from_offset = int(name) if name.isdigit() else 0
-        self.read_only = read_only
-        self.wrote_position = 0
-        self.flushed_position = 0
-        self.last_store_timestamp = 0
-        self.closed = False
-        self._lock = threading.Lock()
-        self._u8 = None
-        self.stand_in = ""
+        self._init_fields(path, file_size, read_only)
         if create and not read_only and not os.path.exists(path):
             self._fd = self._create(path, file_size)
         else:
@@ -172,6 +161,20 @@ class MappedFile:
             os.close(self._fd)
             raise
 
+    def _init_fields(self, path: str, file_size: int, read_only: bool) -> None:
+        self.path = path
+        self.file_size = file_size
+        name = os.path.basename(path)
+        self.file_from_offset = int(name) if name.isdigit() else 0
+        self.read_only = read_only
+        self.wrote_position = 0
+        self.flushed_position = 0
+        self.last_store_timestamp = 0
+        self.closed = False
+        self._lock = threading.Lock()
+        self._u8 = None
+        self.stand_in = ""
+
     @classmethod
     def stand_in_for(cls, path: str, file_size: int, why: str) -> "MappedFile":
         """A read-only stand-in for a segment that is missing or short in the middle of its queue:
@@ -180,16 +183,8 @@ class MappedFile:
         the data; nothing is written to it or to the disk for it (``stand_in`` says why it is one).
         Untouched zero pages of an anonymous mapping take no memory."""
         mf = cls.__new__(cls)
-        mf.path = path
-        mf.file_size = file_size
-        name = os.path.basename(path)
-        mf.file_from_offset = int(name) if name.isdigit() else 0
-        mf.read_only = True
+        mf._init_fields(path, file_size, True)
         mf.wrote_position = mf.flushed_position = file_size
-        mf.last_store_timestamp = 0
-        mf.closed = False
-        mf._lock = threading.Lock()
-        mf._u8 = None
         mf._fd = -1
         mf.stand_in = why
         mf.mm = mmap.mmap(-1, file_size)
