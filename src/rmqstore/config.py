@@ -167,7 +167,7 @@ class MessageStoreConfig:
             mapping = dict(source)
         else:
             raise ConfigError(f"from_properties takes a path or a mapping, got {type(source).__name__}")
-        by_camel = {_camel(f.name): f for f in fields(cls)}
+        by_camel = {camel_name(f.name): f for f in fields(cls)}
         by_snake = {f.name: f for f in fields(cls)}
         kwargs: dict[str, Any] = {}
         for key, value in mapping.items():
@@ -182,7 +182,7 @@ class MessageStoreConfig:
                     log.warning("%s: key %r is not RocketMQ's spelling %r: ignored, as the broker ignores it",
                                 os.fspath(source), key, _NORMALIZED[key.replace("_", "").lower()])
                 continue
-            kwargs[f.name] = _coerce(f, value)
+            kwargs[f.name] = coerce_value(f, value)
         ip, port = kwargs.pop("_ip", None), kwargs.pop("_port", None)
         if ip is not None and "store_host" not in kwargs:
             if port is not None:
@@ -204,7 +204,7 @@ _JAVA_NAMES = {"check_crc_on_recover": "checkCRCOnRecover", "enabled_append_prop
                "force_verify_prop_crc": "forceVerifyPropCRC"}
 
 
-def _camel(name: str) -> str:
+def camel_name(name: str) -> str:
     """The broker.conf key of a field (RocketMQ's setter name without ``set``, first letter lowered)."""
     if name in _JAVA_NAMES:
         return _JAVA_NAMES[name]
@@ -226,7 +226,7 @@ EMBEDDED_DEFAULTS: dict[str, Any] = {
 
 #: every field's name without underscores, lowercased -> RocketMQ's camelCase (for the warning on a
 #: misspelt broker.conf key)
-_NORMALIZED = {f.name.replace("_", "").lower(): _camel(f.name) for f in fields(MessageStoreConfig)}
+_NORMALIZED = {f.name.replace("_", "").lower(): camel_name(f.name) for f in fields(MessageStoreConfig)}
 
 
 def read_properties_file(path: str) -> dict[str, str]:
@@ -241,10 +241,10 @@ def read_properties_file(path: str) -> dict[str, str]:
         raise ConfigError(f"not a Java properties file: {e}", path=path) from e
 
 
-def _coerce(f: dataclasses.Field, value: Any) -> Any:
+def coerce_value(f: dataclasses.Field, value: Any) -> Any:
     """A value as ``MixAll.properties2Object`` takes it for the Java type of field ``f``."""
     typ = f.type if isinstance(f.type, str) else getattr(f.type, "__name__", str(f.type))
-    key = _camel(f.name)
+    key = camel_name(f.name)
     if typ == "bool":
         if isinstance(value, bool):
             return value

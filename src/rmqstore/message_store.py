@@ -402,8 +402,8 @@ class MessageStore:
         out = set()
         for name, hi in (table.items() if isinstance(table, dict) else ()):
             topic, _, qid = str(name).rpartition("/")
-            if not qid.isdigit() or not isinstance(hi, int):
-                continue
+            if not qid.isdigit() or not isinstance(hi, int) or hi <= 0:
+                continue  # (a queue asked about but never written has nothing to lose)
             cq = self.consume_queues.get((topic, int(qid)))
             if cq is None or cq.max_offset < hi:
                 out.add((topic, int(qid)))
@@ -1430,6 +1430,22 @@ class MessageStore:
                                         self.path, q, cq.topic, cq.queue_id, rec.phy_offset)
                 return rec
         return None
+
+    def record_bytes(self, phy_offset: int, size: int) -> bytes:
+        """The stored bytes of the record at ``phy_offset`` (``size`` from its unit or its record), as
+        a broker sends them to clients; :class:`OffsetError` when they are not inside written data."""
+        self._check_open()
+        data = self.commit_log.get_data(phy_offset, size)
+        if data is None:
+            raise OffsetError(f"no record of {size} bytes at commitlog offset {phy_offset}", path=self.path,
+                              offset=phy_offset)
+        return bytes(data)
+
+    def memory_limit_bytes(self) -> int:
+        """How much of the commitlog's end counts as "in memory" (``accessMessageInMemoryMaxRatio`` %
+        of RAM): pulls from there use the in-memory transfer limits, and a new broker group starts at
+        offset 0 of a queue whose first message is still there."""
+        return self._ram * self.cfg.access_message_in_memory_max_ratio // 100
 
     def view_message_by_id(self, offset_msg_id: str) -> MessageRecord | None:
         """Decode an offsetMsgId and read the record it points to."""

@@ -33,6 +33,46 @@ def parse_int(text: str) -> int:
     return value
 
 
+def parse_long(text: str) -> int:
+    """``Long.parseLong(text)``: as :func:`parse_int`, within int64."""
+    if not isinstance(text, str) or not text:
+        raise ValueError(f"{text!r} is not a long (Long.parseLong: empty)")
+    sign, digits = (text[0], text[1:]) if text[0] in "+-" else ("+", text)
+    if not digits:
+        raise ValueError(f"{text!r} is not a long (Long.parseLong: a sign alone)")
+    value = 0
+    for ch in digits:
+        d = unicodedata.decimal(ch, None)
+        if d is None:
+            raise ValueError(f"{text!r} is not a long (Long.parseLong: {ch!r} is not a digit)")
+        value = value * 10 + d
+    value = -value if sign == "-" else value
+    if not -(1 << 63) <= value < (1 << 63):
+        raise ValueError(f"{text!r} is not a long (Long.parseLong: outside 64 bits)")
+    return value
+
+
+def hashmap_order(keys: list[str], initial_capacity: int = 16) -> list[str]:
+    """The iteration order of a ``java.util.HashMap`` built by putting ``keys`` (distinct) in this
+    order into ``new HashMap<>(initial_capacity)``: by bucket (the spread String hash masked by the
+    table size after its resizes), then insertion order within a bucket (a resize splits buckets
+    keeping their order). RocketMQ's broker re-serializes message properties from such a map, so
+    this order is the order a Java broker stores them in. (Buckets of 8+ keys become trees upstream;
+    message properties never get near that.)"""
+    from .hashes import java_hash
+    cap = 1
+    while cap < initial_capacity:
+        cap <<= 1
+    while len(keys) > cap * 3 // 4:
+        cap <<= 1
+
+    def bucket(k: str) -> int:
+        h = java_hash(k) & 0xFFFFFFFF
+        return (h ^ (h >> 16)) & (cap - 1)
+
+    return sorted(keys, key=bucket)
+
+
 def parse_port(text: str) -> int:
     """A port as RocketMQ writes one: ASCII digits only, 0-65535."""
     if not (text.isascii() and text.isdigit()) or int(text) > 65535:

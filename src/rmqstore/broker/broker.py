@@ -1,0 +1,264 @@
+"""``Broker``: a RocketMQ broker and name server over one :class:`~rmqstore.MessageStore`.
+
+Startable from Python (``with Broker(store, listen="127.0.0.1:0") as broker:`` runs it on a
+background thread; ``broker.address`` is where clients connect) or as the foreground process of
+``rmqstore serve`` (:meth:`Broker.run`). The store never imports this package: the broker uses the
+store's public API and its dispatch notification.
+"""
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import logging
+import os
+import threading
+import time
+
+from ..format.msgid import UniqKeyGenerator
+from ..message_store import MessageStore
+from .admin import AdminProcessor
+from .clients import ClientManager, RebalanceLocks
+from .config import BrokerConfig
+from .metadata import DelayOffsets, SubscriptionGroupManager, TopicConfigManager
+from .pull import PullProcessor
+from .remoting import RequestCode
+from .schedule import ScheduleService
+from .send import SendProcessor
+from .server import RemotingServer
+from .transaction import TransactionProcessor
+
+log = logging.getLogger("rmqstore.broker")
+
+#: ms between writes of the broker's state files that change often (delay offsets)
+PERSIST_INTERVAL_S = 5.0
+RATE_INTERVAL_S = 5.0
+
+
+def parse_listen(listen: str) -> tuple[str, int]:
+    host, sep, port = listen.rpartition(":")
+    if not sep or not port.isdigit() or int(port) > 65535:
+        raise ValueError(f"listen address {listen!r} is not HOST:PORT")
+    return host.strip("[]") or "0.0.0.0", int(port)
+
+
+class Stats:
+    """Counters for the rate line."""
+
+    def __init__(self) -> None:
+        self.puts = self.gets = 0
+        self._last = (time.monotonic(), 0, 0)
+
+    def put(self, n: int) -> None:
+        self.puts += n
+
+    def got(self, n: int) -> None:
+        self.gets += n
+
+    def rate_line(self, connections: int) -> str | None:
+        now = time.monotonic()
+        t0, p0, g0 = self._last
+        if self.puts == p0 and self.gets == g0:
+            return None
+        self._last = (now, self.puts, self.gets)
+        dt = max(1e-6, now - t0)
+        return (f"{(self.puts - p0) / dt:,.0f} msgs/s in, {(self.gets - g0) / dt:,.0f} msgs/s out, "
+                f"{connections} connections")
+
+
+class Broker:
+    """The broker: remoting server, processors, state managers, delay and transaction services."""
+
+    def __init__(self, store: MessageStore, config: BrokerConfig | None = None, *, listen: str = "127.0.0.1:9876"):
+        self.store = store
+        self.cfg = config or BrokerConfig()
+        self.read_only = store.read_only
+        self.listen_host, self.listen_port = parse_listen(listen)
+        cfg_dir = os.path.join(store.path, "config")
+        self.topics = TopicConfigManager(os.path.join(cfg_dir, "topics.json"), read_only=self.read_only,
+                                         broker_name=self.cfg.broker_name,
+                                         cluster_name=self.cfg.broker_cluster_name,
+                                         auto_create=self.cfg.auto_create_topic_enable,
+                                         default_queue_nums=self.cfg.default_topic_queue_nums)
+        self.groups = SubscriptionGroupManager(os.path.join(cfg_dir, "subscriptionGroup.json"),
+                                               read_only=self.read_only,
+                                               auto_create=self.cfg.auto_create_subscription_group)
+        self.delay_offsets = DelayOffsets(os.path.join(cfg_dir, "delayOffset.json"), read_only=self.read_only)
+        self.delay_levels_ms = store.cfg.delay_levels_ms
+        self.clients = ClientManager()
+        self.locks = RebalanceLocks()
+        self.stats = Stats()
+        self.advertised = ""
+        self.server_port = 0
+        self.advertised_host = ""
+        self.store_host = store.cfg.store_host
+        self._uniq = UniqKeyGenerator()
+        self.pulls = PullProcessor(self)
+        self.transactions = TransactionProcessor(self)
+        self.schedule = ScheduleService(self)
+        handlers: dict = {}
+        for proc in (SendProcessor(self), self.pulls, AdminProcessor(self), self.transactions):
+            handlers.update(proc.handlers())
+        self.server = RemotingServer(handlers, on_disconnect=self._on_disconnect)
+        self.loop: asyncio.AbstractEventLoop | None = None
+        self.stopping = False
+        self._executor: concurrent.futures.ThreadPoolExecutor | None = None
+        self._thread: threading.Thread | None = None
+        self._started = threading.Event()
+        self._stop_event: asyncio.Event | None = None
+        self._start_error: BaseException | None = None
+
+    # --- addresses ----------------------------------------------------------------------------------
+    @property
+    def address(self) -> str:
+        """``host:port`` clients use as their name server address (the advertised address)."""
+        return self.advertised
+
+    def new_uniq_key(self) -> str:
+        return self._uniq.new()
+
+    # --- lifecycle ------------------------------------------------------------------------------------
+    async def start_async(self) -> None:
+        self.loop = asyncio.get_running_loop()
+        self._stop_event = asyncio.Event()
+        host, port = await self.server.start(self.listen_host, self.listen_port)
+        self.server_port = port
+        shown = self.cfg.broker_ip1 or (host if host not in ("0.0.0.0", "::") else "127.0.0.1")
+        self.advertised_host = shown
+        self.advertised = f"{shown}:{self.cfg.listen_port or port}"
+        if self.store.cfg.store_host == "127.0.0.1:10911" and not self.read_only:
+            self.store_host = self.advertised  # what offsetMsgIds name: where this broker answers
+        if self.store.cfg.sync_flush:
+            self._executor = concurrent.futures.ThreadPoolExecutor(8, thread_name_prefix="rmqstore-put")
+        self.store.add_dispatch_listener(self._on_dispatched)
+        self._tasks = [asyncio.ensure_future(self._housekeeping())]
+        if not self.read_only:
+            self._tasks += [asyncio.ensure_future(self.schedule.run()),
+                            asyncio.ensure_future(self.transactions.run_checks())]
+        log.info("listening on %s:%d (broker %s, cluster %s, advertised %s%s)", host, port, self.cfg.broker_name,
+                 self.cfg.broker_cluster_name, self.advertised, ", read-only" if self.read_only else "")
+
+    async def stop_async(self, drain_s: float = 5.0) -> None:
+        """Stop accepting, answer what is in flight (held pulls are answered now), persist state."""
+        self.stopping = True
+        self.server.stop_accepting()
+        self.pulls.wake_all()
+        await self.server.drain(drain_s)
+        for t in getattr(self, "_tasks", []):
+            t.cancel()
+        self.server.close_all()
+        self.store.remove_dispatch_listener(self._on_dispatched)
+        if self._executor is not None:
+            self._executor.shutdown(wait=True)
+        self.persist()
+
+    def persist(self) -> None:
+        if self.read_only:
+            return
+        self.delay_offsets.persist()
+        self.store.consumer_offsets.persist()
+
+    async def wait_stopped(self) -> None:
+        """Return once :meth:`request_stop` was called."""
+        await self._stop_event.wait()
+
+    async def serve_until_stopped(self) -> None:
+        await self.start_async()
+        self._started.set()
+        await self.wait_stopped()
+        await self.stop_async()
+
+    def request_stop(self) -> None:
+        """Ask a running broker to stop (thread-safe; also from a signal handler)."""
+        if self.loop is not None and self._stop_event is not None:
+            self.loop.call_soon_threadsafe(self._stop_event.set)
+
+    def start(self) -> "Broker":
+        """Run on a background thread; returns once it accepts connections."""
+        def main() -> None:
+            try:
+                asyncio.run(self.serve_until_stopped())
+            except BaseException as e:  # noqa: BLE001 - reported to the starting thread
+                self._start_error = e
+                self._started.set()
+                if not isinstance(e, OSError):
+                    log.exception("broker stopped on an error")
+
+        self._thread = threading.Thread(target=main, name="rmqstore-broker", daemon=True)
+        self._thread.start()
+        self._started.wait()
+        if self._start_error is not None:
+            raise self._start_error
+        return self
+
+    def stop(self) -> None:
+        self.request_stop()
+        if self._thread is not None:
+            self._thread.join(30)
+            self._thread = None
+
+    def __enter__(self) -> "Broker":
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+    # --- used by the processors -------------------------------------------------------------------
+    def put(self, msgs, answer):
+        """Store ``msgs`` (one message, or a batch for one queue) and return ``answer(result)``;
+        under SYNC_FLUSH the put (which waits for the disk) runs on a worker thread and this
+        returns an awaitable, so the event loop keeps serving."""
+        store = self.store
+
+        def do():
+            return store.put_message(msgs[0]) if len(msgs) == 1 else store.put_messages(msgs)
+
+        if self._executor is None:
+            return answer(do())
+
+        async def later():
+            result = await asyncio.get_running_loop().run_in_executor(self._executor, do)
+            return answer(result)
+
+        return later()
+
+    def commit_offset(self, group: str, topic: str, queue_id: int, offset: int) -> None:
+        self.store.consumer_offsets.commit_offset(group, topic, queue_id, offset)
+
+    def notify_consumer_ids_changed(self, group: str | None) -> None:
+        if not group:
+            return
+        g = self.clients.consumers.get(group)
+        for conn in list(g.channels) if g else []:
+            conn.send_request_oneway(RequestCode.NOTIFY_CONSUMER_IDS_CHANGED, {"consumerGroup": group})
+
+    # --- callbacks ------------------------------------------------------------------------------------
+    def _on_dispatched(self, queues) -> None:
+        """From the store's dispatch thread: wake held pulls on the event loop."""
+        loop = self.loop
+        if loop is not None and not loop.is_closed():
+            try:
+                loop.call_soon_threadsafe(self.pulls.notify, set(queues))
+            except RuntimeError:  # the loop closed meanwhile
+                pass
+
+    def _on_disconnect(self, conn) -> None:
+        for group in self.clients.remove_connection(conn):
+            self.notify_consumer_ids_changed(group)
+
+    async def _housekeeping(self) -> None:
+        last_persist = last_rate = time.monotonic()
+        while True:
+            await asyncio.sleep(1.0)
+            now = time.monotonic()
+            for conn in self.clients.expire(self.cfg.channel_expired_timeout / 1000):
+                log.info("closing %s: no heartbeat for %d ms", conn.peer, self.cfg.channel_expired_timeout)
+                if conn.transport is not None:
+                    conn.transport.close()
+            if now - last_rate >= RATE_INTERVAL_S:
+                last_rate = now
+                line = self.stats.rate_line(len(self.server.connections))
+                if line:
+                    log.info("%s", line)
+            if now - last_persist >= PERSIST_INTERVAL_S and not self.read_only:
+                last_persist = now
+                await asyncio.get_running_loop().run_in_executor(None, self.delay_offsets.persist)

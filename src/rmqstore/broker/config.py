@@ -1,0 +1,84 @@
+"""``BrokerConfig``: the broker's own settings from broker.conf, with RocketMQ's names and defaults.
+
+The store's settings in the same file (``flushDiskType``, ``maxMessageSize``, ``messageDelayLevel``,
+...) go to :class:`~rmqstore.config.MessageStoreConfig`; both read the file as RocketMQ's broker does
+(``MixAll.properties2Object``: exact camelCase keys, ``Integer.parseInt``/``Boolean.parseBoolean``
+values, unknown keys ignored).
+"""
+from __future__ import annotations
+
+import dataclasses
+import os
+import socket
+from dataclasses import dataclass, fields
+from typing import Any, Mapping
+
+from ..config import camel_name, coerce_value, read_properties_file
+from ..errors import ConfigError
+
+
+def _host_name() -> str:
+    try:
+        return socket.gethostname() or "DEFAULT_BROKER"
+    except OSError:
+        return "DEFAULT_BROKER"
+
+
+@dataclass(frozen=True)
+class BrokerConfig:
+    """Mirrors the part of ``org.apache.rocketmq.common.BrokerConfig`` this broker implements."""
+
+    #: upstream's default is the host name
+    broker_name: str = dataclasses.field(default_factory=_host_name)
+    broker_cluster_name: str = "DefaultCluster"
+    broker_id: int = 0
+    #: the address advertised in routes; empty = the listen address
+    broker_ip1: str = ""
+    #: the port advertised in routes; 0 = the port actually listened on
+    listen_port: int = 0
+    region_id: str = "DefaultRegion"
+    trace_on: bool = True
+    auto_create_topic_enable: bool = True
+    auto_create_subscription_group: bool = True
+    default_topic_queue_nums: int = 8
+    long_polling_enable: bool = True
+    short_polling_time_mills: int = 1000
+    reject_transaction_message: bool = False
+    #: ms a half message stays unchecked before the producer is asked (``transactionTimeOut``)
+    transaction_time_out: int = 6000
+    #: checks of one half message before it is dropped (``transactionCheckMax``)
+    transaction_check_max: int = 15
+    #: ms between transaction check rounds (``transactionCheckInterval``)
+    transaction_check_interval: int = 30000
+    #: ms a client lives without a heartbeat (``channelExpiredTimeout``)
+    channel_expired_timeout: int = 120000
+
+    def __post_init__(self) -> None:
+        if not self.broker_name:
+            raise ConfigError("brokerName must not be empty")
+        if self.default_topic_queue_nums <= 0:
+            raise ConfigError(f"defaultTopicQueueNums must be > 0, got {self.default_topic_queue_nums}")
+        if not 0 <= self.listen_port <= 65535:
+            raise ConfigError(f"listenPort must be 0-65535, got {self.listen_port}")
+
+    def replace(self, **changes: Any) -> "BrokerConfig":
+        return dataclasses.replace(self, **changes)
+
+    @classmethod
+    def from_properties(cls, source: str | os.PathLike | Mapping[str, Any], **overrides: Any) -> "BrokerConfig":
+        """From a broker.conf path or a mapping (camelCase keys; a mapping may also use snake_case)."""
+        from_file = isinstance(source, (str, os.PathLike))
+        mapping = read_properties_file(os.fspath(source)) if from_file else dict(source)
+        by_camel = {_java_name(f.name): f for f in fields(cls)}
+        by_snake = {f.name: f for f in fields(cls)}
+        kwargs: dict[str, Any] = {}
+        for key, value in mapping.items():
+            f = by_camel.get(str(key)) or (None if from_file else by_snake.get(str(key)))
+            if f is not None:
+                kwargs[f.name] = coerce_value(f, value)
+        kwargs.update(overrides)
+        return cls(**kwargs)
+
+
+def _java_name(name: str) -> str:
+    return {"broker_ip1": "brokerIP1", "transaction_time_out": "transactionTimeOut"}.get(name) or camel_name(name)

@@ -1,0 +1,205 @@
+"""The broker's state files under ``<store>/config/``, in RocketMQ's formats:
+
+- ``topics.json`` (``TopicConfigManager``): ``{"topicConfigTable": {name: TopicConfig}, "dataVersion"}``
+- ``subscriptionGroup.json`` (``SubscriptionGroupManager``): ``{"subscriptionGroupTable": {...}}``
+- ``delayOffset.json`` (``ScheduleMessageService``): ``{"offsetTable": {level: offset}}``
+
+(``consumerOffset.json`` is the store's :class:`~rmqstore.engine.consumer_offsets.ConsumerOffsetManager`.)
+Entries are kept as the JSON objects RocketMQ writes, unknown fields included, so a file written by a
+Java broker comes back with everything it held. Files are read as fastjson writes them (unquoted
+integer keys too) with upstream's fallback to ``.bak``, and written atomically (temporary file, fsync,
+rename, the old file kept as ``.bak``). A read-only broker never writes them.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import os
+import threading
+import time
+
+from ..engine.consumer_offsets import parse_broker_json
+from ..errors import CorruptRecordError
+from ..io.mapped_file import atomic_write_text
+from ..types import SCHEDULE_TOPIC
+
+log = logging.getLogger(__name__)
+
+PERM_INHERIT, PERM_WRITE, PERM_READ = 1, 2, 4
+AUTO_CREATE_TOPIC = "TBW102"
+SELF_TEST_TOPIC = "SELF_TEST_TOPIC"
+OFFSET_MOVED_EVENT = "OFFSET_MOVED_EVENT"
+TRANS_HALF_TOPIC = "RMQ_SYS_TRANS_HALF_TOPIC"
+TRANS_OP_HALF_TOPIC = "RMQ_SYS_TRANS_OP_HALF_TOPIC"
+RETRY_PREFIX = "%RETRY%"
+DLQ_PREFIX = "%DLQ%"
+#: topics clients may not send to (``TopicValidator.NOT_ALLOWED_SEND_TOPIC_SET``)
+NOT_ALLOWED_SEND = frozenset({SCHEDULE_TOPIC, TRANS_HALF_TOPIC, TRANS_OP_HALF_TOPIC, "TRANS_CHECK_MAX_TIME_TOPIC",
+                              "RMQ_SYS_SELF_TEST_TOPIC", "RMQ_SYS_BENCHMARK_TOPIC", "RMQ_SYS_TRACE_TOPIC"})
+
+
+def validate_topic(topic: str) -> str | None:
+    """``TopicValidator.validateTopic``: None when valid, else the remark upstream answers."""
+    if not topic:
+        return "The specified topic is blank."
+    if len(topic) > 127:
+        return "The specified topic is longer than topic max length."
+    if not all(c.isascii() and (c.isalnum() or c in "%|_-") for c in topic):
+        return f"The specified topic[{topic}] contains illegal characters, allowing only ^[%|a-zA-Z0-9_-]+$"
+    return None
+
+
+class JsonStateFile:
+    """One of the broker's JSON files: loaded with the ``.bak`` fallback, persisted atomically."""
+
+    def __init__(self, path: str | None, *, read_only: bool):
+        self.path = path
+        self.read_only = read_only
+        self.lock = threading.RLock()
+        self.counter = 0
+
+    def load(self) -> dict | None:
+        if self.path is None:
+            return None
+        error: Exception | None = None
+        for p in (self.path, self.path + ".bak"):
+            try:
+                with open(p, encoding="utf-8") as fh:
+                    text = fh.read()
+            except FileNotFoundError:
+                continue
+            if not text.strip():
+                continue
+            try:
+                doc = parse_broker_json(text)
+                if not isinstance(doc, dict):
+                    raise ValueError("not a JSON object")
+            except ValueError as e:
+                error = error or CorruptRecordError(f"cannot parse broker state file: {e}", path=p)
+                log.error("%s", error)
+                continue
+            version = doc.get("dataVersion")
+            if isinstance(version, dict) and isinstance(version.get("counter"), int):
+                self.counter = version["counter"]
+            return doc
+        if error is not None:
+            raise error
+        return None
+
+    def write(self, doc: dict) -> None:
+        if self.path is None or self.read_only:
+            return
+        self.counter += 1
+        doc = dict(doc)
+        doc["dataVersion"] = {"counter": self.counter, "stateVersion": 0, "timestamp": int(time.time() * 1000)}
+        atomic_write_text(self.path, json.dumps(doc, indent=4, sort_keys=True) + "\n", keep_bak=True)
+
+
+def topic_config(name: str, queues: int, perm: int = PERM_READ | PERM_WRITE, sys_flag: int = 0) -> dict:
+    return {"topicName": name, "readQueueNums": queues, "writeQueueNums": queues, "perm": perm,
+            "topicFilterType": "SINGLE_TAG", "topicSysFlag": sys_flag, "order": False, "attributes": {}}
+
+
+class TopicConfigManager:
+    """Topic configs (``topics.json``), with the system topics upstream creates at start."""
+
+    def __init__(self, path: str | None, *, read_only: bool, broker_name: str, cluster_name: str,
+                 auto_create: bool, default_queue_nums: int):
+        self.file = JsonStateFile(path, read_only=read_only)
+        doc = self.file.load() or {}
+        table = doc.get("topicConfigTable") or {}
+        self.table: dict[str, dict] = {str(k): dict(v) for k, v in table.items() if isinstance(v, dict)}
+        system = [topic_config(SELF_TEST_TOPIC, 1), topic_config(SCHEDULE_TOPIC, 18),
+                  topic_config(OFFSET_MOVED_EVENT, 1), topic_config(cluster_name, 16, PERM_READ | PERM_WRITE),
+                  topic_config(broker_name, 1, PERM_READ | PERM_WRITE)]
+        if auto_create:
+            system.append(topic_config(AUTO_CREATE_TOPIC, default_queue_nums, PERM_READ | PERM_WRITE | PERM_INHERIT))
+        changed = False
+        for cfg in system:
+            if cfg["topicName"] not in self.table:
+                self.table[cfg["topicName"]] = cfg
+                changed = True
+        if changed and not read_only:
+            self.persist()
+
+    def get(self, topic: str) -> dict | None:
+        return self.table.get(topic)
+
+    def put(self, cfg: dict) -> None:
+        with self.file.lock:
+            self.table[cfg["topicName"]] = cfg
+            self.persist()
+
+    def create_if_absent(self, topic: str, queues: int, perm: int = PERM_READ | PERM_WRITE, sys_flag: int = 0
+                         ) -> dict:
+        with self.file.lock:
+            cfg = self.table.get(topic)
+            if cfg is None:
+                cfg = topic_config(topic, queues, perm, sys_flag)
+                self.put(cfg)
+                log.info("created topic %s (%d queues, perm %d)", topic, queues, perm)
+            return cfg
+
+    def persist(self) -> None:
+        with self.file.lock:
+            self.file.write({"topicConfigTable": self.table})
+
+    def encode(self) -> dict:
+        """``TopicConfigSerializeWrapper`` as GET_ALL_TOPIC_CONFIG answers it."""
+        return {"topicConfigTable": self.table,
+                "dataVersion": {"counter": self.file.counter, "stateVersion": 0, "timestamp": int(time.time() * 1000)}}
+
+
+def subscription_group(name: str) -> dict:
+    return {"groupName": name, "consumeEnable": True, "consumeFromMinEnable": True, "consumeBroadcastEnable": True,
+            "consumeMessageOrderly": False, "retryQueueNums": 1, "retryMaxTimes": 16, "brokerId": 0,
+            "whichBrokerWhenConsumeSlowly": 1, "notifyConsumerIdsChangedEnable": True, "groupSysFlag": 0,
+            "consumeTimeoutMinute": 15, "attributes": {}}
+
+
+class SubscriptionGroupManager:
+    """Consumer group configs (``subscriptionGroup.json``)."""
+
+    def __init__(self, path: str | None, *, read_only: bool, auto_create: bool):
+        self.file = JsonStateFile(path, read_only=read_only)
+        self.auto_create = auto_create
+        doc = self.file.load() or {}
+        table = doc.get("subscriptionGroupTable") or {}
+        self.table: dict[str, dict] = {str(k): dict(v) for k, v in table.items() if isinstance(v, dict)}
+
+    def find(self, group: str) -> dict | None:
+        """The group's config; created with the defaults when absent and auto-creation is on
+        (``findSubscriptionGroupConfig``)."""
+        with self.file.lock:
+            cfg = self.table.get(group)
+            if cfg is None and self.auto_create:
+                cfg = self.table[group] = subscription_group(group)
+                self.file.write({"subscriptionGroupTable": self.table})
+                log.info("created subscription group %s", group)
+            return cfg
+
+
+class DelayOffsets:
+    """``delayOffset.json``: per delay level, the next SCHEDULE_TOPIC_XXXX queue offset to deliver."""
+
+    def __init__(self, path: str | None, *, read_only: bool):
+        self.file = JsonStateFile(path, read_only=read_only)
+        doc = self.file.load() or {}
+        table = doc.get("offsetTable") or {}
+        self.table: dict[int, int] = {int(k): int(v) for k, v in table.items()}
+        self.dirty = False
+
+    def get(self, level: int) -> int:
+        return self.table.get(level, 0)
+
+    def set(self, level: int, offset: int) -> None:
+        with self.file.lock:
+            if self.table.get(level) != offset:
+                self.table[level] = offset
+                self.dirty = True
+
+    def persist(self) -> None:
+        with self.file.lock:
+            if self.dirty:
+                self.dirty = False
+                self.file.write({"offsetTable": {str(k): v for k, v in sorted(self.table.items())}})

@@ -1,0 +1,209 @@
+"""The remoting server: one asyncio protocol per connection, frames in, responses out.
+
+Every request is handled as it arrives; a handler that must wait (a held pull, a send waiting for
+the disk) returns an awaitable and the connection goes on reading, so a long-polled pull never blocks
+the connection's other requests. Buffers are bounded: a frame is at most ``MAX_FRAME`` bytes (a larger
+length closes the connection, as upstream's frame decoder does), a connection with more than
+``MAX_IN_FLIGHT`` unanswered requests, or whose peer does not read its responses (the transport's
+write buffer above its high-water mark), is not read from until that drains.
+"""
+from __future__ import annotations
+
+import asyncio
+import inspect
+import itertools
+import logging
+from typing import Awaitable, Callable
+
+from . import remoting as R
+
+log = logging.getLogger("rmqstore.broker")
+
+MAX_IN_FLIGHT = 256
+WRITE_HIGH_WATER = 4 * 1024 * 1024
+
+Handler = Callable[["Connection", R.RemotingCommand], "R.RemotingCommand | None | Awaitable"]
+
+
+class Connection(asyncio.Protocol):
+    """One client connection."""
+
+    _ids = itertools.count(1)
+
+    def __init__(self, server: "RemotingServer"):
+        self.server = server
+        self.id = next(self._ids)
+        self.transport: asyncio.Transport | None = None
+        self.peer = "?"
+        self.reader = R.FrameReader(server.max_frame)
+        self.in_flight = 0
+        self._paused_for: set[str] = set()
+        self.closed = False
+        self.client_id: str | None = None
+        self.language = "JAVA"
+        self.version = 0
+        self._opaque = itertools.count(1 << 30)
+
+    # --- asyncio.Protocol ----------------------------------------------------------------------
+    def connection_made(self, transport) -> None:
+        self.transport = transport
+        transport.set_write_buffer_limits(high=WRITE_HIGH_WATER)
+        peer = transport.get_extra_info("peername")
+        self.peer = format_address(peer) if peer else "?"
+        self.server.connections.add(self)
+        log.info("client connected: %s", self.peer)
+
+    def connection_lost(self, exc) -> None:
+        self.closed = True
+        self.server.connections.discard(self)
+        log.info("client disconnected: %s%s", self.peer, f" ({exc})" if exc else "")
+        self.server.on_disconnect(self)
+
+    def data_received(self, data: bytes) -> None:
+        try:
+            frames = self.reader.feed(data)
+        except R.FrameError as e:
+            frames = None
+            error = e
+        if frames is None:
+            log.warning("closing %s: %s", self.peer, error)
+            self.transport.close()
+            return
+        for frame in frames:
+            try:
+                cmd = R.decode(frame)
+            except R.FrameError as e:
+                log.warning("closing %s: undecodable frame: %s", self.peer, e)
+                self.transport.close()
+                return
+            self.server.handle(self, cmd)
+
+    def pause_writing(self) -> None:
+        self._pause("write")
+
+    def resume_writing(self) -> None:
+        self._resume("write")
+
+    # --- flow control ----------------------------------------------------------------------------
+    def _pause(self, why: str) -> None:
+        if not self._paused_for and not self.closed:
+            self.transport.pause_reading()
+        self._paused_for.add(why)
+
+    def _resume(self, why: str) -> None:
+        self._paused_for.discard(why)
+        if not self._paused_for and not self.closed:
+            self.transport.resume_reading()
+
+    def started(self) -> None:
+        self.in_flight += 1
+        if self.in_flight >= MAX_IN_FLIGHT:
+            self._pause("in-flight")
+
+    def finished(self) -> None:
+        self.in_flight -= 1
+        if self.in_flight < MAX_IN_FLIGHT // 2 and "in-flight" in self._paused_for:
+            self._resume("in-flight")
+
+    # --- output ----------------------------------------------------------------------------------
+    def send(self, cmd: R.RemotingCommand) -> None:
+        if not self.closed:
+            self.transport.write(R.encode(cmd))
+
+    def send_request_oneway(self, code: int, ext: dict | None = None, body: bytes = b"") -> None:
+        """A oneway request from the broker to this client (NOTIFY_CONSUMER_IDS_CHANGED, transaction
+        checks)."""
+        self.send(R.request(code, ext, body, opaque=next(self._opaque), oneway=True))
+
+
+def format_address(peer) -> str:
+    host, port = peer[0], peer[1]
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+class RemotingServer:
+    """Accepts connections and routes each request to the handler registered for its code."""
+
+    def __init__(self, handlers: dict[int, Handler], *, max_frame: int = R.MAX_FRAME,
+                 on_disconnect: Callable[[Connection], None] | None = None):
+        self.handlers = handlers
+        self.max_frame = max_frame
+        self.connections: set[Connection] = set()
+        self._on_disconnect = on_disconnect
+        self._server: asyncio.base_events.Server | None = None
+        self._tasks: set[asyncio.Task] = set()
+        self.requests = 0
+        self.errors = 0
+
+    async def start(self, host: str, port: int) -> tuple[str, int]:
+        loop = asyncio.get_running_loop()
+        self._server = await loop.create_server(lambda: Connection(self), host, port, reuse_address=True,
+                                                backlog=1024)
+        sock = self._server.sockets[0].getsockname()
+        return sock[0], sock[1]
+
+    def stop_accepting(self) -> None:
+        if self._server is not None:
+            self._server.close()
+
+    async def drain(self, timeout: float) -> None:
+        """Wait (up to ``timeout`` s) for the requests in flight to be answered."""
+        if self._tasks:
+            await asyncio.wait(set(self._tasks), timeout=timeout)
+
+    def close_all(self) -> None:
+        for conn in list(self.connections):
+            if conn.transport is not None:
+                conn.transport.close()
+
+    def on_disconnect(self, conn: Connection) -> None:
+        if self._on_disconnect is not None:
+            self._on_disconnect(conn)
+
+    def handle(self, conn: Connection, cmd: R.RemotingCommand) -> None:
+        if cmd.is_response:
+            return  # the broker's own requests to clients are oneway: nothing waits for an answer
+        self.requests += 1
+        handler = self.handlers.get(cmd.code)
+        if handler is None:
+            self._reply(conn, cmd, cmd.response(R.ResponseCode.REQUEST_CODE_NOT_SUPPORTED,
+                                                f" request type {cmd.code} not supported"))
+            return
+        try:
+            result = handler(conn, cmd)
+        except R.HeaderError as e:
+            result = cmd.response(R.ResponseCode.SYSTEM_ERROR, str(e))
+        except Exception as e:  # noqa: BLE001 - one bad request must not stop the server
+            self.errors += 1
+            log.exception("request code %d from %s failed", cmd.code, conn.peer)
+            result = cmd.response(R.ResponseCode.SYSTEM_ERROR, f"{type(e).__name__}: {e}")
+        if inspect.isawaitable(result):
+            conn.started()
+            task = asyncio.ensure_future(result)
+            self._tasks.add(task)
+            task.add_done_callback(lambda t: self._finish(conn, cmd, t))
+        elif result is not None:
+            self._reply(conn, cmd, result)
+
+    def _finish(self, conn: Connection, cmd: R.RemotingCommand, task: asyncio.Task) -> None:
+        self._tasks.discard(task)
+        conn.finished()
+        if task.cancelled():
+            return
+        exc = task.exception()
+        if isinstance(exc, R.HeaderError):
+            result = cmd.response(R.ResponseCode.SYSTEM_ERROR, str(exc))
+        elif exc is not None:
+            self.errors += 1
+            log.error("request code %d from %s failed: %r", cmd.code, conn.peer, exc, exc_info=exc)
+            result = cmd.response(R.ResponseCode.SYSTEM_ERROR, f"{type(exc).__name__}: {exc}")
+        else:
+            result = task.result()
+        if result is not None:
+            self._reply(conn, cmd, result)
+
+    @staticmethod
+    def _reply(conn: Connection, cmd: R.RemotingCommand, response: R.RemotingCommand) -> None:
+        if not cmd.is_oneway:
+            response.opaque = cmd.opaque
+            conn.send(response)

@@ -1,0 +1,78 @@
+"""``rmqstore serve``: the broker and name server in one process (a thin command over
+:class:`rmqstore.broker.Broker`)."""
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+import sys
+import time
+
+import click
+
+from .common import STORE_ENV, StoreCommand, debug_option
+
+
+class _LineHandler(logging.Handler):
+    """One plain line per event on stderr (time, level when not INFO, message)."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            level = "" if record.levelno == logging.INFO else f"{record.levelname.lower()}: "
+            stamp = time.strftime("%H:%M:%S", time.localtime(record.created))
+            click.echo(f"{stamp} {level}{record.getMessage()}", err=True)
+        except Exception:  # noqa: BLE001 - logging must never break the server
+            pass
+
+
+@click.command()
+@click.option("--store", "store", type=click.Path(file_okay=False), default=None, envvar=STORE_ENV, metavar="DIR",
+              help="Store directory (created when missing). Default: $RMQSTORE_STORE, else storePathRootDir from "
+                   "--config, else data/store.")
+@click.option("--config", "config", type=click.Path(dir_okay=False, exists=True), default=None, metavar="BROKER_CONF",
+              help="broker.conf (RocketMQ's keys: brokerName, brokerClusterName, autoCreateTopicEnable, "
+                   "defaultTopicQueueNums, flushDiskType, maxMessageSize, messageDelayLevel, brokerIP1, listenPort...).")
+@click.option("--listen", default="127.0.0.1:9876", show_default=True, metavar="HOST:PORT",
+              help="Address of the name server and the broker (clients' namesrvAddr).")
+@click.option("--read-only", is_flag=True, help="Serve reads only: routes are read-only, sends get NO_PERMISSION, "
+                                                "nothing in the store changes.")
+@debug_option
+def serve(store: str | None, config: str | None, listen: str, read_only: bool) -> None:
+    """Run a RocketMQ broker and name server on the store: unmodified RocketMQ clients (remoting
+    protocol) produce, consume and query against it. Stops cleanly on SIGINT/SIGTERM (exit 0)."""
+    from ..broker import Broker, BrokerConfig
+    from ..layout import is_store_dir
+    from ..message_store import MessageStore
+
+    cmd = StoreCommand(store, config, False)
+    bcfg = BrokerConfig.from_properties(cmd.broker_properties())
+    if read_only and not is_store_dir(cmd.store_path):
+        raise click.UsageError(f"--read-only needs an existing store (path={cmd.store_path})")
+    handler = _LineHandler()
+    log = logging.getLogger("rmqstore")
+    log.addHandler(handler)
+    log.setLevel(logging.INFO)
+    st = MessageStore.open(cmd.store_path, cmd.config(), read_only=read_only)
+    try:
+        broker = Broker(st, bcfg, listen=listen)
+
+        async def main() -> None:
+            loop = asyncio.get_running_loop()
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                loop.add_signal_handler(sig, broker.request_stop)
+            await broker.start_async()
+            click.echo(f"listening on {broker.listen_host}:{broker.server_port} (name server and broker "
+                       f"{bcfg.broker_name}; clients use namesrvAddr={broker.address}; store {st.path}"
+                       f"{', read-only' if read_only else ''})")
+            sys.stdout.flush()
+            await broker.wait_stopped()
+            await broker.stop_async()
+
+        asyncio.run(main())
+    finally:
+        st.close()
+        log.removeHandler(handler)
+    click.echo("stopped: store closed cleanly", err=True)
+
+
+COMMANDS = [serve]
