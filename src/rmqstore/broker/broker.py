@@ -169,8 +169,12 @@ class Broker:
 
     def request_stop(self) -> None:
         """Ask a running broker to stop (thread-safe; also from a signal handler)."""
-        if self.loop is not None and self._stop_event is not None:
-            self.loop.call_soon_threadsafe(self._stop_event.set)
+        loop = self.loop
+        if loop is not None and self._stop_event is not None and not loop.is_closed():
+            try:
+                loop.call_soon_threadsafe(self._stop_event.set)
+            except RuntimeError:  # closed meanwhile: already stopped
+                pass
 
     def start(self) -> "Broker":
         """Run on a background thread; returns once it accepts connections."""

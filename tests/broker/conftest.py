@@ -1,0 +1,273 @@
+"""Broker test fixtures: a broker on a fresh store, a small remoting client, the real clients.
+
+* ``start_broker(**store_overrides, broker=BrokerConfig or mapping, read_only=False, path=None)``:
+  a :class:`rmqstore.broker.Broker` on 127.0.0.1 (a free port), stopped and its store closed at the end.
+* ``connect(address)``: a :class:`RemotingClient` (frames requests, reads answers; blocking).
+* ``cpp_client(*args)`` / ``ali_client(*args)``: run the C++-client (PyPI rocketmq 0.4.4) or
+  ali-ons driver script from ``tests/broker/clients`` in its own environment (``scripts/setup_clients``)
+  and return the JSON lines it printed.
+"""
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import socket
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from rmqstore import MessageStore, MessageStoreConfig
+from rmqstore.broker import Broker, BrokerConfig
+from rmqstore.broker import remoting as R
+
+ROOT = Path(__file__).resolve().parents[2]
+CLIENTS = Path(__file__).resolve().parent / "clients"
+CPP_PYTHON = ROOT / ".clients" / "remoting-py" / "bin" / "python"
+NODE_MODULES = ROOT / ".clients" / "node" / "node_modules"
+#: short delay levels so that retries and delayed messages arrive within a test
+FAST_DELAYS = "1s 1s 1s 1s 1s 1s 1s 1s 1s 1s 1s 1s 1s 1s 1s 1s 1s 1s"
+
+
+class RemotingClient:
+    """A blocking remoting client for tests."""
+
+    def __init__(self, address: str, timeout: float = 20.0):
+        host, _, port = address.rpartition(":")
+        self.sock = socket.create_connection((host, int(port)), timeout=timeout)
+        self._opaque = itertools.count(1)
+        self.reader = R.FrameReader()
+        self.pending: list[R.RemotingCommand] = []
+
+    def close(self) -> None:
+        self.sock.close()
+
+    def send_raw(self, data: bytes) -> None:
+        self.sock.sendall(data)
+
+    def send(self, code: int, ext: dict | None = None, body: bytes = b"", *, oneway: bool = False,
+             serialize: int = R.JSON, version: int = R.VERSION_V4_9_4) -> int:
+        cmd = R.request(code, ext, body, opaque=next(self._opaque), oneway=oneway, serialize=serialize)
+        cmd.version = version
+        self.sock.sendall(R.encode(cmd))
+        return cmd.opaque
+
+    def read(self) -> R.RemotingCommand:
+        """The next command from the server (responses and the server's own requests)."""
+        if self.pending:
+            return self.pending.pop(0)
+        while True:
+            data = self.sock.recv(1 << 16)
+            if not data:
+                raise ConnectionError("server closed the connection")
+            frames = self.reader.feed(data)
+            if frames:
+                cmds = [R.decode(f) for f in frames]
+                self.pending.extend(cmds[1:])
+                return cmds[0]
+
+    def response_to(self, opaque: int) -> R.RemotingCommand:
+        skipped = []
+        while True:
+            cmd = self.read()
+            if cmd.is_response and cmd.opaque == opaque:
+                self.pending[:0] = skipped
+                return cmd
+            skipped.append(cmd)
+
+    def call(self, code: int, ext: dict | None = None, body: bytes = b"", **kw) -> R.RemotingCommand:
+        return self.response_to(self.send(code, ext, body, **kw))
+
+    def json_call(self, code: int, ext: dict | None = None, doc=None, **kw):
+        body = json.dumps(doc).encode() if doc is not None else b""
+        r = self.call(code, ext, body, **kw)
+        return r, (json.loads(r.body) if r.body else None)
+
+
+@pytest.fixture
+def connect():
+    opened: list[RemotingClient] = []
+
+    def _connect(address: str, timeout: float = 20.0) -> RemotingClient:
+        c = RemotingClient(address, timeout)
+        opened.append(c)
+        return c
+
+    yield _connect
+    for c in opened:
+        c.close()
+
+
+def broker_store_config(**overrides) -> MessageStoreConfig:
+    values = {"mapped_file_size_commit_log": 4 * 1024 * 1024, "mapped_file_size_consume_queue": 20 * 4000,
+              "max_hash_slot_num": 4000, "max_index_num": 16000, "message_delay_level": FAST_DELAYS}
+    values.update(overrides)
+    return MessageStoreConfig.embedded(**values)
+
+
+@pytest.fixture
+def start_broker(tmp_path):
+    running: list[tuple[Broker, MessageStore]] = []
+
+    def _start(*, broker=None, read_only: bool = False, path=None, **store_overrides) -> Broker:
+        p = Path(path) if path is not None else tmp_path / "store"
+        st = MessageStore.open(p, broker_store_config(**store_overrides), read_only=read_only)
+        bcfg = broker if isinstance(broker, BrokerConfig) else BrokerConfig.from_properties(
+            {"brokerName": "broker-a", **(broker or {})})
+        b = Broker(st, bcfg, listen="127.0.0.1:0")
+        try:
+            b.start()
+        except BaseException:
+            st.close()
+            raise
+        running.append((b, st))
+        return b
+
+    yield _start
+    for b, st in reversed(running):
+        b.stop()
+        st.close()
+
+
+def stop_broker(b: Broker) -> None:
+    """Stop a broker started by ``start_broker`` and close its store (for restart tests)."""
+    b.stop()
+    b.store.close()
+
+
+@pytest.fixture(name="stop_broker")
+def _stop_broker_fixture():
+    return stop_broker
+
+
+def _run(argv: list[str], home: Path, timeout: float) -> list[dict]:
+    env = dict(os.environ, HOME=str(home), ALI_ONS_MODULES=str(NODE_MODULES))
+    p = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, env=env)
+    lines = [json.loads(line) for line in p.stdout.splitlines() if line.startswith("{")]
+    if p.returncode != 0 or not lines or "done" not in lines[-1]:
+        raise AssertionError(f"{argv[1]} {argv[2]} failed (exit {p.returncode}):\n{p.stdout[-2000:]}\n{p.stderr[-3000:]}")
+    return lines
+
+
+@pytest.fixture
+def cpp_client(tmp_path):
+    """Run ``tests/broker/clients/cpp_client.py <args>`` with PyPI rocketmq 0.4.4."""
+    if not CPP_PYTHON.exists():
+        pytest.fail(f"{CPP_PYTHON} missing: run ./scripts/setup_clients")
+    home = tmp_path / "cpp-home"
+    home.mkdir(exist_ok=True)
+
+    def _run_cpp(*args: str, timeout: float = 120) -> list[dict]:
+        return _run([str(CPP_PYTHON), str(CLIENTS / "cpp_client.py"), *map(str, args)], home, timeout)
+
+    return _run_cpp
+
+
+@pytest.fixture
+def cpp_client_async(tmp_path):
+    """Start the C++-client driver in the background: returns the Popen (stdout piped)."""
+    home = tmp_path / "cpp-home"
+    home.mkdir(exist_ok=True)
+    procs: list[subprocess.Popen] = []
+
+    def _start(*args: str) -> subprocess.Popen:
+        env = dict(os.environ, HOME=str(home))
+        p = subprocess.Popen([str(CPP_PYTHON), str(CLIENTS / "cpp_client.py"), *map(str, args)],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+        procs.append(p)
+        return p
+
+    yield _start
+    for p in procs:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+
+
+def lines_of(p: subprocess.Popen, timeout: float = 120) -> list[dict]:
+    stdout, stderr = p.communicate(timeout=timeout)
+    lines = [json.loads(line) for line in stdout.splitlines() if line.startswith("{")]
+    if p.returncode != 0 or not lines or "done" not in lines[-1]:
+        raise AssertionError(f"client failed (exit {p.returncode}):\n{stdout[-2000:]}\n{stderr[-3000:]}")
+    return lines
+
+
+@pytest.fixture(name="lines_of")
+def _lines_of_fixture():
+    return lines_of
+
+
+@pytest.fixture
+def ali_client(tmp_path):
+    """Run ``tests/broker/clients/ali_client.js <args>`` with npm ali-ons 3.12.0."""
+    if not (NODE_MODULES / "ali-ons").exists():
+        pytest.fail(f"{NODE_MODULES / 'ali-ons'} missing: run ./scripts/setup_clients")
+    home = tmp_path / "ali-home"
+    home.mkdir(exist_ok=True)
+
+    def _run_ali(*args: str, timeout: float = 120) -> list[dict]:
+        return _run(["node", str(CLIENTS / "ali_client.js"), *map(str, args)], home, timeout)
+
+    return _run_ali
+
+
+def send_v2(client: RemotingClient, topic: str, body: bytes, *, props: str = "", queue_id: int = -1,
+            code: int = R.RequestCode.SEND_MESSAGE_V2, group: str = "PG", batch: str | None = None,
+            reconsume: int = 0, sys_flag: int = 0, born: int = 1_700_000_000_000, version: int = R.VERSION_V4_9_4,
+            extra: dict | None = None) -> R.RemotingCommand:
+    """A send as RocketMQ's Java producer makes it (V2 short header names for 310/320, V1 for 10)."""
+    v1 = {"producerGroup": group, "topic": topic, "defaultTopic": "TBW102", "defaultTopicQueueNums": 4,
+          "queueId": queue_id, "sysFlag": sys_flag, "bornTimestamp": born, "flag": 0, "properties": props,
+          "reconsumeTimes": reconsume, "unitMode": "false", "batch": batch}
+    v1.update(extra or {})
+    if code != R.RequestCode.SEND_MESSAGE:
+        names = {"producerGroup": "a", "topic": "b", "defaultTopic": "c", "defaultTopicQueueNums": "d", "queueId": "e",
+                 "sysFlag": "f", "bornTimestamp": "g", "flag": "h", "properties": "i", "reconsumeTimes": "j",
+                 "unitMode": "k", "maxReconsumeTimes": "l", "batch": "m"}
+        v1 = {names.get(k, k): v for k, v in v1.items()}
+    return client.call(code, v1, body, version=version)
+
+
+@pytest.fixture(name="send_v2")
+def _send_v2_fixture():
+    return send_v2
+
+
+def pull(client: RemotingClient, group: str, topic: str, queue_id: int, offset: int, *, max_nums: int = 32,
+         sub: str = "*", suspend_ms: int = 0, commit: int | None = None) -> R.RemotingCommand:
+    flag = 4 | (2 if suspend_ms else 0) | (1 if commit is not None else 0)
+    return client.call(R.RequestCode.PULL_MESSAGE, {
+        "consumerGroup": group, "topic": topic, "queueId": queue_id, "queueOffset": offset, "maxMsgNums": max_nums,
+        "sysFlag": flag, "commitOffset": commit if commit is not None else 0, "suspendTimeoutMillis": suspend_ms,
+        "subscription": sub, "subVersion": 0, "expressionType": "TAG"})
+
+
+@pytest.fixture(name="pull")
+def _pull_fixture():
+    return pull
+
+
+def props_text(**props: str) -> str:
+    return "".join(f"{k}\x01{v}\x02" for k, v in props.items())
+
+
+@pytest.fixture(name="props_text")
+def _props_text_fixture():
+    return props_text
+
+
+def records_in(body: bytes) -> list:
+    """The records of a pull/query body (each a stored commitlog record), decoded with CRC checks."""
+    from rmqstore.format.message import decode_message
+    out, pos = [], 0
+    while pos < len(body):
+        rec = decode_message(body, pos, len(body), check_crc=True)
+        out.append(rec)
+        pos += rec.store_size
+    return out
+
+
+@pytest.fixture(name="records_in")
+def _records_in_fixture():
+    return records_in

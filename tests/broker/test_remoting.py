@@ -1,0 +1,107 @@
+"""The remoting codec: frames as RocketMQ's RemotingCommand writes and reads them."""
+from __future__ import annotations
+
+import json
+import struct
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from rmqstore.broker import remoting as R
+
+
+def _frame_header(frame: bytes) -> tuple[int, int, int]:
+    length, word = struct.unpack_from(">ii", frame)
+    return length, word >> 24, word & 0xFFFFFF
+
+
+def test_json_frame_layout_matches_remoting_command():
+    cmd = R.request(105, {"topic": "T"}, b"xyz", opaque=7)
+    frame = R.encode(cmd)
+    length, kind, hlen = _frame_header(frame)
+    assert kind == R.JSON and length == len(frame) - 4 and 4 + hlen + 3 == length
+    header = json.loads(frame[8:8 + hlen])
+    assert header["code"] == 105 and header["opaque"] == 7 and header["extFields"] == {"topic": "T"}
+    assert header["flag"] == 0 and header["language"] == "JAVA" and frame.endswith(b"xyz")
+
+
+def test_binary_header_layout():
+    cmd = R.RemotingCommand(code=11, opaque=0x01020304, flag=R.RESPONSE_FLAG, remark="hé", ext={"k": "v"},
+                            body=b"B", language="CPP", version=401, serialize=R.ROCKETMQ)
+    frame = R.encode(cmd)
+    _, kind, hlen = _frame_header(frame)
+    h = frame[8:8 + hlen]
+    assert kind == R.ROCKETMQ
+    assert struct.unpack_from(">hbhii", h) == (11, 1, 401, 0x01020304, 1)
+    assert h[13:17] == (3).to_bytes(4, "big") and h[17:20] == "hé".encode()
+    assert h[20:24] == (1 + 2 + 1 + 4).to_bytes(4, "big")  # extFields: i16 key len, key, i32 value len, value
+    assert h[24:] == b"\x00\x01k\x00\x00\x00\x01v"
+    back = R.decode(frame[4:])
+    assert (back.code, back.opaque, back.remark, back.ext, back.body, back.language, back.is_response) == \
+        (11, 0x01020304, "hé", {"k": "v"}, b"B", "CPP", True)
+
+
+@given(code=st.integers(-32768, 32767), opaque=st.integers(-(1 << 31), (1 << 31) - 1), flag=st.integers(0, 3),
+       remark=st.none() | st.text(min_size=1, max_size=20), body=st.binary(max_size=64),
+       ext=st.dictionaries(st.text(min_size=1, max_size=8), st.text(min_size=1, max_size=16), max_size=5),
+       serialize=st.sampled_from([R.JSON, R.ROCKETMQ]))
+def test_round_trip_both_serializations(code, opaque, flag, remark, body, ext, serialize):
+    cmd = R.RemotingCommand(code, opaque, flag, remark, ext, body, serialize=serialize)
+    back = R.decode(R.encode(cmd)[4:])
+    assert (back.code, back.opaque, back.flag, back.remark, back.ext, back.body, back.serialize) == \
+        (code, opaque, flag, remark, ext, body, serialize)
+
+
+def test_json_ext_fields_numbers_become_strings():
+    header = json.dumps({"code": 15, "opaque": 1, "flag": 2, "extFields": {"queueId": 3, "commitOffset": 12,
+                                                                           "x": True}}).encode()
+    frame = (len(header)).to_bytes(4, "big") + header
+    cmd = R.decode(frame)
+    assert cmd.ext == {"queueId": "3", "commitOffset": "12", "x": "true"} and cmd.is_oneway
+
+
+@pytest.mark.parametrize("frame, message", [
+    (b"\x00\x00", "shorter than"),
+    ((100).to_bytes(4, "big") + b"{}", "bad header length 100"),
+    ((2).to_bytes(4, "big") + b"{x", "not JSON"),
+    ((2).to_bytes(4, "big") + b"[]", "expected an object"),
+    (((7 << 24) | 2).to_bytes(4, "big") + b"{}", "unknown serialize type 7"),
+    (((1 << 24) | 4).to_bytes(4, "big") + b"abcd", "shorter than its fixed"),
+])
+def test_malformed_frames_raise_frame_error(frame, message):
+    with pytest.raises(R.FrameError, match=message):
+        R.decode(frame)
+
+
+def test_binary_string_past_header_is_refused():
+    h = bytearray(struct.pack(">hbhii", 10, 0, 0, 1, 0)) + (999).to_bytes(4, "big") + b"ab" + (0).to_bytes(4, "big")
+    frame = ((1 << 24) | len(h)).to_bytes(4, "big") + bytes(h)
+    with pytest.raises(R.FrameError, match="runs past the header"):
+        R.decode(frame)
+
+
+def test_frame_reader_cuts_stream_and_bounds_lengths():
+    a, b = R.encode(R.request(1, {"a": "1"})), R.encode(R.request(2, body=b"zz"))
+    reader = R.FrameReader()
+    stream = a + b
+    got = []
+    for i in range(len(stream)):  # byte by byte: frames come out whole, once
+        got += reader.feed(stream[i:i + 1])
+    assert [R.decode(f).code for f in got] == [1, 2] and reader.pending == 0
+    with pytest.raises(R.FrameError, match="frame length -1"):
+        R.FrameReader().feed(b"\xff\xff\xff\xff")
+    with pytest.raises(R.FrameError, match="frame length 16777217"):
+        R.FrameReader().feed((R.MAX_FRAME + 1).to_bytes(4, "big"))
+
+
+def test_header_accessor_parses_as_java():
+    h = R.Header(R.request(1, {"n": "42", "bad": " 4", "big": "3000000000", "b": "TRUE"}))
+    assert h.int("n") == 42 and h.long("big") == 3000000000 and h.bool("b") is True
+    assert h.int("missing", 5) == 5 and h.bool("missing") is False
+    with pytest.raises(R.HeaderError, match="<missing> is null"):
+        h.str("missing")
+    with pytest.raises(R.HeaderError, match="<bad>"):
+        h.int("bad")
+    with pytest.raises(R.HeaderError, match="<big>"):
+        h.int("big")
