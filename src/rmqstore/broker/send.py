@@ -8,7 +8,7 @@ from ..format import properties as P
 from ..types import Message, PutMessageStatus
 from . import messages as M
 from .metadata import (DLQ_PREFIX, NOT_ALLOWED_SEND, PERM_INHERIT, PERM_READ, PERM_WRITE, RETRY_PREFIX,
-                       topic_config, validate_topic)
+                       TRANS_HALF_TOPIC, topic_config, validate_topic)
 from .remoting import Header, HeaderError, RemotingCommand, RequestCode, ResponseCode
 
 #: V2 header field names (``SendMessageRequestHeaderV2``) -> V1 names
@@ -124,6 +124,7 @@ class SendProcessor:
             if b.cfg.reject_transaction_message:
                 return cmd.response(ResponseCode.NO_PERMISSION, f"the broker[{b.advertised_host}] sending transaction "
                                     "message is forbidden")
+            b.topics.create_if_absent(TRANS_HALF_TOPIC, 1, PERM_WRITE | PERM_READ)
             msg = M.half_message(msg, props)
         else:
             msg = M.schedule_if_delayed(msg, props, len(b.delay_levels_ms))

@@ -10,6 +10,7 @@ write buffer above its high-water mark), is not read from until that drains.
 from __future__ import annotations
 
 import asyncio
+import collections
 import inspect
 import itertools
 import logging
@@ -38,6 +39,7 @@ class Connection(asyncio.Protocol):
         self.reader = R.FrameReader(server.max_frame)
         self.in_flight = 0
         self._paused_for: set[str] = set()
+        self._backlog: collections.deque[bytes] = collections.deque()
         self.closed = False
         self.client_id: str | None = None
         self.language = "JAVA"
@@ -55,25 +57,35 @@ class Connection(asyncio.Protocol):
 
     def connection_lost(self, exc) -> None:
         self.closed = True
+        while self._backlog:  # frames that arrived before the close are still handled (ali-ons sends its
+            try:              # last offsets oneway right before it disconnects); answers go nowhere
+                self.server.handle(self, R.decode(self._backlog.popleft()))
+            except R.FrameError:
+                break
         self.server.connections.discard(self)
         log.info("client disconnected: %s%s", self.peer, f" ({exc})" if exc else "")
         self.server.on_disconnect(self)
 
     def data_received(self, data: bytes) -> None:
         try:
-            frames = self.reader.feed(data)
+            self._backlog.extend(self.reader.feed(data))
         except R.FrameError as e:
-            frames = None
-            error = e
-        if frames is None:
-            log.warning("closing %s: %s", self.peer, error)
+            log.warning("closing %s: %s", self.peer, e)
             self.transport.close()
             return
-        for frame in frames:
+        self._process()
+
+    def _process(self) -> None:
+        """Handle the frames received so far, stopping while the connection is paused (a peer that
+        does not read its answers gets no more of them: at most one read's worth of frames waits)."""
+        backlog = self._backlog
+        while backlog and not self._paused_for and not self.closed:
+            frame = backlog.popleft()
             try:
                 cmd = R.decode(frame)
             except R.FrameError as e:
                 log.warning("closing %s: undecodable frame: %s", self.peer, e)
+                backlog.clear()
                 self.transport.close()
                 return
             self.server.handle(self, cmd)
@@ -94,6 +106,7 @@ class Connection(asyncio.Protocol):
         self._paused_for.discard(why)
         if not self._paused_for and not self.closed:
             self.transport.resume_reading()
+            self._process()
 
     def started(self) -> None:
         self.in_flight += 1
