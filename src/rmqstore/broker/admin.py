@@ -46,6 +46,8 @@ class AdminProcessor:
                 C.LOCK_BATCH_MQ: self.lock, C.UNLOCK_BATCH_MQ: self.unlock,
                 C.QUERY_MESSAGE: self.query_message, C.VIEW_MESSAGE_BY_ID: self.view_message,
                 C.UPDATE_AND_CREATE_TOPIC: self.create_topic, C.GET_ALL_TOPIC_CONFIG: self.all_topics,
+                C.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP: self.create_group,
+                C.GET_ALL_SUBSCRIPTIONGROUP_CONFIG: self.all_groups,
                 C.GET_TOPIC_STATS_INFO: self.topic_stats, C.GET_CONSUMER_CONNECTION_LIST: self.connection_list,
                 C.GET_CONSUME_STATS: self.consume_stats, C.QUERY_TOPIC_CONSUME_BY_WHO: self.consumed_by}
 
@@ -174,6 +176,20 @@ class AdminProcessor:
                    topicFilterType=h.str("topicFilterType", "SINGLE_TAG"), order=h.bool("order"))
         b.topics.put(cfg)
         return cmd.response(ResponseCode.SUCCESS)
+
+    def create_group(self, conn, cmd: RemotingCommand) -> RemotingCommand:
+        """UPDATE_AND_CREATE_SUBSCRIPTIONGROUP: the body is a ``SubscriptionGroupConfig``."""
+        b = self.broker
+        doc = _loads(cmd.body)
+        if not isinstance(doc, dict) or not doc.get("groupName"):
+            return cmd.response(ResponseCode.SYSTEM_ERROR, "the body is not a SubscriptionGroupConfig with a groupName")
+        if b.read_only:
+            return cmd.response(ResponseCode.NO_PERMISSION, "the broker is read-only: groups cannot be changed")
+        b.groups.put(doc)
+        return cmd.response(ResponseCode.SUCCESS)
+
+    def all_groups(self, conn, cmd: RemotingCommand) -> RemotingCommand:
+        return cmd.response(ResponseCode.SUCCESS, None, None, to_json(self.broker.groups.encode()))
 
     def all_topics(self, conn, cmd: RemotingCommand) -> RemotingCommand:
         return cmd.response(ResponseCode.SUCCESS, None, None, to_json(self.broker.topics.encode()))

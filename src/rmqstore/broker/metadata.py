@@ -178,6 +178,18 @@ class SubscriptionGroupManager:
                 log.info("created subscription group %s", group)
             return cfg
 
+    def put(self, cfg: dict) -> None:
+        """Create or replace a group's config (missing fields get upstream's defaults)."""
+        with self.file.lock:
+            full = subscription_group(str(cfg["groupName"]))
+            full.update(cfg)
+            self.table[full["groupName"]] = full
+            self.file.write({"subscriptionGroupTable": self.table})
+
+    def encode(self) -> dict:
+        return {"subscriptionGroupTable": self.table,
+                "dataVersion": {"counter": self.file.counter, "stateVersion": 0, "timestamp": int(time.time() * 1000)}}
+
 
 class DelayOffsets:
     """``delayOffset.json``: per delay level, the next SCHEDULE_TOPIC_XXXX queue offset to deliver."""
