@@ -151,3 +151,7 @@ for _name, _text in {"rebuild": "Rebuild consume queues and index with Spark int
 
 def main() -> None:
     cli(prog_name="rmqstore")
+
+
+if __name__ == "__main__":
+    main()
