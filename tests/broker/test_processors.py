@@ -304,3 +304,20 @@ def test_java_written_state_files_are_read(start_broker, connect, tmp_path):
     assert b.delay_offsets.table == {1: 5, 3: 2}
     c = connect(b.address)
     assert json.loads(c.call(C.GET_ROUTEINFO_BY_TOPIC, {"topic": "J"}).body)["queueDatas"][0]["readQueueNums"] == 3
+
+
+def test_topics_of_a_store_without_config_are_served(tmp_path, start_broker, connect, pull, records_in):
+    """A store written through the embedded API (no topics.json) gets routes for what it holds."""
+    from rmqstore import Message, MessageStore, MessageStoreConfig
+
+    path = tmp_path / "store"
+    cfg = MessageStoreConfig.embedded(mapped_file_size_commit_log=4 << 20, mapped_file_size_consume_queue=80000,
+                                      max_hash_slot_num=4000, max_index_num=16000)
+    with MessageStore.open(path, cfg) as st:
+        st.put_message(Message.create("Embedded", b"e", queue_id=2, tags="t"))
+        st.wait_dispatched(10)
+    b = start_broker(path=path)
+    c = connect(b.address)
+    q = json.loads(c.call(C.GET_ROUTEINFO_BY_TOPIC, {"topic": "Embedded"}).body)["queueDatas"][0]
+    assert (q["readQueueNums"], q["writeQueueNums"], q["perm"]) == (3, 3, 6)
+    assert [m.body for m in records_in(pull(c, "G", "Embedded", 2, 0).body)] == [b"e"]

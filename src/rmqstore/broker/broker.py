@@ -79,6 +79,7 @@ class Broker:
                                          cluster_name=self.cfg.broker_cluster_name,
                                          auto_create=self.cfg.auto_create_topic_enable,
                                          default_queue_nums=self.cfg.default_topic_queue_nums)
+        self.topics.adopt(store.topics())
         self.groups = SubscriptionGroupManager(os.path.join(cfg_dir, "subscriptionGroup.json"),
                                                read_only=self.read_only,
                                                auto_create=self.cfg.auto_create_subscription_group)

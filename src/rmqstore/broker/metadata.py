@@ -122,6 +122,18 @@ class TopicConfigManager:
         if changed and not read_only:
             self.persist()
 
+    def adopt(self, store_topics: dict[str, list[int]]) -> None:
+        """Topics the store holds messages for but no config names (a store written through the
+        embedded API, or a copy without ``config/``): each gets a read-write config with as many
+        queues as its highest queue id + 1, so that clients can route to it."""
+        with self.file.lock:
+            added = [t for t in store_topics if t not in self.table and t and validate_topic(t) is None]
+            for t in added:
+                self.table[t] = topic_config(t, max(store_topics[t]) + 1)
+            if added:
+                log.info("topics found in the store without a config: %s", ", ".join(sorted(added)[:20]))
+                self.persist()
+
     def get(self, topic: str) -> dict | None:
         return self.table.get(topic)
 

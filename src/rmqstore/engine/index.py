@@ -11,6 +11,7 @@ item's ``prevIndex`` is the previous item of the same slot in the batch, or the 
 from __future__ import annotations
 
 import logging
+import struct
 import os
 import threading
 import time
@@ -25,6 +26,10 @@ from ..format.hashes import abs_key_hash_many, index_key_hash, java_hash_many
 from ..io.mapped_file import MappedFile
 
 log = logging.getLogger(__name__)
+
+#: batches up to this many items are put item by item (see ``IndexFile._put_small``)
+SMALL_PUT = 16
+_ITEM = struct.Struct(">iqii")
 
 
 def link_chains(slot_of: np.ndarray, nums: np.ndarray, old: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
@@ -117,6 +122,8 @@ class IndexFile:
         m = min(int(hashes.size), self.capacity_left)
         if m <= 0:
             return 0
+        if m <= SMALL_PUT:
+            return self._put_small(hashes[:m].tolist(), phys[:m].tolist(), ts[:m].tolist())
         hashes, phys, ts = hashes[:m].astype(np.int64), phys[:m].astype(np.int64), ts[:m].astype(np.int64)
         count = self.index_count
         nums = count + np.arange(m, dtype=np.int64)
@@ -137,6 +144,40 @@ class IndexFile:
         self.slot_count += new_slots
         self.index_count = count + m
         self.end_phy, self.end_ts = int(phys[-1]), int(ts[-1])
+        self.write_header()
+        return m
+
+    def _put_small(self, hashes: list[int], phys: list[int], ts: list[int]) -> int:
+        """:meth:`put_batch` item by item (``putKey``): the same bytes, without numpy's fixed cost."""
+        count = self.index_count
+        m = len(hashes)
+        if count <= 1:
+            diffs = [F.time_diff_seconds(ts[0], self.begin_ts)] + [F.time_diff_seconds(t, ts[0]) for t in ts[1:]]
+            self.begin_phy, self.begin_ts = phys[0], ts[0]
+        else:
+            diffs = [F.time_diff_seconds(t, self.begin_ts) for t in ts]
+        slots = self._slots
+        heads: dict[int, int] = {}
+        items = []
+        new_slots = 0
+        for j in range(m):
+            slot = hashes[j] % self.slot_num
+            prev = heads.get(slot)
+            if prev is None:
+                prev = int(slots[slot])
+                if prev <= 0 or prev > count:
+                    prev = 0
+                if prev == 0:
+                    new_slots += 1
+            num = count + j
+            heads[slot] = num
+            items.append(_ITEM.pack(hashes[j], phys[j], diffs[j], prev))
+        self.mf.write_at(F.item_pos(self.slot_num, count), b"".join(items))
+        self._write_slots(np.fromiter(heads, dtype=np.int64, count=len(heads)),
+                          np.fromiter(heads.values(), dtype=np.int64, count=len(heads)))
+        self.slot_count += new_slots
+        self.index_count = count + m
+        self.end_phy, self.end_ts = phys[-1], ts[-1]
         self.write_header()
         return m
 
@@ -345,6 +386,10 @@ class IndexService:
             # a re-dispatched record that this index already holds is skipped; upstream's `<` test
             # would index the last one twice (quirk 15.4, fixed knowingly: only recovery re-dispatches)
             skip_eq = cur.index_count > 1 or end0 > 0
+            if n <= SMALL_PUT and item_rec.size <= SMALL_PUT:
+                self._build_small(cur, end0, skip_eq, phys.tolist(), ts.tolist(), sys_flags.tolist(),
+                                  item_rec.tolist(), item_hash.tolist())
+                return
             eligible = (phys > end0) | ((phys == end0) & (not skip_eq))
             eligible &= (sys_flags & 0xC) != 0xC
             keep = eligible[item_rec]
@@ -362,6 +407,28 @@ class IndexService:
                 i += cur.put_batch(hashes[i:], item_phys[i:], item_ts[i:])
             if cur.is_write_full and int(rec_of[-1]) < n - 1:
                 self._new_file()
+
+    def _build_small(self, cur, end0: int, skip_eq: bool, phys: list, ts: list, sys_flags: list, item_rec: list,
+                     item_hash: list) -> None:
+        """:meth:`build_index_hashed` of a few records, without numpy (same items, same files)."""
+        n = len(phys)
+        ok = [(p > end0 or (p == end0 and not skip_eq)) and (f & 0xC) != 0xC for p, f in zip(phys, sys_flags)]
+        keep = [j for j, r in enumerate(item_rec) if ok[r]]
+        if not keep:
+            return
+        hashes = [item_hash[j] for j in keep]
+        recs = [item_rec[j] for j in keep]
+        item_phys = [phys[r] for r in recs]
+        item_ts = [ts[r] for r in recs]
+        i, total = 0, len(keep)
+        while i < total:
+            if cur.is_write_full:
+                cur = self._new_file()
+            m = min(total - i, cur.capacity_left)
+            cur._put_small(hashes[i:i + m], item_phys[i:i + m], item_ts[i:i + m])
+            i += m
+        if cur.is_write_full and recs[-1] < n - 1:
+            self._new_file()
 
     def ensure_file(self) -> None:
         """Upstream creates an index file for every dispatched record, keys or not."""

@@ -16,6 +16,8 @@ def parse_int(text: str) -> int:
     """``Integer.parseInt(text)``: an optional ``+``/``-`` then one or more decimal digits (any
     Unicode decimal digit, as ``Character.digit`` accepts), nothing else, within int32;
     ``ValueError`` otherwise."""
+    if type(text) is str and text.isascii() and text.isdigit() and len(text) < 10:
+        return int(text)  # the usual case: plain ASCII digits that fit
     if not isinstance(text, str) or not text:
         raise ValueError(f"{text!r} is not an int (Integer.parseInt: empty)")
     sign, digits = (text[0], text[1:]) if text[0] in "+-" else ("+", text)
@@ -35,6 +37,8 @@ def parse_int(text: str) -> int:
 
 def parse_long(text: str) -> int:
     """``Long.parseLong(text)``: as :func:`parse_int`, within int64."""
+    if type(text) is str and text.isascii() and text.isdigit() and len(text) < 19:
+        return int(text)
     if not isinstance(text, str) or not text:
         raise ValueError(f"{text!r} is not a long (Long.parseLong: empty)")
     sign, digits = (text[0], text[1:]) if text[0] in "+-" else ("+", text)
@@ -59,7 +63,7 @@ def hashmap_order(keys: list[str], initial_capacity: int = 16) -> list[str]:
     keeping their order). RocketMQ's broker re-serializes message properties from such a map, so
     this order is the order a Java broker stores them in. (Buckets of 8+ keys become trees upstream;
     message properties never get near that.)"""
-    from .hashes import java_hash
+    from .hashes import java_hash_cached as java_hash
     cap = 1
     while cap < initial_capacity:
         cap <<= 1

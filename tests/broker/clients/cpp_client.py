@@ -38,6 +38,8 @@ def produce(a) -> None:
     p = Producer(a.group)
     p.set_namesrv_addr(a.namesrv)
     p.start()
+    ok = 0
+    t_start = time.time()
     try:
         for i in range(a.start, a.start + a.count):
             m = Message(a.topic)
@@ -50,12 +52,15 @@ def produce(a) -> None:
             m.set_body(f"{a.body_prefix}{i}")
             t0 = time.time()
             r = p.send_sync(m)
-            out({"i": i, "status": int(r.status), "msg_id": r.msg_id, "offset": r.offset, "t": t0})
+            ok += int(r.status) == 0
+            if not a.quiet:
+                out({"i": i, "status": int(r.status), "msg_id": r.msg_id, "offset": r.offset, "t": t0})
             if a.interval:
                 time.sleep(a.interval)
+        t_end = time.time()
     finally:
         p.shutdown()
-    out({"done": True})
+    out({"done": True, "ok": ok, "start": t_start, "end": t_end})
 
 
 def push(a) -> None:
@@ -66,6 +71,7 @@ def push(a) -> None:
     c.set_thread_count(1)
     seen: dict[str, int] = {}
     count = [0]
+    first, last = [0.0], [0.0]
     lock = threading.Lock()
     props = a.props.split(",") if a.props else []
 
@@ -78,7 +84,10 @@ def push(a) -> None:
             seen[key] = n + 1
             later = n < a.reconsume_later
             doc["answer"] = "later" if later else "ok"
-            out(doc)
+            if not a.quiet:
+                out(doc)
+            first[0] = first[0] or doc["t"]
+            last[0] = doc["t"]
             if not later:
                 count[0] += 1
         return (_CConsumeStatus.RECONSUME_LATER if later else _CConsumeStatus.CONSUME_SUCCESS).value
@@ -96,7 +105,7 @@ def push(a) -> None:
     if a.linger:
         time.sleep(a.linger)
     c.shutdown()
-    out({"done": True, "count": count[0]})
+    out({"done": True, "count": count[0], "first": first[0], "last": last[0]})
 
 
 def pull(a) -> None:
@@ -124,6 +133,8 @@ def main() -> None:
         s.add_argument("--group", required=True)
         s.add_argument("--topic", required=True)
         s.add_argument("--count", type=int, default=10)
+    for name in ("produce", "push"):
+        sub.choices[name].add_argument("--quiet", action="store_true", help="print only the summary line")
     s = sub.choices["produce"]
     s.add_argument("--tags", default="TagA,TagB")
     s.add_argument("--start", type=int, default=0)

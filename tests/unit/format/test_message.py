@@ -269,11 +269,15 @@ def test_ipv4_rows_and_field_gathers_agree_on_damaged_bytes(flips, extra_starts)
         bad[at % len(bad)] = value
     u8 = np.frombuffer(bytes(bad), np.uint8)
     offs = np.array(sorted(starts + [x % (len(bad) - 88) for x in extra_starts]), dtype=np.int64)
-    with mock.patch.object(M, "_decode_v4", wraps=M._decode_v4) as rows:
+    with mock.patch.object(M, "SMALL_DECODE", 0), mock.patch.object(M, "_decode_v4", wraps=M._decode_v4) as rows:
         fast = M.decode_batch(u8, offs)
     # every start leaves room for a row, so only an IPv6 bit (a flipped SYSFLAG) sends it elsewhere
     assert rows.called == (not (fast.sys_flag & (M.SYSFLAG_BORNHOST_V6 | M.SYSFLAG_STOREHOST_V6)).any())
     _same_batches(fast, M._decode_any(u8, offs))
+    small = M._decode_small(u8, offs.tolist())  # the record-by-record path of small batches
+    if small is not None:
+        _same_batches(small, fast)
+        assert all(getattr(small, k).dtype == getattr(fast, k).dtype for k in small.__dict__)
     if not flips:
         assert fast.valid[np.isin(offs, starts)].all()
 

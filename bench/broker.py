@@ -1,0 +1,312 @@
+"""The broker (``rmqstore serve``) against real clients, side by side in one run:
+
+1. Sync sends from the C++ client (PyPI rocketmq 0.4.4), 1 and 8 concurrent producers (processes),
+   against ``serve`` and against a null server (the same process, codec and processors, but a send is
+   acknowledged without storing). Rounds alternate which server goes first.
+2. End-to-end latency, send to push-consumer delivery (C++ client both ends): p50 and p99.
+3. A consumer catching up on 1,000,000 stored messages (128 B, 4 queues): the C++ push consumer and a
+   raw remoting pull loop (32 per pull) through the broker, beside the in-process ``get_message``
+   loop on the same store.
+
+Every server runs in its own process; its peak RSS (VmHWM) is read before it stops.
+
+Run:  .venv/bin/python bench/broker.py [--rounds 5] [--sends 4000] [--out bench/results/broker.md]
+"""
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import os
+import shutil
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+OUT = os.path.join(ROOT, "bench", "out", "broker")
+CPP_PY = os.path.join(ROOT, ".clients", "remoting-py", "bin", "python")
+DRIVER = os.path.join(ROOT, "tests", "broker", "clients", "cpp_client.py")
+N_CATCHUP = 1_000_000
+
+
+# --- the server process ----------------------------------------------------------------------------
+def server_main(kind: str, store: str, port: int, read_only: bool) -> None:
+    from rmqstore import MessageStore, MessageStoreConfig
+    from rmqstore.broker import Broker, BrokerConfig
+    from rmqstore.types import PutMessageResult, PutMessageStatus
+
+    st = MessageStore.open(store, MessageStoreConfig.embedded(mapped_file_size_commit_log=256 << 20),
+                           read_only=read_only)
+    b = Broker(st, BrokerConfig(broker_name="bench"), listen=f"127.0.0.1:{port}")
+    if kind == "null":
+        counter = [0]
+
+        def put(msgs, answer):
+            counter[0] += 1
+            return answer(PutMessageResult(PutMessageStatus.PUT_OK, "7F000001000027110000000000000000", 0, 100,
+                                           counter[0], int(time.time() * 1000), len(msgs)))
+
+        b.put = put
+    b.start()
+    print("READY", flush=True)
+    signal.sigwait([signal.SIGTERM, signal.SIGINT])
+    b.stop()
+    st.close()
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Server:
+    def __init__(self, kind: str, store: str, read_only: bool = False):
+        self.port = _free_port()
+        self.address = f"127.0.0.1:{self.port}"
+        argv = [sys.executable, os.path.abspath(__file__), "--server", kind, "--store", store, "--port", str(self.port)]
+        if read_only:
+            argv.append("--read-only")
+        self.proc = subprocess.Popen(argv, stdout=subprocess.PIPE, text=True)
+        line = self.proc.stdout.readline()
+        if not line.startswith("READY"):
+            raise RuntimeError(f"server {kind} did not start: {line!r}")
+
+    def peak_rss_mb(self) -> float:
+        with open(f"/proc/{self.proc.pid}/status") as fh:
+            for line in fh:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) / 1024
+        return float("nan")
+
+    def stop(self) -> float:
+        rss = self.peak_rss_mb()
+        self.proc.send_signal(signal.SIGTERM)
+        self.proc.wait(60)
+        return rss
+
+
+def cpp(*args, timeout: float = 600) -> subprocess.Popen:
+    env = dict(os.environ, HOME=os.path.join(OUT, "home"))
+    os.makedirs(env["HOME"], exist_ok=True)
+    return subprocess.Popen([CPP_PY, DRIVER, *map(str, args)], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                            text=True, env=env)
+
+
+def last_line(p: subprocess.Popen, timeout: float = 900) -> dict:
+    out, _ = p.communicate(timeout=timeout)
+    lines = [json.loads(x) for x in out.splitlines() if x.startswith("{")]
+    if not lines or "done" not in lines[-1]:
+        raise RuntimeError(f"client failed: {out[-500:]}")
+    return lines[-1]
+
+
+# --- 1. sends --------------------------------------------------------------------------------------
+def sends_round(kind: str, producers: int, total: int) -> tuple[float, float]:
+    store = os.path.join(OUT, f"sends-{kind}")
+    shutil.rmtree(store, ignore_errors=True)
+    srv = Server(kind, store)
+    try:
+        warm = cpp("produce", "--namesrv", srv.address, "--group", "P", "--topic", "Bench", "--count", 50, "--quiet")
+        last_line(warm)
+        procs = [cpp("produce", "--namesrv", srv.address, "--group", "P", "--topic", "Bench", "--count",
+                     total // producers, "--quiet", "--body-prefix", "x" * 100) for _ in range(producers)]
+        done = [last_line(p) for p in procs]
+    finally:
+        rss = srv.stop()
+    ok = sum(d["ok"] for d in done)
+    if ok != total // producers * producers:
+        raise RuntimeError(f"{kind}: {ok} of {total} sends acknowledged")
+    span = max(d["end"] for d in done) - min(d["start"] for d in done)
+    return ok / span, rss
+
+
+# --- 2. latency ------------------------------------------------------------------------------------
+def latency(n: int) -> dict:
+    store = os.path.join(OUT, "latency")
+    shutil.rmtree(store, ignore_errors=True)
+    srv = Server("serve", store)
+    try:
+        last_line(cpp("produce", "--namesrv", srv.address, "--group", "P", "--topic", "Lat", "--count", 1))
+        consumer = cpp("push", "--namesrv", srv.address, "--group", "C", "--topic", "Lat", "--count", n + 1,
+                       "--timeout", 120)
+        time.sleep(5)
+        prod = cpp("produce", "--namesrv", srv.address, "--group", "P", "--topic", "Lat", "--count", n, "--start", 1,
+                   "--interval", 0.01)
+        out, _ = prod.communicate(timeout=300)
+        sent = {f"key-{x['i']}": x["t"] for x in map(json.loads, out.splitlines()) if "i" in x}
+        got_out, _ = consumer.communicate(timeout=300)
+        got = {x["keys"]: x["t"] for x in map(json.loads, got_out.splitlines()) if "keys" in x}
+    finally:
+        rss = srv.stop()
+    delays = sorted((got[k] - t) * 1000 for k, t in sent.items() if k in got)
+    if len(delays) != n:
+        raise RuntimeError(f"latency: {len(delays)} of {n} delivered")
+    return {"p50": statistics.median(delays), "p99": delays[int(0.99 * (n - 1))], "max": delays[-1], "rss": rss}
+
+
+# --- 3. catch-up -----------------------------------------------------------------------------------
+def build_catchup_store(n: int) -> str:
+    from rmqstore import Message, MessageStore, MessageStoreConfig
+
+    store = os.path.join(OUT, f"catchup-{n}")
+    marker = os.path.join(store, ".complete")
+    if os.path.exists(marker):
+        return store
+    shutil.rmtree(store, ignore_errors=True)
+    body = b"x" * 128
+    with MessageStore.open(store, MessageStoreConfig.embedded(mapped_file_size_commit_log=256 << 20)) as st:
+        for q in range(4):
+            for start in range(0, n // 4, 256):
+                st.put_messages([Message.create("Catch", body, tags="T", keys=f"k{q}-{start + i}", queue_id=q)
+                                 for i in range(min(256, n // 4 - start))])
+        st.wait_dispatched(600)
+    open(marker, "w").close()
+    return store
+
+
+def in_process_loop(store: str) -> tuple[float, float]:
+    """``get_message`` with the broker's defaults (32 per pull, upstream's transfer limits)."""
+    code = f"""
+import resource, time, json
+from rmqstore import MessageStore, MessageStoreConfig
+st = MessageStore.open({store!r}, MessageStoreConfig.embedded(mapped_file_size_commit_log=256 << 20), read_only=True)
+t0 = time.perf_counter(); n = 0
+for q in range(4):
+    off = 0
+    while True:
+        r = st.get_message("G", "Catch", q, off, 32)
+        if not r.messages:
+            break
+        n += len(r.messages); off = r.next_begin_offset
+secs = time.perf_counter() - t0
+print(json.dumps({{"n": n, "secs": secs, "rss": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}}))
+"""
+    d = json.loads(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout)
+    return d["n"] / d["secs"], d["rss"]
+
+
+def broker_raw_pulls(store: str) -> tuple[float, float]:
+    sys.path.insert(0, os.path.join(ROOT, "tests", "broker"))
+    from rmqstore.broker import remoting as R
+
+    srv = Server("serve", store, read_only=True)
+    try:
+        sock = socket.create_connection(("127.0.0.1", srv.port))
+        reader = R.FrameReader()
+        t0 = time.perf_counter()
+        n = 0
+        for q in range(4):
+            off = 0
+            while True:
+                sock.sendall(R.encode(R.request(R.RequestCode.PULL_MESSAGE, {
+                    "consumerGroup": "G", "topic": "Catch", "queueId": q, "queueOffset": off, "maxMsgNums": 32,
+                    "sysFlag": 4, "commitOffset": 0, "suspendTimeoutMillis": 0, "subscription": "*"}, opaque=n)))
+                frames: list = []
+                while not frames:
+                    frames = reader.feed(sock.recv(1 << 20))
+                resp = R.decode(frames[0])
+                if resp.code != 0:
+                    break
+                pos = got = 0
+                body = resp.body
+                while pos < len(body):
+                    pos += int.from_bytes(body[pos:pos + 4], "big")
+                    got += 1
+                n += got
+                off = int(resp.ext["nextBeginOffset"])
+        secs = time.perf_counter() - t0
+        sock.close()
+    finally:
+        rss = srv.stop()
+    return n / secs, rss
+
+
+def cpp_push_catchup(store: str, n: int) -> tuple[float, float]:
+    srv = Server("serve", store, read_only=True)
+    try:
+        p = cpp("push", "--namesrv", srv.address, "--group", f"C{time.time_ns()}", "--topic", "Catch", "--count", n,
+                "--timeout", 900, "--quiet")
+        d = last_line(p, 1000)
+    finally:
+        rss = srv.stop()
+    if d["count"] < n:
+        raise RuntimeError(f"push consumer got {d['count']} of {n}")
+    return d["count"] / (d["last"] - d["first"]), rss
+
+
+# --- the run ---------------------------------------------------------------------------------------
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--server", choices=["serve", "null"])
+    ap.add_argument("--store")
+    ap.add_argument("--port", type=int)
+    ap.add_argument("--read-only", action="store_true")
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--sends", type=int, default=4000)
+    ap.add_argument("--latency-messages", type=int, default=1000)
+    ap.add_argument("--catchup", type=int, default=N_CATCHUP)
+    ap.add_argument("--out", default=os.path.join(ROOT, "bench", "results", "broker.md"))
+    a = ap.parse_args()
+    if a.server:
+        server_main(a.server, a.store, a.port, a.read_only)
+        return
+    os.makedirs(OUT, exist_ok=True)
+    t_start = time.time()
+    res: dict[tuple, list] = {}
+    for r in range(a.rounds):
+        for producers in (1, 8):
+            order = ("null", "serve") if (r + producers) % 2 == 0 else ("serve", "null")
+            for kind in order:
+                rate, rss = sends_round(kind, producers, a.sends)
+                res.setdefault((kind, producers), []).append((rate, rss))
+                print(f"round {r} {kind:5} x{producers}: {rate:,.0f} sends/s, peak RSS {rss:.0f} MB", flush=True)
+    lat = latency(a.latency_messages)
+    print(f"latency: p50 {lat['p50']:.2f} ms, p99 {lat['p99']:.2f} ms, max {lat['max']:.2f} ms", flush=True)
+    store = build_catchup_store(a.catchup)
+    catch = {"in-process get_message loop (32 per pull)": in_process_loop(store),
+             "broker: raw remoting pulls (32 per pull, one at a time)": broker_raw_pulls(store),
+             "broker: C++ push consumer (PyPI rocketmq 0.4.4)": cpp_push_catchup(store, a.catchup)}
+    for k, (rate, rss) in catch.items():
+        print(f"catch-up {k}: {rate:,.0f} msgs/s, peak RSS {rss:.0f} MB", flush=True)
+    write_report(a, res, lat, catch, time.time() - t_start)
+
+
+def write_report(a, res, lat, catch, secs) -> None:
+    import platform
+
+    med = {k: statistics.median(x[0] for x in v) for k, v in res.items()}
+    rss = {k: max(x[1] for x in v) for k, v in res.items()}
+    lines = [f"Command: `.venv/bin/python bench/broker.py --rounds {a.rounds} --sends {a.sends}`, run "
+             f"{dt.datetime.now(dt.timezone.utc):%Y-%m-%d %H:%M} UTC, {secs:.0f} s. Machine: {os.cpu_count()} cores, "
+             f"Python {platform.python_version()}.", "",
+             f"### Sync sends from the C++ client ({a.sends} per round, 100-byte bodies; median of {a.rounds} "
+             "alternating rounds)", "",
+             "| producers | null server sends/s | serve sends/s | ratio | peak RSS null / serve (MB) | goal |",
+             "|---:|---:|---:|---:|---:|---|"]
+    for p in (1, 8):
+        ratio = med[("serve", p)] / med[("null", p)]
+        lines.append(f"| {p} | {med[('null', p)]:,.0f} | {med[('serve', p)]:,.0f} | {ratio:.2f} | "
+                     f"{rss[('null', p)]:.0f} / {rss[('serve', p)]:.0f} | ≥ 0.8: {'met' if ratio >= 0.8 else 'NOT met'} |")
+    lines += ["", f"### Send to push-consumer delivery ({a.latency_messages} messages, one per 10 ms)", "",
+              "| p50 ms | p99 ms | max ms | server peak RSS (MB) | goal |", "|---:|---:|---:|---:|---|",
+              f"| {lat['p50']:.2f} | {lat['p99']:.2f} | {lat['max']:.2f} | {lat['rss']:.0f} | p99 < 10 ms: "
+              f"{'met' if lat['p99'] < 10 else 'NOT met'} |", "",
+              f"### Catching up on {a.catchup:,} stored messages (128 B, 4 queues)", "",
+              "| reader | msgs/s | ratio to in-process | peak RSS (MB) |", "|---|---:|---:|---:|"]
+    base = next(iter(catch.values()))[0]
+    for k, (rate, r) in catch.items():
+        lines.append(f"| {k} | {rate:,.0f} | {rate / base:.2f} | {r:.0f} |")
+    text = "\n".join(lines) + "\n"
+    os.makedirs(os.path.dirname(a.out), exist_ok=True)
+    with open(a.out, "w") as fh:
+        fh.write(text)
+    print(text)
+
+
+if __name__ == "__main__":
+    main()
