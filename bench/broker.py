@@ -24,6 +24,7 @@ import socket
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -91,14 +92,25 @@ class Server:
 
 
 def cpp(*args, timeout: float = 600) -> subprocess.Popen:
+    """A C++-client driver; its output goes to a temporary file, not a pipe (a consumer printing into
+    a full pipe nobody reads yet would stall in its callback and show as latency)."""
     env = dict(os.environ, HOME=os.path.join(OUT, "home"))
     os.makedirs(env["HOME"], exist_ok=True)
-    return subprocess.Popen([CPP_PY, DRIVER, *map(str, args)], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-                            text=True, env=env)
+    out = tempfile.TemporaryFile("w+")
+    p = subprocess.Popen([CPP_PY, DRIVER, *map(str, args)], stdout=out, stderr=subprocess.DEVNULL, text=True,
+                         env=env)
+    p.out_file = out
+    return p
+
+
+def output_of(p: subprocess.Popen, timeout: float = 900) -> str:
+    p.wait(timeout)
+    p.out_file.seek(0)
+    return p.out_file.read()
 
 
 def last_line(p: subprocess.Popen, timeout: float = 900) -> dict:
-    out, _ = p.communicate(timeout=timeout)
+    out = output_of(p, timeout)
     lines = [json.loads(x) for x in out.splitlines() if x.startswith("{")]
     if not lines or "done" not in lines[-1]:
         raise RuntimeError(f"client failed: {out[-500:]}")
@@ -137,9 +149,9 @@ def latency(n: int) -> dict:
         time.sleep(5)
         prod = cpp("produce", "--namesrv", srv.address, "--group", "P", "--topic", "Lat", "--count", n, "--start", 1,
                    "--interval", 0.01)
-        out, _ = prod.communicate(timeout=300)
+        out = output_of(prod, 300)
         sent = {f"key-{x['i']}": x["t"] for x in map(json.loads, out.splitlines()) if "i" in x}
-        got_out, _ = consumer.communicate(timeout=300)
+        got_out = output_of(consumer, 300)
         got = {x["keys"]: x["t"] for x in map(json.loads, got_out.splitlines()) if "keys" in x}
     finally:
         rss = srv.stop()
@@ -251,6 +263,7 @@ def main() -> None:
     ap.add_argument("--latency-messages", type=int, default=1000)
     ap.add_argument("--catchup", type=int, default=N_CATCHUP)
     ap.add_argument("--out", default=os.path.join(ROOT, "bench", "results", "broker.md"))
+    ap.add_argument("--sends-only", action="store_true", help="only the sends rows (no report file)")
     a = ap.parse_args()
     if a.server:
         server_main(a.server, a.store, a.port, a.read_only)
@@ -265,6 +278,11 @@ def main() -> None:
                 rate, rss = sends_round(kind, producers, a.sends)
                 res.setdefault((kind, producers), []).append((rate, rss))
                 print(f"round {r} {kind:5} x{producers}: {rate:,.0f} sends/s, peak RSS {rss:.0f} MB", flush=True)
+    if a.sends_only:
+        for p in (1, 8):
+            n, s = (statistics.median(x[0] for x in res[(k, p)]) for k in ("null", "serve"))
+            print(f"x{p}: null {n:,.0f}, serve {s:,.0f}, ratio {s / n:.2f}")
+        return
     lat = latency(a.latency_messages)
     print(f"latency: p50 {lat['p50']:.2f} ms, p99 {lat['p99']:.2f} ms, max {lat['max']:.2f} ms", flush=True)
     store = build_catchup_store(a.catchup)

@@ -1090,7 +1090,7 @@ class MessageStore:
                 if self.reput.stopped:  # shut down on purpose: dispatch the rest here
                     self.reput.do_reput()
                 else:
-                    self.reput.wake()
+                    self.reput.wake_now()
                     self._supervise_reput(time.monotonic() + 10)
                     self.reput.wait_until(self.commit_log.confirm_offset, timeout=60)
             except Exception:  # noqa: BLE001 - a failed flush keeps abort: the next open recovers
@@ -1198,6 +1198,24 @@ class MessageStore:
             return _disk_full_result(self.cfg)
         return self.commit_log.put_messages(list(msgs))
 
+    def dispatch(self) -> None:
+        """Dispatch everything appended so far in the calling thread (consume queues, index,
+        dispatch listeners), instead of waiting for the background dispatcher. For a single
+        writer that prefers no thread switches, such as the broker's event loop (see
+        :meth:`set_background_dispatch`). Under SYNC_FLUSH only what is flushed is dispatched."""
+        self._check_open()
+        if not self.read_only:
+            self.reput.do_reput()
+
+    def set_background_dispatch(self, enabled: bool) -> None:
+        """``False``: appends no longer wake the background dispatcher (it still looks every
+        50 ms, a safety net); the writer calls :meth:`dispatch` after its appends. ``True`` (the
+        default) restores waking it on every append. No effect under SYNC_FLUSH, where the flush
+        thread wakes the dispatcher after each group commit."""
+        self._check_open()
+        if not self.read_only and not self.cfg.sync_flush:
+            self.commit_log.on_append = self.reput.wake if enabled else None
+
     def wait_dispatched(self, timeout: float | None = None) -> None:
         """Block until every message appended so far is in its consume queue and the index."""
         self._check_open()
@@ -1206,7 +1224,7 @@ class MessageStore:
         target = self.commit_log.confirm_offset
         if self.cfg.sync_flush:
             self.commit_log.sync_to(target)
-        self.reput.wake()
+        self.reput.wake_now()
         if not self.reput.wait_until(target, timeout):
             raise TimeoutError(f"dispatch did not reach offset {target} in {timeout}s")
         if self.reput.error is not None:

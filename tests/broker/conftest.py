@@ -14,6 +14,7 @@ import json
 import os
 import socket
 import subprocess
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -172,9 +173,13 @@ def cpp_client_async(tmp_path):
     procs: list[subprocess.Popen] = []
 
     def _start(*args: str) -> subprocess.Popen:
+        # output to files, not pipes: a consumer printing into a full pipe that nobody reads yet
+        # would block in its callback
         env = dict(os.environ, HOME=str(home))
+        out, err = tempfile.TemporaryFile("w+"), tempfile.TemporaryFile("w+")
         p = subprocess.Popen([str(CPP_PYTHON), str(CLIENTS / "cpp_client.py"), *map(str, args)],
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+                             stdout=out, stderr=err, text=True, env=env)
+        p.out_files = (out, err)
         procs.append(p)
         return p
 
@@ -186,7 +191,10 @@ def cpp_client_async(tmp_path):
 
 
 def lines_of(p: subprocess.Popen, timeout: float = 120) -> list[dict]:
-    stdout, stderr = p.communicate(timeout=timeout)
+    p.wait(timeout)
+    for f in p.out_files:
+        f.seek(0)
+    stdout, stderr = (f.read() for f in p.out_files)
     lines = [json.loads(line) for line in stdout.splitlines() if line.startswith("{")]
     if p.returncode != 0 or not lines or "done" not in lines[-1]:
         raise AssertionError(f"client failed (exit {p.returncode}):\n{stdout[-2000:]}\n{stderr[-3000:]}")

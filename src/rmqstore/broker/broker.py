@@ -107,6 +107,9 @@ class Broker:
         self._started = threading.Event()
         self._stop_event: asyncio.Event | None = None
         self._start_error: BaseException | None = None
+        self._inline_dispatch = False
+        self._dispatch_scheduled = False
+        self._loop_thread = 0
 
     # --- addresses ----------------------------------------------------------------------------------
     @property
@@ -131,6 +134,12 @@ class Broker:
         if self.store.cfg.sync_flush:
             self._executor = concurrent.futures.ThreadPoolExecutor(8, thread_name_prefix="rmqstore-put")
         self.store.add_dispatch_listener(self._on_dispatched)
+        self._loop_thread = threading.get_ident()
+        self._inline_dispatch = not self.read_only and not self.store.cfg.sync_flush
+        if self._inline_dispatch:
+            # dispatch on this thread after the puts of each loop pass: no thread switch per message
+            # (the GIL hand-offs cost more than the dispatch), and a pass's puts go in one batch
+            self.store.set_background_dispatch(False)
         self._tasks = [asyncio.ensure_future(self._housekeeping())]
         if not self.read_only:
             self._tasks += [asyncio.ensure_future(self.schedule.run()),
@@ -148,6 +157,9 @@ class Broker:
             t.cancel()
         self.server.close_all()
         self.store.remove_dispatch_listener(self._on_dispatched)
+        if self._inline_dispatch:
+            self.store.set_background_dispatch(True)
+            self.store.dispatch()
         if self._executor is not None:
             self._executor.shutdown(wait=True)
         self.persist()
@@ -218,13 +230,28 @@ class Broker:
             return store.put_message(msgs[0]) if len(msgs) == 1 else store.put_messages(msgs)
 
         if self._executor is None:
-            return answer(do())
+            result = do()
+            self.schedule_dispatch()
+            return answer(result)
 
         async def later():
             result = await asyncio.get_running_loop().run_in_executor(self._executor, do)
             return answer(result)
 
         return later()
+
+    def schedule_dispatch(self) -> None:
+        """After puts on the event loop: dispatch once the loop has handled what is ready."""
+        if self._inline_dispatch and not self._dispatch_scheduled:
+            self._dispatch_scheduled = True
+            self.loop.call_soon(self._dispatch_now)
+
+    def _dispatch_now(self) -> None:
+        self._dispatch_scheduled = False
+        try:
+            self.store.dispatch()
+        except Exception:  # noqa: BLE001 - the background dispatcher retries within 50 ms
+            log.exception("dispatch failed")
 
     def commit_offset(self, group: str, topic: str, queue_id: int, offset: int) -> None:
         self.store.consumer_offsets.commit_offset(group, topic, queue_id, offset)
@@ -240,7 +267,11 @@ class Broker:
     def _on_dispatched(self, queues) -> None:
         """From the store's dispatch thread: wake held pulls on the event loop."""
         loop = self.loop
-        if loop is not None and not loop.is_closed():
+        if not self.pulls.waiters:
+            return  # nobody holds a pull (a pull held later checks the queue after registering)
+        if threading.get_ident() == self._loop_thread:
+            self.pulls.notify(set(queues))
+        elif loop is not None and not loop.is_closed():
             try:
                 loop.call_soon_threadsafe(self.pulls.notify, set(queues))
             except RuntimeError:  # the loop closed meanwhile

@@ -37,7 +37,7 @@ class PullProcessor:
     def notify(self, queues) -> None:
         """Dispatch added messages to ``queues``: wake the pulls held on them (event loop thread)."""
         for key in queues:
-            for fut in self.waiters.pop(key, ()):
+            for fut in self.waiters.pop(key, ()) if key in self.waiters else ():
                 if not fut.done():
                     fut.set_result(True)
 
@@ -136,13 +136,19 @@ class PullProcessor:
             # a message dispatched between the pull and now must not be missed
             if b.store.get_max_offset_in_queue(req.topic, req.queue_id) > req.offset:
                 self.waiters[key].discard(fut)
+                if not self.waiters[key]:
+                    del self.waiters[key]
             else:
                 try:
                     await asyncio.wait_for(fut, left)
                 except asyncio.TimeoutError:
                     break
                 finally:
-                    self.waiters[key].discard(fut)
+                    waiting = self.waiters.get(key)
+                    if waiting is not None:
+                        waiting.discard(fut)
+                        if not waiting:
+                            del self.waiters[key]
             response = self._pull_once(cmd, req, final=False) if not b.stopping else None
             if response is not None:
                 return response

@@ -21,6 +21,7 @@ import struct
 from dataclasses import dataclass, field
 
 from ..errors import RmqStoreError
+from ..format.javalang import parse_int, parse_long
 
 #: upstream's ``com.rocketmq.remoting.frameMaxLength`` default: a larger frame closes the connection
 MAX_FRAME = 16 * 1024 * 1024
@@ -328,7 +329,6 @@ class Header:
         return v
 
     def int(self, name: str, default=_MISSING, *, bits: int = 32):
-        from ..format.javalang import parse_int, parse_long
         v = self.fields.get(name)
         if v is None:
             if default is Header._MISSING:

@@ -69,6 +69,7 @@ class ScheduleService:
                                     result.status.value)
                         break
                     self.delivered += 1
+                    b.schedule_dispatch()
                 else:
                     log.error("delay level %d: message at %d has no REAL_TOPIC/REAL_QID: dropped", level, phy)
             done += 1

@@ -65,6 +65,7 @@ class TransactionProcessor:
                             sys_flag=(rec.sys_flag & ~M.TRANSACTION_MASK) | M.TRANSACTION_COMMIT_TYPE)
             msg.prepared_transaction_offset = phy
             result = b.store.put_message(msg)
+            b.schedule_dispatch()
             if result.status is not PutMessageStatus.PUT_OK:
                 return cmd.response(ResponseCode.SYSTEM_ERROR, f"commit failed: {result.status.value}")
         self._write_op(rec.queue_offset)
@@ -77,6 +78,7 @@ class TransactionProcessor:
         b.store.put_message(Message(topic=TRANS_OP_HALF_TOPIC, body=f"{half_offset},".encode(), queue_id=0,
                                     properties=M.java_properties(props), born_timestamp=int(time.time() * 1000),
                                     born_host=b.store_host, store_host=b.store_host))
+        b.schedule_dispatch()
         self._done.add(half_offset)
 
     # --- the check service ----------------------------------------------------------------------------
@@ -134,6 +136,7 @@ class TransactionProcessor:
             props[M.TRANSACTION_CHECK_TIMES] = str(times + 1)
             again = M.copy_of(rec, TRANS_HALF_TOPIC, 0, props, store_host=rec.store_host)
             result = store.put_message(again)
+            b.schedule_dispatch()
             if not result.ok:
                 break
             asked += self._ask(props, result.phy_offset, result.queue_offset)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from dataclasses import dataclass
 from typing import Callable
 
@@ -24,6 +25,8 @@ from .recovery import find_resync
 log = logging.getLogger(__name__)
 
 BATCH_RECORDS = 8192
+#: the least time between two dispatch rounds of the background thread (see ReputMessageService.wake)
+COALESCE_S = 0.001
 _TX_SKIP_CQ = (M.TX_PREPARED, M.TX_ROLLBACK)
 
 
@@ -350,6 +353,8 @@ class ReputMessageService:
         self.store = store
         self.reput_from = reput_from
         self._wake = threading.Event()
+        self._urgent = threading.Event()
+        self._last_round = 0.0
         self._stop = threading.Event()
         self._progress = threading.Condition()
         self._thread: threading.Thread | None = None
@@ -363,11 +368,20 @@ class ReputMessageService:
         self._thread.start()
 
     def wake(self, _end: int = 0) -> None:
+        """New records (called on every append): dispatched in the next round. Rounds follow each
+        other at least ``COALESCE_S`` apart, as upstream's ReputMessageService runs one every
+        millisecond: under load a round takes what arrived meanwhile instead of one record each."""
         if not self._wake.is_set():
             self._wake.set()
 
+    def wake_now(self) -> None:
+        """Dispatch without waiting out the round interval (someone waits for it)."""
+        self._urgent.set()
+        self._wake.set()
+
     def shutdown(self) -> None:
         self._stop.set()
+        self._urgent.set()
         self._wake.set()
         if self._thread is not None:
             self._thread.join()
@@ -390,8 +404,13 @@ class ReputMessageService:
         while not self._stop.is_set():
             self._wake.wait(0.001 if self.reput_from < self.store.dispatch_end() else 0.05)
             self._wake.clear()
+            wait = COALESCE_S - (time.monotonic() - self._last_round)
+            if wait > 0 and not self._urgent.is_set():
+                self._urgent.wait(wait)
+            self._urgent.clear()
             try:
                 self.do_reput()
+                self._last_round = time.monotonic()
             except BaseException as e:  # noqa: BLE001 - surfaced through wait_dispatched
                 log.exception("dispatch failed at offset %d", self.reput_from)
                 self.error = e

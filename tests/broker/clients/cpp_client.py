@@ -68,7 +68,7 @@ def push(a) -> None:
     each message (a raw callback: the binding's own wrapper cannot)."""
     c = PushConsumer(a.group)
     c.set_namesrv_addr(a.namesrv)
-    c.set_thread_count(1)
+    c.set_thread_count(a.threads)
     seen: dict[str, int] = {}
     count = [0]
     first, last = [0.0], [0.0]
@@ -148,6 +148,7 @@ def main() -> None:
     s.add_argument("--reconsume-later", type=int, default=0)
     s.add_argument("--props", default="")
     s.add_argument("--linger", type=float, default=0.0)
+    s.add_argument("--threads", type=int, default=1, help="the client's consume threads")
     a = ap.parse_args()
     {"produce": produce, "push": push, "pull": pull}[a.cmd](a)
 
