@@ -4,9 +4,10 @@
    against ``serve`` and against a null server (the same process, codec and processors, but a send is
    acknowledged without storing). Rounds alternate which server goes first.
 2. End-to-end latency, send to push-consumer delivery (C++ client both ends): p50 and p99.
-3. A consumer catching up on 1,000,000 stored messages (128 B, 4 queues): the C++ push consumer and a
-   raw remoting pull loop (32 per pull) through the broker, beside the in-process ``get_message``
-   loop on the same store.
+3. A consumer catching up on 1,000,000 stored messages (the harness's prebuilt store: 128 B, one key
+   each, 4 queues): a remoting consumer keeping a pull in flight per queue (32 each, as RocketMQ's
+   clients pull) and the C++ push consumer through the broker, beside the harness's in-process
+   ``get_message`` loop on the same store.
 
 Every server runs in its own process; its peak RSS (VmHWM) is read before it stops.
 
@@ -28,10 +29,12 @@ import tempfile
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(ROOT, "bench"))
+import harness as H  # noqa: E402
 OUT = os.path.join(ROOT, "bench", "out", "broker")
 CPP_PY = os.path.join(ROOT, ".clients", "remoting-py", "bin", "python")
 DRIVER = os.path.join(ROOT, "tests", "broker", "clients", "cpp_client.py")
-N_CATCHUP = 1_000_000
+N_CATCHUP = 1_000_000  # H._prebuilt's store of the harness and bench/embedded.py
 
 
 # --- the server process ----------------------------------------------------------------------------
@@ -40,8 +43,7 @@ def server_main(kind: str, store: str, port: int, read_only: bool) -> None:
     from rmqstore.broker import Broker, BrokerConfig
     from rmqstore.types import PutMessageResult, PutMessageStatus
 
-    st = MessageStore.open(store, MessageStoreConfig.embedded(mapped_file_size_commit_log=256 << 20),
-                           read_only=read_only)
+    st = MessageStore.open(store, read_only=read_only)  # sizes from the files (the harness's store) or embedded
     b = Broker(st, BrokerConfig(broker_name="bench"), listen=f"127.0.0.1:{port}")
     if kind == "null":
         counter = [0]
@@ -162,75 +164,47 @@ def latency(n: int) -> dict:
 
 
 # --- 3. catch-up -----------------------------------------------------------------------------------
-def build_catchup_store(n: int) -> str:
-    from rmqstore import Message, MessageStore, MessageStoreConfig
-
-    store = os.path.join(OUT, f"catchup-{n}")
-    marker = os.path.join(store, ".complete")
-    if os.path.exists(marker):
-        return store
-    shutil.rmtree(store, ignore_errors=True)
-    body = b"x" * 128
-    with MessageStore.open(store, MessageStoreConfig.embedded(mapped_file_size_commit_log=256 << 20)) as st:
-        for q in range(4):
-            for start in range(0, n // 4, 256):
-                st.put_messages([Message.create("Catch", body, tags="T", keys=f"k{q}-{start + i}", queue_id=q)
-                                 for i in range(min(256, n // 4 - start))])
-        st.wait_dispatched(600)
-    open(marker, "w").close()
-    return store
-
-
 def in_process_loop(store: str) -> tuple[float, float]:
-    """``get_message`` with the broker's defaults (32 per pull, upstream's transfer limits)."""
-    code = f"""
-import resource, time, json
-from rmqstore import MessageStore, MessageStoreConfig
-st = MessageStore.open({store!r}, MessageStoreConfig.embedded(mapped_file_size_commit_log=256 << 20), read_only=True)
-t0 = time.perf_counter(); n = 0
-for q in range(4):
-    off = 0
-    while True:
-        r = st.get_message("G", "Catch", q, off, 32)
-        if not r.messages:
-            break
-        n += len(r.messages); off = r.next_begin_offset
-secs = time.perf_counter() - t0
-print(json.dumps({{"n": n, "secs": secs, "rss": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}}))
-"""
-    d = json.loads(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout)
-    return d["n"] / d["secs"], d["rss"]
+    """The harness's ``get_message`` loop (32 per pull, upstream's transfer limits), in a child."""
+    res = H.run_child(H.rmq_pull, store)
+    return res["ops"] / res["seconds"], res["rss_mb"]
 
 
 def broker_raw_pulls(store: str) -> tuple[float, float]:
-    sys.path.insert(0, os.path.join(ROOT, "tests", "broker"))
+    """A remoting consumer as RocketMQ's clients pull: every queue has a pull in flight on one
+    connection (32 messages each); an answer sends that queue's next pull. Messages are counted
+    by walking each body's TOTALSIZE fields."""
     from rmqstore.broker import remoting as R
 
     srv = Server("serve", store, read_only=True)
     try:
         sock = socket.create_connection(("127.0.0.1", srv.port))
         reader = R.FrameReader()
+        offsets = {q: 0 for q in range(4)}
+
+        def ask(q: int) -> None:
+            sock.sendall(R.encode(R.request(R.RequestCode.PULL_MESSAGE, {
+                "consumerGroup": "G", "topic": "Bench", "queueId": q, "queueOffset": offsets[q], "maxMsgNums": 32,
+                "sysFlag": 4, "commitOffset": 0, "suspendTimeoutMillis": 0, "subscription": "*"}, opaque=q)))
+
         t0 = time.perf_counter()
         n = 0
-        for q in range(4):
-            off = 0
-            while True:
-                sock.sendall(R.encode(R.request(R.RequestCode.PULL_MESSAGE, {
-                    "consumerGroup": "G", "topic": "Catch", "queueId": q, "queueOffset": off, "maxMsgNums": 32,
-                    "sysFlag": 4, "commitOffset": 0, "suspendTimeoutMillis": 0, "subscription": "*"}, opaque=n)))
-                frames: list = []
-                while not frames:
-                    frames = reader.feed(sock.recv(1 << 20))
-                resp = R.decode(frames[0])
+        for q in offsets:
+            ask(q)
+        open_queues = set(offsets)
+        while open_queues:
+            for frame in reader.feed(sock.recv(1 << 20)):
+                resp = R.decode(frame)
+                q = resp.opaque
                 if resp.code != 0:
-                    break
-                pos = got = 0
-                body = resp.body
+                    open_queues.discard(q)
+                    continue
+                body, pos = resp.body, 0
                 while pos < len(body):
                     pos += int.from_bytes(body[pos:pos + 4], "big")
-                    got += 1
-                n += got
-                off = int(resp.ext["nextBeginOffset"])
+                    n += 1
+                offsets[q] = int(resp.ext["nextBeginOffset"])
+                ask(q)
         secs = time.perf_counter() - t0
         sock.close()
     finally:
@@ -241,7 +215,7 @@ def broker_raw_pulls(store: str) -> tuple[float, float]:
 def cpp_push_catchup(store: str, n: int) -> tuple[float, float]:
     srv = Server("serve", store, read_only=True)
     try:
-        p = cpp("push", "--namesrv", srv.address, "--group", f"C{time.time_ns()}", "--topic", "Catch", "--count", n,
+        p = cpp("push", "--namesrv", srv.address, "--group", f"C{time.time_ns()}", "--topic", "Bench", "--count", n,
                 "--timeout", 900, "--quiet")
         d = last_line(p, 1000)
     finally:
@@ -285,9 +259,9 @@ def main() -> None:
         return
     lat = latency(a.latency_messages)
     print(f"latency: p50 {lat['p50']:.2f} ms, p99 {lat['p99']:.2f} ms, max {lat['max']:.2f} ms", flush=True)
-    store = build_catchup_store(a.catchup)
+    store = H._prebuilt(a.catchup, 128, "q")  # the harness's store: 4 queues, one key each
     catch = {"in-process get_message loop (32 per pull)": in_process_loop(store),
-             "broker: raw remoting pulls (32 per pull, one at a time)": broker_raw_pulls(store),
+             "broker: remoting consumer, a pull in flight per queue (32 each)": broker_raw_pulls(store),
              "broker: C++ push consumer (PyPI rocketmq 0.4.4)": cpp_push_catchup(store, a.catchup)}
     for k, (rate, rss) in catch.items():
         print(f"catch-up {k}: {rate:,.0f} msgs/s, peak RSS {rss:.0f} MB", flush=True)

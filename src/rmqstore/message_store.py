@@ -21,7 +21,7 @@ import shutil
 import threading
 import time
 import weakref
-from typing import Callable, Iterable
+from typing import Callable, Iterable, Sequence
 
 import numpy as np
 
@@ -1458,6 +1458,25 @@ class MessageStore:
             raise OffsetError(f"no record of {size} bytes at commitlog offset {phy_offset}", path=self.path,
                               offset=phy_offset)
         return bytes(data)
+
+    def records_bytes(self, records: Sequence[MessageRecord]) -> bytes:
+        """The stored bytes of ``records`` (read by this store), back to back: a pull's or a query's
+        body as a broker sends it. :class:`OffsetError` when one is no longer inside written data."""
+        self._check_open()
+        cl = self.commit_log
+        lo, hi = cl.min_offset, cl.confirm_offset
+        find = cl.queue.find
+        parts = []
+        mf = None
+        for rec in records:
+            phy, size = rec.phy_offset, rec.store_size
+            if mf is None or not (mf.file_from_offset <= phy and phy + size <= mf.file_from_offset + mf.file_size):
+                mf = find(phy)
+            if mf is None or phy < lo or phy + size > hi or phy + size > mf.file_from_offset + mf.file_size:
+                raise OffsetError(f"no record of {size} bytes at commitlog offset {phy}", path=self.path, offset=phy)
+            pos = phy - mf.file_from_offset
+            parts.append(mf.mm[pos:pos + size])
+        return b"".join(parts)
 
     def memory_limit_bytes(self) -> int:
         """How much of the commitlog's end counts as "in memory" (``accessMessageInMemoryMaxRatio`` %

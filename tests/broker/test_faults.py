@@ -2,7 +2,6 @@
 connections, a read-only broker that changes nothing."""
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import socket
@@ -134,18 +133,8 @@ def test_a_client_that_never_reads_is_paused_not_buffered(start_broker, connect,
     slow.close()
 
 
-def _tree_hashes(path) -> dict[str, str]:
-    out = {}
-    for root, _, files in os.walk(path):
-        for f in files:
-            p = os.path.join(root, f)
-            with open(p, "rb") as fh:
-                out[os.path.relpath(p, path)] = hashlib.sha256(fh.read()).hexdigest()
-    return out
-
-
 def test_read_only_broker_serves_reads_and_changes_nothing(start_broker, connect, send_v2, pull, stop_broker,
-                                                           records_in):
+                                                           records_in, vectors):
     w = start_broker()
     c = connect(w.address)
     for i in range(5):
@@ -153,7 +142,7 @@ def test_read_only_broker_serves_reads_and_changes_nothing(start_broker, connect
     c.call(C.UPDATE_CONSUMER_OFFSET, {"consumerGroup": "G", "topic": "RO", "queueId": 0, "commitOffset": 2})
     path = w.store.path
     stop_broker(w)
-    before = _tree_hashes(path)
+    before = vectors.tree_hashes(path)
     b = start_broker(path=path, read_only=True)
     r = connect(b.address)
     route = json.loads(r.call(C.GET_ROUTEINFO_BY_TOPIC, {"topic": "RO"}).body)
@@ -170,4 +159,4 @@ def test_read_only_broker_serves_reads_and_changes_nothing(start_broker, connect
     assert r.call(C.UPDATE_AND_CREATE_TOPIC, {"topic": "X", "readQueueNums": 1, "writeQueueNums": 1}).code \
         == RC.NO_PERMISSION
     stop_broker(b)
-    assert _tree_hashes(path) == before
+    assert vectors.tree_hashes(path) == before

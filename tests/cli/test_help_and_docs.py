@@ -11,7 +11,7 @@ import pytest
 from rmqstore.cli.errors import EXIT_CODE_DOCS, ExitCode
 from rmqstore.cli.main import cli
 
-WRITERS = {"send", "load", "recover", "clean", "demo", "rebuild", "spark rebuild", "spark export"}
+WRITERS = {"send", "load", "recover", "clean", "demo", "rebuild", "spark rebuild", "spark export", "serve"}
 
 
 def all_commands(group: click.Group = cli, prefix: str = ""):

@@ -151,7 +151,7 @@ class AdminProcessor:
                "indexLastUpdatePhyoffset": r.index_last_update_phy_offset}
         if not r.messages:
             return cmd.response(ResponseCode.QUERY_NOT_FOUND, "can not find message, maybe time range not correct", ext)
-        body = b"".join(b.store.record_bytes(m.phy_offset, m.store_size) for m in r.messages)
+        body = b.store.records_bytes(r.messages)
         return cmd.response(ResponseCode.SUCCESS, None, ext, body)
 
     def view_message(self, conn, cmd: RemotingCommand) -> RemotingCommand:

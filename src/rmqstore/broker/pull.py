@@ -96,7 +96,7 @@ class PullProcessor:
         status = r.status
         body = b""
         if status is GetMessageStatus.FOUND and r.messages:
-            body = b"".join(store.record_bytes(m.phy_offset, m.store_size) for m in r.messages)
+            body = store.records_bytes(r.messages)
             code = ResponseCode.SUCCESS
             b.stats.got(len(r.messages))
         elif status is GetMessageStatus.FOUND or status in _RETRY:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import signal
 import sys
@@ -10,7 +11,7 @@ import time
 
 import click
 
-from .common import STORE_ENV, StoreCommand, debug_option
+from .common import STORE_ENV, StoreCommand, debug_option, json_option
 
 
 class _LineHandler(logging.Handler):
@@ -36,10 +37,12 @@ class _LineHandler(logging.Handler):
               help="Address of the name server and the broker (clients' namesrvAddr).")
 @click.option("--read-only", is_flag=True, help="Serve reads only: routes are read-only, sends get NO_PERMISSION, "
                                                 "nothing in the store changes.")
+@json_option
 @debug_option
-def serve(store: str | None, config: str | None, listen: str, read_only: bool) -> None:
-    """Run a RocketMQ broker and name server on the store: unmodified RocketMQ clients (remoting
-    protocol) produce, consume and query against it. Stops cleanly on SIGINT/SIGTERM (exit 0)."""
+def serve(store: str | None, config: str | None, listen: str, read_only: bool, json_mode: bool) -> None:
+    """Run a RocketMQ broker and name server on the store (WRITES, unless --read-only): unmodified
+    RocketMQ clients (remoting protocol) produce, consume and query against it. Stops cleanly on
+    SIGINT/SIGTERM (exit 0). With --json the listening line is a JSON object."""
     from ..broker import Broker, BrokerConfig
     from ..layout import is_store_dir
     from ..message_store import MessageStore
@@ -61,9 +64,15 @@ def serve(store: str | None, config: str | None, listen: str, read_only: bool) -
             for sig in (signal.SIGINT, signal.SIGTERM):
                 loop.add_signal_handler(sig, broker.request_stop)
             await broker.start_async()
-            click.echo(f"listening on {broker.listen_host}:{broker.server_port} (name server and broker "
-                       f"{bcfg.broker_name}; clients use namesrvAddr={broker.address}; store {st.path}"
-                       f"{', read-only' if read_only else ''})")
+            if json_mode:
+                click.echo(json.dumps({"listening": f"{broker.listen_host}:{broker.server_port}",
+                                       "namesrv_addr": broker.address, "broker_name": bcfg.broker_name,
+                                       "cluster": bcfg.broker_cluster_name, "store": st.path,
+                                       "read_only": read_only}))
+            else:
+                click.echo(f"listening on {broker.listen_host}:{broker.server_port} (name server and broker "
+                           f"{bcfg.broker_name}; clients use namesrvAddr={broker.address}; store {st.path}"
+                           f"{', read-only' if read_only else ''})")
             sys.stdout.flush()
             await broker.wait_stopped()
             await broker.stop_async()

@@ -138,7 +138,7 @@ SHORT_HELP = {
     "clean": "Delete expired files (writes; not with --dry-run).",
     "rebuild": "Rebuild consume queues and index into a new directory.",
     "spark": "Spark jobs: rebuild, verify, export, stats.",
-    "serve": "Run a RocketMQ broker + name server on the store (writes).",
+    "serve": "A RocketMQ broker + name server on the store (writes).",
 }
 for _name, _text in SHORT_HELP.items():
     cli.commands[_name].short_help = _text

@@ -18,41 +18,32 @@ def parse_int(text: str) -> int:
     ``ValueError`` otherwise."""
     if type(text) is str and text.isascii() and text.isdigit() and len(text) < 10:
         return int(text)  # the usual case: plain ASCII digits that fit
-    if not isinstance(text, str) or not text:
-        raise ValueError(f"{text!r} is not an int (Integer.parseInt: empty)")
-    sign, digits = (text[0], text[1:]) if text[0] in "+-" else ("+", text)
-    if not digits:
-        raise ValueError(f"{text!r} is not an int (Integer.parseInt: a sign alone)")
-    value = 0
-    for ch in digits:
-        d = unicodedata.decimal(ch, None)
-        if d is None:
-            raise ValueError(f"{text!r} is not an int (Integer.parseInt: {ch!r} is not a digit)")
-        value = value * 10 + d
-    value = -value if sign == "-" else value
-    if not INT_MIN <= value <= INT_MAX:
-        raise ValueError(f"{text!r} is not an int (Integer.parseInt: outside 32 bits)")
-    return value
+    return _parse_java_integer(text, 32, "Integer.parseInt")
 
 
 def parse_long(text: str) -> int:
     """``Long.parseLong(text)``: as :func:`parse_int`, within int64."""
     if type(text) is str and text.isascii() and text.isdigit() and len(text) < 19:
         return int(text)
+    return _parse_java_integer(text, 64, "Long.parseLong")
+
+
+def _parse_java_integer(text: str, bits: int, java: str) -> int:
+    what = "an int" if bits == 32 else "a long"
     if not isinstance(text, str) or not text:
-        raise ValueError(f"{text!r} is not a long (Long.parseLong: empty)")
+        raise ValueError(f"{text!r} is not {what} ({java}: empty)")
     sign, digits = (text[0], text[1:]) if text[0] in "+-" else ("+", text)
     if not digits:
-        raise ValueError(f"{text!r} is not a long (Long.parseLong: a sign alone)")
+        raise ValueError(f"{text!r} is not {what} ({java}: a sign alone)")
     value = 0
     for ch in digits:
         d = unicodedata.decimal(ch, None)
         if d is None:
-            raise ValueError(f"{text!r} is not a long (Long.parseLong: {ch!r} is not a digit)")
+            raise ValueError(f"{text!r} is not {what} ({java}: {ch!r} is not a digit)")
         value = value * 10 + d
     value = -value if sign == "-" else value
-    if not -(1 << 63) <= value < (1 << 63):
-        raise ValueError(f"{text!r} is not a long (Long.parseLong: outside 64 bits)")
+    if not -(1 << (bits - 1)) <= value < (1 << (bits - 1)):
+        raise ValueError(f"{text!r} is not {what} ({java}: outside {bits} bits)")
     return value
 
 
