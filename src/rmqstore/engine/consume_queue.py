@@ -142,6 +142,17 @@ class ConsumeQueue:
     # --- writing -----------------------------------------------------------------------------
     def put_units(self, queue_offsets: np.ndarray, phys: np.ndarray, sizes: np.ndarray, tags: np.ndarray) -> None:
         """Append units for records in commitlog order (``putMessagePositionInfo`` for each)."""
+        if queue_offsets.size == 1:  # a broker's usual dispatch: one unit, no numpy round trips
+            q0, phy, size, tag = int(queue_offsets[0]), int(phys[0]), int(sizes[0]), int(tags[0])
+            if phy + size <= self.max_physic_offset:
+                return
+            mf = self._file_for(q0)
+            if q0 * UNIT == mf.file_from_offset + mf.wrote_position and mf.wrote_position + UNIT <= self.file_size:
+                mf.append(F.UNIT.pack(phy, size, tag), publish_last=False)
+                self.max_physic_offset = phy + size
+            else:
+                self._put_one(mf, q0, phy, size, tag)
+            return
         keep = (phys + sizes) > self.max_physic_offset
         if not keep.all():
             queue_offsets, phys, sizes, tags = queue_offsets[keep], phys[keep], sizes[keep], tags[keep]

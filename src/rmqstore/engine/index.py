@@ -30,6 +30,7 @@ log = logging.getLogger(__name__)
 #: batches up to this many items are put item by item (see ``IndexFile._put_small``)
 SMALL_PUT = 16
 _ITEM = struct.Struct(">iqii")
+_SLOT = struct.Struct(">i")
 
 
 def link_chains(slot_of: np.ndarray, nums: np.ndarray, old: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
@@ -173,8 +174,9 @@ class IndexFile:
             heads[slot] = num
             items.append(_ITEM.pack(hashes[j], phys[j], diffs[j], prev))
         self.mf.write_at(F.item_pos(self.slot_num, count), b"".join(items))
-        self._write_slots(np.fromiter(heads, dtype=np.int64, count=len(heads)),
-                          np.fromiter(heads.values(), dtype=np.int64, count=len(heads)))
+        mm = self.mf.mm
+        for slot, head in heads.items():
+            _SLOT.pack_into(mm, F.HEADER_SIZE + 4 * slot, head)
         self.slot_count += new_slots
         self.index_count = count + m
         self.end_phy, self.end_ts = phys[-1], ts[-1]

@@ -27,7 +27,8 @@ BLANK_UNIT = UNIT.pack(0, 0x7FFFFFFF, 0)
 def encode_units(phy_offsets, sizes, tags_codes) -> bytes:
     """Batch form: the bytes of consecutive units."""
     if len(phy_offsets) <= 8:  # a few units: struct beats numpy's fixed cost
-        return b"".join(map(UNIT.pack, map(int, phy_offsets), map(int, sizes), map(int, tags_codes)))
+        tl = (lambda a: a.tolist() if hasattr(a, "tolist") else list(a))
+        return b"".join(map(UNIT.pack, tl(phy_offsets), tl(sizes), tl(tags_codes)))
     arr = np.empty(len(phy_offsets), dtype=UNIT_DTYPE)
     arr["phy_offset"] = phy_offsets
     arr["size"] = sizes

@@ -367,6 +367,9 @@ class RecordBatch:
         return RecordBatch(**{k: v[:n] for k, v in self.__dict__.items()})
 
     def first_invalid(self) -> int:
+        if self.valid.size <= 16:
+            flags = self.valid.tolist()
+            return flags.index(False) if False in flags else len(flags)
         bad = np.flatnonzero(~self.valid)
         return int(bad[0]) if bad.size else len(self)
 
