@@ -143,15 +143,7 @@ class ConsumeQueue:
     def put_units(self, queue_offsets: np.ndarray, phys: np.ndarray, sizes: np.ndarray, tags: np.ndarray) -> None:
         """Append units for records in commitlog order (``putMessagePositionInfo`` for each)."""
         if queue_offsets.size == 1:  # a broker's usual dispatch: one unit, no numpy round trips
-            q0, phy, size, tag = int(queue_offsets[0]), int(phys[0]), int(sizes[0]), int(tags[0])
-            if phy + size <= self.max_physic_offset:
-                return
-            mf = self._file_for(q0)
-            if q0 * UNIT == mf.file_from_offset + mf.wrote_position and mf.wrote_position + UNIT <= self.file_size:
-                mf.append(F.UNIT.pack(phy, size, tag), publish_last=False)
-                self.max_physic_offset = phy + size
-            else:
-                self._put_one(mf, q0, phy, size, tag)
+            self.put_unit(int(queue_offsets[0]), int(phys[0]), int(sizes[0]), int(tags[0]))
             return
         keep = (phys + sizes) > self.max_physic_offset
         if not keep.all():
@@ -173,6 +165,17 @@ class ConsumeQueue:
             else:
                 self._put_one(mf, q0, int(phys[i]), int(sizes[i]), int(tags[i]))
                 i += 1
+
+    def put_unit(self, q: int, phy: int, size: int, tag: int) -> None:
+        """:meth:`put_units` for one unit, with plain ints."""
+        if phy + size <= self.max_physic_offset:
+            return
+        mf = self._file_for(q)
+        if q * UNIT == mf.file_from_offset + mf.wrote_position and mf.wrote_position + UNIT <= self.file_size:
+            mf.append(F.UNIT.pack(phy, size, tag), publish_last=False)
+            self.max_physic_offset = phy + size
+        else:
+            self._put_one(mf, q, phy, size, tag)
 
     def _file_for(self, q: int):
         expect = q * UNIT

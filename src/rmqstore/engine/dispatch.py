@@ -30,6 +30,31 @@ COALESCE_S = 0.001
 _TX_SKIP_CQ = (M.TX_PREPARED, M.TX_ROLLBACK)
 
 
+def dispatch_properties(raw: bytes) -> dict[str, str]:
+    """The properties dispatch reads (TAGS, KEYS, UNIQ_KEY, DELAY) from a record's raw properties,
+    parsed as upstream (name and value non-empty, the last occurrence winning)."""
+    props = {}
+    for seg in raw.split(b"\x02"):
+        j = seg.find(b"\x01")
+        if 0 < j < len(seg) - 1:
+            k = seg[:j]
+            if k in (b"TAGS", b"KEYS", b"UNIQ_KEY", b"DELAY"):
+                props[k.decode()] = seg[j + 1:].decode("utf-8", "replace")
+    return props
+
+
+def index_keys(topic: str, props: dict[str, str]) -> list[str]:
+    """The record's index keys, ``topic#key``: UNIQ_KEY first, then each KEYS token."""
+    keys = []
+    u = props.get("UNIQ_KEY")
+    if u is not None:
+        keys.append(f"{topic}#{u}")
+    kv = props.get("KEYS")
+    if kv:
+        keys.extend(f"{topic}#{k}" for k in kv.split(" ") if k)
+    return keys
+
+
 def extract_dispatch_fields(buf, batch: M.RecordBatch, delay_levels_ms, topic_cache: dict):
     """Per record: topic, tagsCode and the index keys (``topic#key`` strings, UNIQ_KEY first)."""
     mv = memoryview(buf)
@@ -44,20 +69,9 @@ def extract_dispatch_fields(buf, batch: M.RecordBatch, delay_levels_ms, topic_ca
         topics.append(topic)
         keys: list[str] = []
         if pl[i] > 0:
-            props = {}
-            for seg in bytes(mv[pp[i]:pp[i] + pl[i]]).split(b"\x02"):
-                j = seg.find(b"\x01")
-                if 0 < j < len(seg) - 1:
-                    k = seg[:j]
-                    if k in (b"TAGS", b"KEYS", b"UNIQ_KEY", b"DELAY"):
-                        props[k.decode()] = seg[j + 1:].decode("utf-8", "replace")
+            props = dispatch_properties(bytes(mv[pp[i]:pp[i] + pl[i]]))
             tags_codes[i] = tags_code_of(topic, props, sts[i], delay_levels_ms)
-            u = props.get("UNIQ_KEY")
-            if u is not None:
-                keys.append(f"{topic}#{u}")
-            kv = props.get("KEYS")
-            if kv:
-                keys.extend(f"{topic}#{k}" for k in kv.split(" ") if k)
+            keys = index_keys(topic, props)
         else:
             tags_codes[i] = 0
         key_lists.append(keys)
@@ -460,6 +474,52 @@ class ReputMessageService:
         new = min(end, mf.file_from_offset + mf.wrote_position)
         return new if new > self.reput_from else cl.roll_next_file(self.reput_from)
 
+    def _dispatch_one(self, mf, st: int):
+        """Dispatch the one record at ``st`` of ``mf`` with plain ints (what ``decode_batch`` and
+        ``dispatch_batch`` do for it, the same bytes written). Returns ``(end offset, touched
+        queues)``, ``(None, set())`` when the record is invalid, or None for a record this path
+        does not take (IPv6 hosts, a header past the segment): the batch path then decides."""
+        store = self.store
+        mm = mf.mm
+        if st + M.FIXED_V4.size > mf.file_size:
+            return None
+        f = M.FIXED_V4.unpack_from(mm, st)
+        total, magic, sys_flag, body_len = f[0], f[1], f[7], f[16]
+        if sys_flag & (M.SYSFLAG_BORNHOST_V6 | M.SYSFLAG_STOREHOST_V6):
+            return None
+        v2 = magic == M.MAGIC_V2
+        top = min(st + total, mf.file_size)
+        tl_pos = st + 88 + max(body_len, 0)
+        if not (magic == M.MAGIC_V1 or v2) or total < 91 or st + total > mf.file_size or tl_pos + 2 > top:
+            return None, set()
+        if v2:
+            topic_len, topic_pos = int.from_bytes(mm[tl_pos:tl_pos + 2], "big", signed=True), tl_pos + 2
+        else:
+            topic_len, topic_pos = int.from_bytes(mm[tl_pos:tl_pos + 1], "big", signed=True), tl_pos + 1
+        pl_pos = topic_pos + max(topic_len, 0)
+        if topic_len < 0 or pl_pos + 2 > top:
+            return None, set()
+        props_len = int.from_bytes(mm[pl_pos:pl_pos + 2], "big", signed=True)
+        if 88 + max(body_len, 0) + (2 if v2 else 1) + topic_len + 2 + max(props_len, 0) != total:
+            return None, set()
+        tb = mm[topic_pos:topic_pos + topic_len]
+        topic = self._topic_cache.get(tb)
+        if topic is None:
+            topic = self._topic_cache[tb] = tb.decode("utf-8", "replace")
+        props = dispatch_properties(mm[pl_pos + 2:pl_pos + 2 + props_len]) if props_len > 0 else {}
+        queue_id, queue_offset, phy, store_ts = f[3], f[5], f[6], f[11]
+        touched: set[tuple[str, int]] = set()
+        tx = sys_flag & M.SYSFLAG_TX_MASK
+        if tx != M.TX_PREPARED and tx != M.TX_ROLLBACK:
+            tags_code = tags_code_of(topic, props, store_ts, store.delay_levels_ms) if props_len > 0 else 0
+            store.find_consume_queue(topic, queue_id).put_unit(queue_offset, phy, total, tags_code)
+            touched.add((topic, queue_id))
+        if store.cfg.message_index_enable and store.index_service is not None:
+            store.index_service.build_index_one(phy, store_ts, sys_flag,
+                                                [H.abs_key_hash(H.java_hash(k)) for k in index_keys(topic, props)])
+        store.on_dispatched(store_ts)
+        return mf.file_from_offset + st + total, touched
+
     def do_reput(self, end: int | None = None) -> None:
         """Dispatch everything in ``[reput_from, end)`` (default: the store's dispatch end)."""
         with self.lock:
@@ -481,6 +541,20 @@ class ReputMessageService:
                     starts, stop, stop_pos = M.walk_records(mf.mm, pos, walk_end, BATCH_RECORDS)
                     if not len(starts) and walk_end < seg_end:  # no record ends where a batch was said to start
                         starts, stop, stop_pos = M.walk_records(mf.mm, pos, seg_end, BATCH_RECORDS)
+                if hinted is None and len(starts) == 1:  # a broker's usual round: one record, no numpy
+                    one = self._dispatch_one(mf, int(starts[0]))
+                    if one is not None:
+                        new, touched = one
+                        if new is None:  # invalid: resync as the batch path does
+                            new = self._resync(mf, mf.file_from_offset + int(starts[0]), end)
+                        if new <= self.reput_from:
+                            break
+                        with self._progress:
+                            self.reput_from = new
+                            self._progress.notify_all()
+                        if touched:
+                            store.notify_dispatched(touched)
+                        continue
                 batch = M.decode_batch(mf.u8, starts)
                 if hinted is not None and not _contiguous(batch, stop_pos):
                     log.warning("dispatch: record starts handed over for [%d, %d) do not match the records; walking them",

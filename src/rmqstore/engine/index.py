@@ -410,6 +410,14 @@ class IndexService:
             if cur.is_write_full and int(rec_of[-1]) < n - 1:
                 self._new_file()
 
+    def build_index_one(self, phy: int, ts: int, sys_flag: int, hashes: list[int]) -> None:
+        """:meth:`build_index_hashed` for one record, with plain ints (``hashes``: its items)."""
+        with self.lock:
+            cur = self._current()
+            end0 = cur.end_phy
+            self._build_small(cur, end0, cur.index_count > 1 or end0 > 0, [phy], [ts], [sys_flag],
+                              [0] * len(hashes), hashes)
+
     def _build_small(self, cur, end0: int, skip_eq: bool, phys: list, ts: list, sys_flags: list, item_rec: list,
                      item_hash: list) -> None:
         """:meth:`build_index_hashed` of a few records, without numpy (same items, same files)."""
