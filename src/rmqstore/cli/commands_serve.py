@@ -51,7 +51,12 @@ def serve(store: str | None, config: str | None, listen: str, read_only: bool, j
     bcfg = BrokerConfig.from_properties(cmd.broker_properties())
     if read_only and not is_store_dir(cmd.store_path):
         raise click.UsageError(f"--read-only needs an existing store (path={cmd.store_path})")
-    handler = _LineHandler()
+    if sys.stderr.isatty():  # a terminal: rich's log lines (time, level, message)
+        from rich.console import Console
+        from rich.logging import RichHandler
+        handler: logging.Handler = RichHandler(console=Console(stderr=True), show_path=False)
+    else:
+        handler = _LineHandler()
     log = logging.getLogger("rmqstore")
     log.addHandler(handler)
     log.setLevel(logging.INFO)
