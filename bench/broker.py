@@ -39,7 +39,7 @@ N_CATCHUP = 1_000_000  # H._prebuilt's store of the harness and bench/embedded.p
 
 # --- the server process ----------------------------------------------------------------------------
 def server_main(kind: str, store: str, port: int, read_only: bool) -> None:
-    from rmqstore import MessageStore, MessageStoreConfig
+    from rmqstore import MessageStore
     from rmqstore.broker import Broker, BrokerConfig
     from rmqstore.types import PutMessageResult, PutMessageStatus
 

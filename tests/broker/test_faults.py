@@ -3,7 +3,6 @@ connections, a read-only broker that changes nothing."""
 from __future__ import annotations
 
 import json
-import os
 import socket
 import struct
 import time

@@ -2,7 +2,6 @@
 npm ali-ons 3.12.0 (pure JavaScript), each in its own environment (scripts/setup_clients)."""
 from __future__ import annotations
 
-import json
 import time
 
 from rmqstore.broker import remoting as R
