@@ -278,12 +278,19 @@ def test_admin_requests_and_state_files(start_broker, connect, send_v2, stop_bro
     assert '"queueId":1,"topic":"Admin"}:{"brokerOffset":1,"consumerOffset":1' in cs
     assert json.loads(c.call(C.QUERY_TOPIC_CONSUME_BY_WHO, {"topic": "Admin"}).body) == {"groupSet": ["G"]}
     assert c.call(C.GET_CONSUMER_CONNECTION_LIST, {"consumerGroup": "G"}).code == RC.CONSUMER_NOT_ONLINE
+    r, _ = c.json_call(C.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, None, {"groupName": "G2", "retryMaxTimes": 3})
+    assert r.code == RC.SUCCESS
+    groups = json.loads(c.call(C.GET_ALL_SUBSCRIPTIONGROUP_CONFIG).body)["subscriptionGroupTable"]
+    assert groups["G2"]["retryMaxTimes"] == 3 and groups["G2"]["retryQueueNums"] == 1  # upstream's defaults filled
+    assert c.json_call(C.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, None, {"retryMaxTimes": 3})[0].code == RC.SYSTEM_ERROR
     path = b.store.path
     stop_broker(b)
     topics = json.loads(open(os.path.join(path, "config", "topics.json")).read())
     assert topics["topicConfigTable"]["Admin"]["writeQueueNums"] == 2 and "dataVersion" in topics
     offsets = json.loads(open(os.path.join(path, "config", "consumerOffset.json")).read())
     assert offsets["offsetTable"]["Admin@G"] == {"1": 1}
+    groups = json.loads(open(os.path.join(path, "config", "subscriptionGroup.json")).read())
+    assert groups["subscriptionGroupTable"]["G2"]["retryMaxTimes"] == 3
     b2 = start_broker(path=path)  # a restart keeps topics and offsets
     c2 = connect(b2.address)
     assert json.loads(c2.call(C.GET_ROUTEINFO_BY_TOPIC, {"topic": "Admin"}).body)["queueDatas"][0]["readQueueNums"] == 2
