@@ -12,7 +12,7 @@ import dataclasses
 import logging
 import os
 from dataclasses import dataclass, field, fields
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 import javaproperties
 
@@ -160,15 +160,8 @@ class MessageStoreConfig:
         case (anything else the broker reads as false: a ``ConfigError`` here), strings are
         trimmed as Java's ``String.trim``. A mapping may use the camelCase or the snake_case names,
         with Python values or strings (judged the same way)."""
-        from_file = isinstance(source, (str, os.PathLike))
-        if from_file:
-            mapping = read_properties_file(os.fspath(source))
-        elif isinstance(source, Mapping):
-            mapping = dict(source)
-        else:
-            raise ConfigError(f"from_properties takes a path or a mapping, got {type(source).__name__}")
-        by_camel = {camel_name(f.name): f for f in fields(cls)}
-        by_snake = {f.name: f for f in fields(cls)}
+        mapping, from_file = read_source(source)
+        by_camel, by_snake = java_fields(cls)
         kwargs: dict[str, Any] = {}
         for key, value in mapping.items():
             key = str(key)
@@ -227,6 +220,20 @@ EMBEDDED_DEFAULTS: dict[str, Any] = {
 #: every field's name without underscores, lowercased -> RocketMQ's camelCase (for the warning on a
 #: misspelt broker.conf key)
 _NORMALIZED = {f.name.replace("_", "").lower(): camel_name(f.name) for f in fields(MessageStoreConfig)}
+
+
+def read_source(source: str | os.PathLike | Mapping[str, Any]) -> tuple[dict[str, Any], bool]:
+    """``(key -> value, read from a file)`` of a broker.conf path (read as Java reads it) or a mapping."""
+    if isinstance(source, (str, os.PathLike)):
+        return read_properties_file(os.fspath(source)), True
+    if isinstance(source, Mapping):
+        return dict(source), False
+    raise ConfigError(f"from_properties takes a path or a mapping, got {type(source).__name__}")
+
+
+def java_fields(cls, java_name: Callable[[str], str] = camel_name) -> tuple[dict, dict]:
+    """A config dataclass's fields by their broker.conf key and by their Python name."""
+    return {java_name(f.name): f for f in fields(cls)}, {f.name: f for f in fields(cls)}
 
 
 def read_properties_file(path: str) -> dict[str, str]:

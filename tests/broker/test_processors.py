@@ -328,3 +328,25 @@ def test_topics_of_a_store_without_config_are_served(tmp_path, start_broker, con
     q = json.loads(c.call(C.GET_ROUTEINFO_BY_TOPIC, {"topic": "Embedded"}).body)["queueDatas"][0]
     assert (q["readQueueNums"], q["writeQueueNums"], q["perm"]) == (3, 3, 6)
     assert [m.body for m in records_in(pull(c, "G", "Embedded", 2, 0).body)] == [b"e"]
+
+
+def test_broker_conf_keys_and_advertised_address(tmp_path, start_broker, connect):
+    from rmqstore.broker import BrokerConfig
+    from rmqstore.errors import ConfigError
+
+    conf = tmp_path / "broker.conf"
+    conf.write_text("brokerName=b1\nbrokerClusterName=C1\nbrokerIP1=10.1.2.3\nlistenPort=10911\n"
+                    "defaultTopicQueueNums=2\nautoCreateTopicEnable=false\nbrokerIp1=ignored\n")
+    cfg = BrokerConfig.from_properties(conf)
+    assert (cfg.broker_name, cfg.broker_cluster_name, cfg.broker_ip1, cfg.listen_port) == ("b1", "C1", "10.1.2.3", 10911)
+    assert cfg.default_topic_queue_nums == 2 and cfg.auto_create_topic_enable is False
+    bad = tmp_path / "bad.conf"
+    bad.write_text("defaultTopicQueueNums=8 \n")  # Integer.parseInt refuses the blank: the broker would ignore it
+    with pytest.raises(ConfigError, match="defaultTopicQueueNums"):
+        BrokerConfig.from_properties(bad)
+    b = start_broker(broker=cfg.replace(auto_create_topic_enable=True))
+    assert b.address == "10.1.2.3:10911"  # routes advertise brokerIP1:listenPort, for clients on other hosts
+    c = connect(f"127.0.0.1:{b.server_port}")
+    route = json.loads(c.call(C.GET_ROUTEINFO_BY_TOPIC, {"topic": "TBW102"}).body)
+    assert route["brokerDatas"][0]["brokerAddrs"] == {"0": "10.1.2.3:10911"}
+    assert route["queueDatas"][0]["writeQueueNums"] == 2

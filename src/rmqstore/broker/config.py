@@ -10,10 +10,10 @@ from __future__ import annotations
 import dataclasses
 import os
 import socket
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from typing import Any, Mapping
 
-from ..config import camel_name, coerce_value, read_properties_file
+from ..config import camel_name, coerce_value, java_fields, read_source
 from ..errors import ConfigError
 
 
@@ -67,10 +67,8 @@ class BrokerConfig:
     @classmethod
     def from_properties(cls, source: str | os.PathLike | Mapping[str, Any], **overrides: Any) -> "BrokerConfig":
         """From a broker.conf path or a mapping (camelCase keys; a mapping may also use snake_case)."""
-        from_file = isinstance(source, (str, os.PathLike))
-        mapping = read_properties_file(os.fspath(source)) if from_file else dict(source)
-        by_camel = {_java_name(f.name): f for f in fields(cls)}
-        by_snake = {f.name: f for f in fields(cls)}
+        mapping, from_file = read_source(source)
+        by_camel, by_snake = java_fields(cls, _java_name)
         kwargs: dict[str, Any] = {}
         for key, value in mapping.items():
             f = by_camel.get(str(key)) or (None if from_file else by_snake.get(str(key)))
