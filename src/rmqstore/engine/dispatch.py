@@ -481,32 +481,18 @@ class ReputMessageService:
         does not take (IPv6 hosts, a header past the segment): the batch path then decides."""
         store = self.store
         mm = mf.mm
-        if st + M.FIXED_V4.size > mf.file_size:
+        scanned = M.scan_v4(mm, st, mf.file_size)
+        if scanned is None:
             return None
-        f = M.FIXED_V4.unpack_from(mm, st)
-        total, magic, sys_flag, body_len = f[0], f[1], f[7], f[16]
-        if sys_flag & (M.SYSFLAG_BORNHOST_V6 | M.SYSFLAG_STOREHOST_V6):
-            return None
-        v2 = magic == M.MAGIC_V2
-        top = min(st + total, mf.file_size)
-        tl_pos = st + 88 + max(body_len, 0)
-        if not (magic == M.MAGIC_V1 or v2) or total < 91 or st + total > mf.file_size or tl_pos + 2 > top:
+        f, topic_pos, topic_len, props_pos, props_len, valid = scanned
+        if not valid:
             return None, set()
-        if v2:
-            topic_len, topic_pos = int.from_bytes(mm[tl_pos:tl_pos + 2], "big", signed=True), tl_pos + 2
-        else:
-            topic_len, topic_pos = int.from_bytes(mm[tl_pos:tl_pos + 1], "big", signed=True), tl_pos + 1
-        pl_pos = topic_pos + max(topic_len, 0)
-        if topic_len < 0 or pl_pos + 2 > top:
-            return None, set()
-        props_len = int.from_bytes(mm[pl_pos:pl_pos + 2], "big", signed=True)
-        if 88 + max(body_len, 0) + (2 if v2 else 1) + topic_len + 2 + max(props_len, 0) != total:
-            return None, set()
+        total, sys_flag = f[0], f[7]
         tb = mm[topic_pos:topic_pos + topic_len]
         topic = self._topic_cache.get(tb)
         if topic is None:
             topic = self._topic_cache[tb] = tb.decode("utf-8", "replace")
-        props = dispatch_properties(mm[pl_pos + 2:pl_pos + 2 + props_len]) if props_len > 0 else {}
+        props = dispatch_properties(mm[props_pos:props_pos + props_len]) if props_len > 0 else {}
         queue_id, queue_offset, phy, store_ts = f[3], f[5], f[6], f[11]
         touched: set[tuple[str, int]] = set()
         tx = sys_flag & M.SYSFLAG_TX_MASK

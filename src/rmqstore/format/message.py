@@ -404,42 +404,46 @@ SMALL_DECODE = 16
 _I64, _I32 = np.int64, np.int32
 
 
+def scan_v4(buf, st: int, limit: int):
+    """The record at ``st`` read with one ``struct`` unpack, by :func:`decode_batch`'s rules:
+    ``(fixed fields (FIXED_V4), topic_pos, topic_len, props_pos, props_len, valid)``; None when the
+    fixed part does not fit before ``limit`` or a host is IPv6 (the batch path then decides). When
+    ``valid`` is False the positions are meaningless (clamped as decode_batch clamps them)."""
+    if st < 0 or st + FIXED_V4.size > limit:
+        return None
+    f = FIXED_V4.unpack_from(buf, st)
+    if f[7] & (SYSFLAG_BORNHOST_V6 | SYSFLAG_STOREHOST_V6):
+        return None
+    total, magic, body_len = f[0], f[1], f[16]
+    top = min(st + total, limit)
+    v2 = magic == MAGIC_V2
+    tl_pos = st + 88 + max(body_len, 0)
+    ok5 = tl_pos + 2 <= top
+    tl_off = tl_pos if ok5 else 0
+    width = 2 if v2 else 1
+    topic_len = int.from_bytes(bytes(buf[tl_off:tl_off + width]), "big", signed=True)
+    topic_pos = tl_pos + width
+    pl_pos = topic_pos + max(topic_len, 0)
+    ok6 = pl_pos + 2 <= top
+    pl_off = pl_pos if ok6 else 0
+    props_len = int.from_bytes(bytes(buf[pl_off:pl_off + 2]), "big", signed=True)
+    formula = 88 + max(body_len, 0) + width + topic_len + 2 + max(props_len, 0)
+    valid = ((magic == MAGIC_V1 or v2) and total >= 91 and st + total <= limit and ok5 and ok6
+             and topic_len >= 0 and formula == total)
+    return f, topic_pos, topic_len, pl_off + 2, props_len, valid
+
+
 def _decode_small(u8: np.ndarray, starts: list[int]) -> RecordBatch | None:
-    """:func:`decode_batch` of a few records with IPv4 hosts, one ``struct`` unpack each (same
-    columns, same validity rules); None when one has IPv6 hosts or does not fit (the general path
-    then decides)."""
-    limit = u8.size
-    unpack = FIXED_V4.unpack_from
+    """:func:`decode_batch` of a few records with IPv4 hosts (:func:`scan_v4` each: same columns,
+    same validity rules); None when one has IPv6 hosts or does not fit (the general path then decides)."""
     rows = []
     for st in starts:
-        if st < 0 or st + FIXED_V4.size > limit:
+        scanned = scan_v4(u8, st, u8.size)
+        if scanned is None:
             return None
-        f = unpack(u8, st)
-        sys_flag = f[7]
-        if sys_flag & (SYSFLAG_BORNHOST_V6 | SYSFLAG_STOREHOST_V6):
-            return None
-        total, magic, body_len = f[0], f[1], f[16]
-        top = min(st + total, limit)
-        body_pos = st + 88
-        v2 = magic == MAGIC_V2
-        tl_pos = body_pos + max(body_len, 0)
-        ok5 = tl_pos + 2 <= top
-        tl_off = tl_pos if ok5 else 0
-        if v2:
-            topic_len = int.from_bytes(u8[tl_off:tl_off + 2].tobytes(), "big", signed=True)
-            topic_pos = tl_pos + 2
-        else:
-            topic_len = int(u8[tl_off]) - 256 if u8[tl_off] > 127 else int(u8[tl_off])
-            topic_pos = tl_pos + 1
-        pl_pos = topic_pos + max(topic_len, 0)
-        ok6 = pl_pos + 2 <= top
-        pl_off = pl_pos if ok6 else 0
-        props_len = int.from_bytes(u8[pl_off:pl_off + 2].tobytes(), "big", signed=True)
-        formula = 88 + max(body_len, 0) + (2 if v2 else 1) + topic_len + 2 + max(props_len, 0)
-        valid = ((magic == MAGIC_V1 or v2) and total >= 91 and st + total <= limit and ok5 and ok6
-                 and topic_len >= 0 and formula == total)
-        rows.append((st, total, magic, f[2], f[3], f[4], f[5], f[6], sys_flag, f[8], st + 48, 8, f[11], st + 64, 8,
-                     f[14], f[15], body_pos, body_len, topic_pos, topic_len, pl_off + 2, props_len, valid))
+        f, topic_pos, topic_len, props_pos, props_len, valid = scanned
+        rows.append((st, f[0], f[1], f[2], f[3], f[4], f[5], f[6], f[7], f[8], st + 48, 8, f[11], st + 64, 8,
+                     f[14], f[15], st + 88, f[16], topic_pos, topic_len, props_pos, props_len, valid))
     table = np.array(rows, dtype=_I64).T.copy()  # one row per column, each contiguous
     i64 = list(table[:23])
     for j in (2, 3, 4, 5, 8, 15):  # magic, body_crc, queue_id, flag, sys_flag, reconsume_times: int32
