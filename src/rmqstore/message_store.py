@@ -1449,16 +1449,6 @@ class MessageStore:
                 return rec
         return None
 
-    def record_bytes(self, phy_offset: int, size: int) -> bytes:
-        """The stored bytes of the record at ``phy_offset`` (``size`` from its unit or its record), as
-        a broker sends them to clients; :class:`OffsetError` when they are not inside written data."""
-        self._check_open()
-        data = self.commit_log.get_data(phy_offset, size)
-        if data is None:
-            raise OffsetError(f"no record of {size} bytes at commitlog offset {phy_offset}", path=self.path,
-                              offset=phy_offset)
-        return bytes(data)
-
     def records_bytes(self, records: Sequence[MessageRecord]) -> bytes:
         """The stored bytes of ``records`` (read by this store), back to back: a pull's or a query's
         body as a broker sends it. :class:`OffsetError` when one is no longer inside written data."""
@@ -1515,7 +1505,7 @@ class MessageStore:
         cl = self.commit_log
         read_pulled = cl.read_pulled
         max_phy = cl.confirm_offset
-        in_mem_limit = self._ram * cfg.access_message_in_memory_max_ratio // 100
+        in_mem_limit = self.memory_limit_bytes()
         max_filter = max(cfg.max_filter_message_size, max_nums * 20)
         status = GetMessageStatus.NO_MATCHED_MESSAGE
         next_begin = offset

@@ -265,6 +265,21 @@ def _props_text_fixture():
     return props_text
 
 
+def stored_bytes(store, phy: int, size: int) -> bytes:
+    """``size`` bytes at commitlog offset ``phy``, read from the segment file on disk (an oracle
+    independent of the store's read path)."""
+    seg = store.cfg.mapped_file_size_commit_log
+    start = phy - phy % seg
+    with open(os.path.join(store.path, "commitlog", f"{start:020d}"), "rb") as fh:
+        fh.seek(phy - start)
+        return fh.read(size)
+
+
+@pytest.fixture(name="stored_bytes")
+def _stored_bytes_fixture():
+    return stored_bytes
+
+
 def records_in(body: bytes) -> list:
     """The records of a pull/query body (each a stored commitlog record), decoded with CRC checks."""
     from rmqstore.format.message import decode_message

@@ -42,7 +42,8 @@ def test_auto_create_off_refuses_unknown_topics(start_broker, connect, send_v2):
 
 
 @pytest.mark.parametrize("code", [C.SEND_MESSAGE, C.SEND_MESSAGE_V2])
-def test_send_then_pull_returns_the_stored_bytes(start_broker, connect, send_v2, pull, props_text, records_in, code):
+def test_send_then_pull_returns_the_stored_bytes(start_broker, connect, send_v2, pull, props_text, records_in,
+                                                  stored_bytes, code):
     b = start_broker()
     c = connect(b.address)
     props = props_text(KEYS="k1 k2", TAGS="TagA", UNIQ_KEY="0A0B0C0D0E0F10111213141516171819", WAIT="true", a="1")
@@ -54,7 +55,7 @@ def test_send_then_pull_returns_the_stored_bytes(start_broker, connect, send_v2,
     p = pull(c, "G1", "Orders", 1, 0)
     assert p.code == RC.SUCCESS and p.ext["nextBeginOffset"] == "1" and p.ext["maxOffset"] == "1"
     (rec,) = records_in(p.body)
-    assert p.body == b.store.record_bytes(rec.phy_offset, rec.store_size)
+    assert p.body == stored_bytes(b.store, rec.phy_offset, rec.store_size)
     assert rec.msg_id == r.ext["msgId"] and rec.body == b"hello" and rec.born_timestamp == 1_700_000_000_000
     expected = {"KEYS": "k1 k2", "TAGS": "TagA", "UNIQ_KEY": "0A0B0C0D0E0F10111213141516171819", "WAIT": "true",
                 "a": "1", "CLUSTER": "DefaultCluster"}
@@ -111,7 +112,8 @@ def test_batch_decision_follows_the_header(start_broker, connect, send_v2, pull,
                    batch="true").code == RC.MESSAGE_ILLEGAL
 
 
-def test_query_by_key_unique_key_and_view_by_offset_are_byte_exact(start_broker, connect, send_v2, props_text):
+def test_query_by_key_unique_key_and_view_by_offset_are_byte_exact(start_broker, connect, send_v2, props_text,
+                                                                    stored_bytes):
     b = start_broker()
     c = connect(b.address)
     for i in range(3):
@@ -121,7 +123,7 @@ def test_query_by_key_unique_key_and_view_by_offset_are_byte_exact(start_broker,
                                  "endTimestamp": 2**62})
     recs = b.store.query_message("Q", "order-0", 32, exact=False).messages
     assert r.code == RC.SUCCESS and len(recs) == 2
-    assert r.body == b"".join(b.store.record_bytes(m.phy_offset, m.store_size) for m in recs)
+    assert r.body == b"".join(stored_bytes(b.store, m.phy_offset, m.store_size) for m in recs)
     assert int(r.ext["indexLastUpdatePhyoffset"]) > 0
     r = c.call(C.QUERY_MESSAGE, {"topic": "Q", "key": f"{1:032X}", "maxNum": 1, "beginTimestamp": 0,
                                  "endTimestamp": 2**62, "_UNIQUE_KEY_QUERY": "true"})
@@ -131,7 +133,7 @@ def test_query_by_key_unique_key_and_view_by_offset_are_byte_exact(start_broker,
     assert r.code == RC.QUERY_NOT_FOUND
     m = recs[1]
     r = c.call(C.VIEW_MESSAGE_BY_ID, {"offset": m.phy_offset})
-    assert r.code == RC.SUCCESS and r.body == b.store.record_bytes(m.phy_offset, m.store_size)
+    assert r.code == RC.SUCCESS and r.body == stored_bytes(b.store, m.phy_offset, m.store_size)
     r = c.call(C.VIEW_MESSAGE_BY_ID, {"offset": 10**9})
     assert r.code == RC.SYSTEM_ERROR and str(10**9) in r.remark
 

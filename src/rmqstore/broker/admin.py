@@ -3,7 +3,6 @@ and admin requests (17, 21, 202, 203, 208, 300)."""
 from __future__ import annotations
 
 import json
-import time
 
 from ..errors import RmqStoreError
 from .metadata import PERM_READ, PERM_WRITE, RETRY_PREFIX, topic_config, validate_topic
@@ -159,7 +158,7 @@ class AdminProcessor:
         rec = self.broker.store.look_message_by_offset(phy)
         if rec is None:
             return cmd.response(ResponseCode.SYSTEM_ERROR, f"can not find message by the offset, {phy}")
-        return cmd.response(ResponseCode.SUCCESS, None, None, self.broker.store.record_bytes(phy, rec.store_size))
+        return cmd.response(ResponseCode.SUCCESS, None, None, self.broker.store.records_bytes([rec]))
 
     # --- admin --------------------------------------------------------------------------------------
     def create_topic(self, conn, cmd: RemotingCommand) -> RemotingCommand:
@@ -249,6 +248,3 @@ class AdminProcessor:
         groups = self.broker.store.consumer_offsets.groups_of_topic(topic) | self.broker.clients.groups_of_topic(topic)
         return cmd.response(ResponseCode.SUCCESS, None, None, to_json({"groupSet": sorted(groups)}))
 
-
-def now_ms() -> int:
-    return int(time.time() * 1000)

@@ -160,5 +160,5 @@ class TransactionProcessor:
         uniq = props.get(P.UNIQ_KEY)
         conn.send_request_oneway(RequestCode.CHECK_TRANSACTION_STATE, {
             "tranStateTableOffset": queue_offset, "commitLogOffset": phy, "msgId": uniq, "transactionId": uniq,
-            "offsetMsgId": rec.msg_id, "brokerName": b.cfg.broker_name}, b.store.record_bytes(phy, rec.store_size))
+            "offsetMsgId": rec.msg_id, "brokerName": b.cfg.broker_name}, b.store.records_bytes([rec]))
         return 1

@@ -7,7 +7,6 @@ line (sends, received messages) and ends with ``{"done": ...}``.
 from __future__ import annotations
 
 import argparse
-import ctypes
 import json
 import sys
 import threading
@@ -154,5 +153,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    ctypes  # (imported for the callback types the binding uses)
     main()
