@@ -20,11 +20,13 @@ from .admin import AdminProcessor
 from .clients import ClientManager, RebalanceLocks
 from .config import BrokerConfig
 from .metadata import DelayOffsets, SubscriptionGroupManager, TopicConfigManager
+from .pop import PopService
 from .pull import PullProcessor
 from .remoting import RequestCode
 from .schedule import ScheduleService
 from .send import SendProcessor
 from .server import RemotingServer
+from .timer import TimerService
 from .transaction import TransactionProcessor
 
 log = logging.getLogger("rmqstore.broker")
@@ -68,7 +70,10 @@ class Stats:
 class Broker:
     """The broker: remoting server, processors, state managers, delay and transaction services."""
 
-    def __init__(self, store: MessageStore, config: BrokerConfig | None = None, *, listen: str = "127.0.0.1:9876"):
+    def __init__(self, store: MessageStore, config: BrokerConfig | None = None, *, listen: str = "127.0.0.1:9876",
+                 grpc_listen: str | None = None, grpc_tls: tuple[str, str] | None = None):
+        """``grpc_listen`` (``HOST:PORT``) also starts the gRPC ``MessagingService`` of RocketMQ 5's
+        clients; ``grpc_tls`` is ``(certificate chain PEM path, private key PEM path)`` for TLS."""
         self.store = store
         self.cfg = config or BrokerConfig()
         self.read_only = store.read_only
@@ -96,6 +101,13 @@ class Broker:
         self.pulls = PullProcessor(self)
         self.transactions = TransactionProcessor(self)
         self.schedule = ScheduleService(self)
+        self.pops = PopService(self)
+        self.timer = TimerService(self)
+        self.grpc_listen = parse_listen(grpc_listen) if grpc_listen else None
+        self.grpc_tls = grpc_tls
+        self.grpc_address = ""
+        self.messaging = None
+        self._grpc_server = None
         handlers: dict = {}
         for proc in (SendProcessor(self), self.pulls, AdminProcessor(self), self.transactions):
             handlers.update(proc.handlers())
@@ -142,16 +154,64 @@ class Broker:
             self.store.set_background_dispatch(False)
         self._tasks = [asyncio.ensure_future(self._housekeeping())]
         if not self.read_only:
+            self.pops.recover()
             self._tasks += [asyncio.ensure_future(self.schedule.run()),
-                            asyncio.ensure_future(self.transactions.run_checks())]
+                            asyncio.ensure_future(self.transactions.run_checks()),
+                            asyncio.ensure_future(self.timer.run()),
+                            asyncio.ensure_future(self._revive())]
+        if self.grpc_listen is not None:
+            await self._start_grpc(shown)
         log.info("listening on %s:%d (broker %s, cluster %s, advertised %s%s)", host, port, self.cfg.broker_name,
                  self.cfg.broker_cluster_name, self.advertised, ", read-only" if self.read_only else "")
+
+    async def _start_grpc(self, shown_host: str) -> None:
+        import grpc
+
+        from .messaging.protocol import services
+        from .messaging.service import MessagingService
+
+        host, port = self.grpc_listen
+        limit = 2 * self.store.cfg.max_message_size + (1 << 20)
+        server = grpc.aio.server(options=[("grpc.max_receive_message_length", limit),
+                                          ("grpc.max_send_message_length", limit),
+                                          ("grpc.so_reuseport", 0)])
+        self.messaging = MessagingService(self)
+        services.add_MessagingServiceServicer_to_server(self.messaging, server)
+        address = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+        if self.grpc_tls is not None:
+            cert, key = self.grpc_tls
+            with open(cert, "rb") as f:
+                chain = f.read()
+            with open(key, "rb") as f:
+                private = f.read()
+            bound = server.add_secure_port(address, grpc.ssl_server_credentials([(private, chain)]))
+        else:
+            bound = server.add_insecure_port(address)
+        if not bound:
+            raise OSError(f"gRPC endpoint: cannot listen on {address}")
+        await server.start()
+        self._grpc_server = server
+        self.messaging.endpoint = (shown_host, bound)
+        self.grpc_address = f"{shown_host}:{bound}"
+        log.info("gRPC MessagingService on %s:%d%s", host, bound, " (TLS)" if self.grpc_tls else "")
+
+    async def _revive(self) -> None:
+        """Redeliver what was received and not acked in time (the pop revive service)."""
+        while True:
+            await asyncio.sleep(0.1)
+            try:
+                self.pops.revive_due()
+            except Exception:  # noqa: BLE001 - retried on the next round
+                log.exception("revive failed")
 
     async def stop_async(self, drain_s: float = 5.0) -> None:
         """Stop accepting, answer what is in flight (held pulls are answered now), persist state."""
         self.stopping = True
         self.server.stop_accepting()
         self.pulls.wake_all()
+        if self._grpc_server is not None:
+            await self._grpc_server.stop(min(drain_s, 1.0))
+            self._grpc_server = None
         await self.server.drain(drain_s)
         for t in getattr(self, "_tasks", []):
             t.cancel()
@@ -168,6 +228,7 @@ class Broker:
         if self.read_only:
             return
         self.delay_offsets.persist()
+        self.timer.persist()
         self.store.consumer_offsets.persist()
 
     async def wait_stopped(self) -> None:
@@ -286,6 +347,8 @@ class Broker:
         while True:
             await asyncio.sleep(1.0)
             now = time.monotonic()
+            if self.messaging is not None:
+                self.messaging.expire_clients(self.cfg.channel_expired_timeout / 1000)
             for conn in self.clients.expire(self.cfg.channel_expired_timeout / 1000):
                 log.info("closing %s: no heartbeat for %d ms", conn.peer, self.cfg.channel_expired_timeout)
                 if conn.transport is not None:

@@ -52,6 +52,12 @@ class BrokerConfig:
     transaction_check_interval: int = 30000
     #: ms a client lives without a heartbeat (``channelExpiredTimeout``)
     channel_expired_timeout: int = 120000
+    # --- the gRPC endpoint: RocketMQ's ProxyConfig names and defaults ---
+    #: the shortest invisible time a receive may ask for (``minInvisibleTimeMillsForRecv``)
+    min_invisible_time_mills_for_recv: int = 10000
+    #: the bounds of a receive's long polling (``grpcClientConsumerMin/MaxLongPollingTimeoutMillis``)
+    grpc_client_consumer_min_long_polling_timeout_millis: int = 5000
+    grpc_client_consumer_max_long_polling_timeout_millis: int = 20000
 
     def __post_init__(self) -> None:
         if not self.broker_name:

@@ -41,6 +41,24 @@ class PullProcessor:
                 if not fut.done():
                     fut.set_result(True)
 
+    async def wait_any(self, keys, timeout: float) -> bool:
+        """Wait up to ``timeout`` s for a message dispatched to any of the (topic, queue) ``keys`` (or
+        for :meth:`notify` of one of them); True when woken."""
+        fut = asyncio.get_running_loop().create_future()
+        for key in keys:
+            self.waiters[key].add(fut)
+        try:
+            return bool(await asyncio.wait_for(fut, timeout))
+        except asyncio.TimeoutError:
+            return False
+        finally:
+            for key in keys:
+                waiting = self.waiters.get(key)
+                if waiting is not None:
+                    waiting.discard(fut)
+                    if not waiting:
+                        del self.waiters[key]
+
     def wake_all(self) -> None:
         for futs in self.waiters.values():
             for fut in futs:

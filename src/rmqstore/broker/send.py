@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import random
+import time
 
 from ..format import properties as P
 from ..types import Message, PutMessageStatus
 from . import messages as M
 from .metadata import (DLQ_PREFIX, NOT_ALLOWED_SEND, PERM_INHERIT, PERM_READ, PERM_WRITE, RETRY_PREFIX,
                        TRANS_HALF_TOPIC, topic_config, validate_topic)
+from .timer import TimerError, timer_message
 from .remoting import Header, HeaderError, RemotingCommand, RequestCode, ResponseCode
 
 #: V2 header field names (``SendMessageRequestHeaderV2``) -> V1 names
@@ -128,6 +130,11 @@ class SendProcessor:
             msg = M.half_message(msg, props)
         else:
             msg = M.schedule_if_delayed(msg, props, len(b.delay_levels_ms))
+            if msg.topic == topic:  # RocketMQ 5's timer properties, when there is no delay level
+                try:
+                    msg = timer_message(msg, props, int(time.time() * 1000))
+                except TimerError as e:
+                    return cmd.response(ResponseCode.MESSAGE_ILLEGAL, str(e))
         return self._put_and_answer(cmd, [msg], qid, props.get(P.UNIQ_KEY))
 
     def _send_batch(self, conn, cmd: RemotingCommand, h: Header, tc: dict):

@@ -57,19 +57,29 @@ class TransactionProcessor:
             return cmd.response(ResponseCode.SYSTEM_ERROR, "The producer group wrong")
         if rec.queue_offset != table_offset:
             return cmd.response(ResponseCode.SYSTEM_ERROR, "The transaction state table offset wrong")
-        if kind == M.TRANSACTION_COMMIT_TYPE:
+        error = self.resolve(rec, commit=kind == M.TRANSACTION_COMMIT_TYPE)
+        if error:
+            return cmd.response(ResponseCode.SYSTEM_ERROR, error)
+        return cmd.response(ResponseCode.SUCCESS)
+
+    def resolve(self, rec, *, commit: bool) -> str | None:
+        """Commit (store the half message ``rec`` in its real topic) or roll back, and write the op
+        message; the error text when the commit could not be stored (for both protocols)."""
+        b = self.broker
+        if commit:
+            props = dict(rec.properties)
             topic, qid = props.get(M.REAL_TOPIC), props.get(M.REAL_QID)
             if not topic or qid is None:
-                return cmd.response(ResponseCode.SYSTEM_ERROR, "prepared message has no REAL_TOPIC/REAL_QID")
+                return "prepared message has no REAL_TOPIC/REAL_QID"
             msg = M.copy_of(rec, topic, int(qid), props, store_host=rec.store_host,
                             sys_flag=(rec.sys_flag & ~M.TRANSACTION_MASK) | M.TRANSACTION_COMMIT_TYPE)
-            msg.prepared_transaction_offset = phy
+            msg.prepared_transaction_offset = rec.phy_offset
             result = b.store.put_message(msg)
             b.schedule_dispatch()
             if result.status is not PutMessageStatus.PUT_OK:
-                return cmd.response(ResponseCode.SYSTEM_ERROR, f"commit failed: {result.status.value}")
+                return f"commit failed: {result.status.value}"
         self._write_op(rec.queue_offset)
-        return cmd.response(ResponseCode.SUCCESS)
+        return None
 
     def _write_op(self, half_offset: int) -> None:
         b = self.broker
@@ -150,11 +160,11 @@ class TransactionProcessor:
         b = self.broker
         group = props.get(M.PRODUCER_GROUP, "")
         conns = b.clients.producer_connections(group)
-        if not conns:
-            return 0
-        rec = b.store.look_message_by_offset(phy)
+        rec = b.store.look_message_by_offset(phy) if conns or b.messaging is not None else None
         if rec is None:
             return 0
+        if not conns:  # a gRPC producer, asked over its telemetry stream
+            return int(b.messaging.ask_transaction(group, rec, phy))
         conn = conns[self.checks_sent % len(conns)]
         self.checks_sent += 1
         uniq = props.get(P.UNIQ_KEY)

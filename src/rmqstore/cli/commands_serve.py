@@ -35,13 +35,22 @@ class _LineHandler(logging.Handler):
                    "defaultTopicQueueNums, flushDiskType, maxMessageSize, messageDelayLevel, brokerIP1, listenPort...).")
 @click.option("--listen", default="127.0.0.1:9876", show_default=True, metavar="HOST:PORT",
               help="Address of the name server and the broker (clients' namesrvAddr).")
+@click.option("--grpc-listen", default=None, metavar="HOST:PORT",
+              help="Also serve RocketMQ 5's gRPC MessagingService (the proxy protocol of the 5.x clients) here; "
+                   "127.0.0.1:8081 is the usual port. Default: off.")
+@click.option("--grpc-tls-cert", type=click.Path(dir_okay=False, exists=True), default=None, metavar="PEM",
+              help="TLS certificate chain for the gRPC endpoint (with --grpc-tls-key). Default: plaintext.")
+@click.option("--grpc-tls-key", type=click.Path(dir_okay=False, exists=True), default=None, metavar="PEM",
+              help="TLS private key for the gRPC endpoint (with --grpc-tls-cert).")
 @click.option("--read-only", is_flag=True, help="Serve reads only: routes are read-only, sends get NO_PERMISSION, "
                                                 "nothing in the store changes.")
 @json_option
 @debug_option
-def serve(store: str | None, config: str | None, listen: str, read_only: bool, json_mode: bool) -> None:
+def serve(store: str | None, config: str | None, listen: str, grpc_listen: str | None, grpc_tls_cert: str | None,
+          grpc_tls_key: str | None, read_only: bool, json_mode: bool) -> None:
     """Run a RocketMQ broker and name server on the store (WRITES, unless --read-only): unmodified
-    RocketMQ clients (remoting protocol) produce, consume and query against it. Stops cleanly on
+    RocketMQ clients (remoting protocol; with --grpc-listen also the 5.x gRPC clients) produce, consume
+    and query against it. Stops cleanly on
     SIGINT/SIGTERM (exit 0). With --json the listening line is a JSON object."""
     from ..broker import Broker, BrokerConfig
     from ..layout import is_store_dir
@@ -49,6 +58,16 @@ def serve(store: str | None, config: str | None, listen: str, read_only: bool, j
 
     cmd = StoreCommand(store, config, False)
     bcfg = BrokerConfig.from_properties(cmd.broker_properties())
+    if (grpc_tls_cert is None) != (grpc_tls_key is None):
+        raise click.UsageError("--grpc-tls-cert and --grpc-tls-key go together")
+    if (grpc_tls_cert or grpc_tls_key) and not grpc_listen:
+        raise click.UsageError("--grpc-tls-cert/--grpc-tls-key need --grpc-listen")
+    if grpc_listen:
+        try:
+            from ..broker.broker import parse_listen
+            parse_listen(grpc_listen)
+        except ValueError as e:
+            raise click.UsageError(f"--grpc-listen: {e}") from None
     if read_only and not is_store_dir(cmd.store_path):
         raise click.UsageError(f"--read-only needs an existing store (path={cmd.store_path})")
     if sys.stderr.isatty():  # a terminal: rich's log lines (time, level, message)
@@ -62,7 +81,8 @@ def serve(store: str | None, config: str | None, listen: str, read_only: bool, j
     log.setLevel(logging.INFO)
     st = MessageStore.open(cmd.store_path, cmd.config(), read_only=read_only)
     try:
-        broker = Broker(st, bcfg, listen=listen)
+        tls = (grpc_tls_cert, grpc_tls_key) if grpc_tls_cert and grpc_tls_key else None
+        broker = Broker(st, bcfg, listen=listen, grpc_listen=grpc_listen, grpc_tls=tls)
 
         async def main() -> None:
             loop = asyncio.get_running_loop()
@@ -73,11 +93,14 @@ def serve(store: str | None, config: str | None, listen: str, read_only: bool, j
                 click.echo(json.dumps({"listening": f"{broker.listen_host}:{broker.server_port}",
                                        "namesrv_addr": broker.address, "broker_name": bcfg.broker_name,
                                        "cluster": bcfg.broker_cluster_name, "store": st.path,
-                                       "read_only": read_only}))
+                                       "read_only": read_only, "grpc": broker.grpc_address or None}))
             else:
                 click.echo(f"listening on {broker.listen_host}:{broker.server_port} (name server and broker "
                            f"{bcfg.broker_name}; clients use namesrvAddr={broker.address}; store {st.path}"
                            f"{', read-only' if read_only else ''})")
+                if broker.grpc_address:
+                    click.echo(f"gRPC MessagingService on {broker.grpc_address}"
+                               f"{' (TLS)' if tls else ''}: RocketMQ 5 clients use endpoints={broker.grpc_address}")
             sys.stdout.flush()
             await broker.wait_stopped()
             await broker.stop_async()

@@ -1,0 +1,675 @@
+"""``apache.rocketmq.v2.MessagingService`` over the broker core: what RocketMQ 5's proxy answers to the
+gRPC clients, on the same topics, groups, offsets and store as the remoting endpoint.
+
+Everything runs on the broker's event loop (``grpc.aio``), so the handlers share the broker's state
+with the remoting processors without locks. Bad requests get a ``Status`` with the proxy's code and
+a message saying what was wrong; an unexpected error is answered INTERNAL_SERVER_ERROR and logged,
+and the server keeps serving.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from dataclasses import dataclass, field
+
+from ...format import properties as P
+from ...format.hashes import java_hash
+from ...format.msgid import MessageIdError, decode_offset_msg_id
+from ...types import GetMessageStatus, Message, PutMessageStatus
+from .. import messages as M
+from .. import timer as T
+from ..metadata import (DLQ_PREFIX, NOT_ALLOWED_SEND, PERM_READ, PERM_WRITE, RETRY_PREFIX, TRANS_HALF_TOPIC,
+                        validate_topic)
+from ..pop import DEFAULT_INVISIBLE_MS, MAX_INVISIBLE_MS, PopError
+from .convert import Refused, duration, message_properties, to_message
+from .protocol import pb, services, status
+
+log = logging.getLogger("rmqstore.broker.grpc")
+
+CLIENT_ID = "x-mq-client-id"
+#: the proxy's defaults (``ProxyConfig``)
+PRODUCER_MAX_ATTEMPTS = 3
+PRODUCER_BACKOFF = (10, 1000, 2.0)
+RECEIVE_BATCH_SIZE = 32
+MAX_BATCH_SIZE = 32
+#: ms a failed delivery (the stream broke) is made invisible for before it is received again
+NACK_INVISIBLE_MS = 1000
+MAX_TELEMETRY_QUEUE = 1024
+
+_PUT_CODES = {PutMessageStatus.FLUSH_DISK_TIMEOUT: pb.MASTER_PERSISTENCE_TIMEOUT,
+              PutMessageStatus.FLUSH_SLAVE_TIMEOUT: pb.SLAVE_PERSISTENCE_TIMEOUT,
+              PutMessageStatus.SLAVE_NOT_AVAILABLE: pb.HA_NOT_AVAILABLE,
+              PutMessageStatus.MESSAGE_ILLEGAL: pb.BAD_REQUEST,
+              PutMessageStatus.PROPERTIES_SIZE_EXCEEDED: pb.MESSAGE_PROPERTIES_TOO_LARGE,
+              PutMessageStatus.OS_PAGE_CACHE_BUSY: pb.TOO_MANY_REQUESTS}
+_POP_CODES = {"invalid_handle": pb.INVALID_RECEIPT_HANDLE, "expired": pb.INVALID_RECEIPT_HANDLE,
+              "bad_request": pb.BAD_REQUEST, "internal": pb.INTERNAL_SERVER_ERROR}
+
+
+def consistent_hash(value: int, buckets: int) -> int:
+    """Guava's ``Hashing.consistentHash(long, int)`` (the proxy's queue for a message group)."""
+    state = value & 0xFFFFFFFFFFFFFFFF
+    candidate = 0
+    while True:
+        state = (2862933555777941757 * state + 1) & 0xFFFFFFFFFFFFFFFF
+        as_int = (state >> 33) & 0xFFFFFFFF
+        if as_int >= 1 << 31:
+            as_int -= 1 << 32
+        nxt = int((candidate + 1) / ((as_int + 1) / 2147483648.0))
+        if 0 <= nxt < buckets:
+            candidate = nxt
+        else:
+            return candidate
+
+
+@dataclass
+class GrpcClient:
+    client_id: str
+    client_type: int = 0
+    group: str = ""
+    settings: object = None
+    topics: set[str] = field(default_factory=set)
+    last_seen: float = field(default_factory=time.monotonic)
+    outbox: asyncio.Queue | None = None
+
+
+def _client_id(context) -> str:
+    for k, v in context.invocation_metadata() or ():
+        if k == CLIENT_ID:
+            return v
+    return ""
+
+
+def _peer(context) -> str:
+    peer = context.peer() or ""
+    for prefix in ("ipv4:", "ipv6:"):
+        if peer.startswith(prefix):
+            return peer[len(prefix):].replace("%5B", "[").replace("%5D", "]")
+    return peer
+
+
+class MessagingService(services.MessagingServiceServicer):
+    def __init__(self, broker):
+        self.b = broker
+        self.clients: dict[str, GrpcClient] = {}
+        self._rr = 0
+        self.endpoint = ("127.0.0.1", 0)
+
+    # --- helpers ---------------------------------------------------------------------------------
+    def _client(self, context) -> GrpcClient | None:
+        cid = _client_id(context)
+        if not cid:
+            return None
+        c = self.clients.get(cid)
+        if c is None:
+            c = self.clients[cid] = GrpcClient(cid)
+        c.last_seen = time.monotonic()
+        return c
+
+    def _broker_pb(self):
+        host, port = self.endpoint
+        return pb.Broker(name=self.b.cfg.broker_name, id=0, endpoints=pb.Endpoints(
+            scheme=pb.IPv6 if ":" in host else pb.IPv4, addresses=[pb.Address(host=host, port=port)]))
+
+    def _topic(self, name: str, *, write: bool = False, create: bool = True) -> dict:
+        """The topic's config, created when the broker auto-creates topics; Refused otherwise."""
+        bad = validate_topic(name)
+        if bad:
+            raise Refused(pb.ILLEGAL_TOPIC, bad)
+        b = self.b
+        tc = b.topics.get(name)
+        if tc is None and create and b.cfg.auto_create_topic_enable and not b.read_only:
+            tc = b.topics.create_if_absent(name, b.cfg.default_topic_queue_nums)
+        if tc is None:
+            raise Refused(pb.TOPIC_NOT_FOUND, f"topic {name!r} not found")
+        if write and (name in NOT_ALLOWED_SEND or not tc["perm"] & PERM_WRITE):
+            raise Refused(pb.FORBIDDEN, f"sending to topic {name!r} is forbidden")
+        return tc
+
+    def _group(self, name: str) -> dict:
+        if not name or validate_topic(name):
+            raise Refused(pb.ILLEGAL_CONSUMER_GROUP, f"consumer group {name!r} is not a legal name")
+        sg = self.b.groups.find(name)
+        if sg is None:
+            raise Refused(pb.CONSUMER_GROUP_NOT_FOUND, f"consumer group {name!r} not found")
+        if not sg.get("consumeEnable", True):
+            raise Refused(pb.FORBIDDEN, f"consumer group {name!r} may not consume")
+        return sg
+
+    async def _put(self, msgs: list[Message]):
+        result = self.b.put(msgs, lambda r: r)
+        if asyncio.iscoroutine(result):
+            result = await result
+        return result
+
+    # --- route, heartbeat, settings ------------------------------------------------------------------
+    async def QueryRoute(self, request, context):
+        try:
+            tc = self._topic(request.topic.name)
+        except Refused as e:
+            return pb.QueryRouteResponse(status=status(e.code, str(e)))
+        broker = self._broker_pb()
+        accept = _accept_types(tc)
+        queues = []
+        for q in range(max(tc["readQueueNums"], tc["writeQueueNums"])):
+            r, w = q < tc["readQueueNums"] and tc["perm"] & PERM_READ, q < tc["writeQueueNums"] and tc["perm"] & PERM_WRITE
+            perm = pb.READ_WRITE if r and w else pb.READ if r else pb.WRITE if w else pb.NONE
+            queues.append(pb.MessageQueue(topic=request.topic, id=q, permission=perm, broker=broker,
+                                          accept_message_types=accept))
+        return pb.QueryRouteResponse(status=status(pb.OK), message_queues=queues)
+
+    async def Heartbeat(self, request, context):
+        c = self._client(context)
+        if c is None:
+            return pb.HeartbeatResponse(status=status(pb.CLIENT_ID_REQUIRED, "x-mq-client-id is required"))
+        c.client_type = request.client_type or c.client_type
+        if request.HasField("group") and request.group.name:
+            try:
+                self._group(request.group.name)
+            except Refused as e:
+                return pb.HeartbeatResponse(status=status(e.code, str(e)))
+            c.group = request.group.name
+        return pb.HeartbeatResponse(status=status(pb.OK))
+
+    def settings_for(self, c: GrpcClient, settings):
+        """The client's settings completed as the proxy completes them (``GrpcClientSettingsManager``)."""
+        b = self.b
+        out = pb.Settings()
+        out.CopyFrom(settings)
+        if settings.HasField("publishing"):
+            initial, mx, mult = PRODUCER_BACKOFF
+            out.backoff_policy.max_attempts = PRODUCER_MAX_ATTEMPTS
+            out.backoff_policy.exponential_backoff.initial.CopyFrom(duration(initial))
+            out.backoff_policy.exponential_backoff.max.CopyFrom(duration(mx))
+            out.backoff_policy.exponential_backoff.multiplier = mult
+            out.publishing.validate_message_type = True
+            out.publishing.max_body_size = b.store.cfg.max_message_size
+        elif settings.HasField("subscription"):
+            sg = b.groups.find(settings.subscription.group.name) or {}
+            out.subscription.receive_batch_size = RECEIVE_BATCH_SIZE
+            out.subscription.long_polling_timeout.CopyFrom(duration(b.cfg.grpc_client_consumer_max_long_polling_timeout_millis))
+            out.subscription.fifo = bool(sg.get("consumeMessageOrderly", False))
+            out.backoff_policy.max_attempts = int(sg.get("retryMaxTimes", 16)) + 1
+            out.backoff_policy.customized_backoff.next.extend(duration(ms) for ms in b.delay_levels_ms)
+        out.metric.on = False
+        return out
+
+    def _on_settings(self, c: GrpcClient, settings) -> None:
+        c.settings = settings
+        if settings.HasField("client_type"):
+            c.client_type = settings.client_type
+        if settings.HasField("publishing"):
+            c.topics = {t.name for t in settings.publishing.topics}
+        if settings.HasField("subscription") and settings.subscription.group.name:
+            c.group = settings.subscription.group.name
+
+    async def Telemetry(self, request_iterator, context):
+        c = self._client(context)
+        if c is None:
+            await context.write(pb.TelemetryCommand(status=status(pb.CLIENT_ID_REQUIRED, "x-mq-client-id is required")))
+            return
+        outbox: asyncio.Queue = asyncio.Queue(MAX_TELEMETRY_QUEUE)
+        c.outbox = outbox
+
+        async def read():
+            try:
+                async for cmd in request_iterator:
+                    c.last_seen = time.monotonic()
+                    which = cmd.WhichOneof("command")
+                    if which == "settings":
+                        self._on_settings(c, cmd.settings)
+                        reply = pb.TelemetryCommand(status=status(pb.OK), settings=self.settings_for(c, cmd.settings))
+                        outbox.put_nowait(reply)
+                    # thread stack traces and verify results: nothing to do with them here
+            finally:
+                outbox.put_nowait(None)
+
+        reader = asyncio.ensure_future(read())
+        try:
+            while True:
+                item = await outbox.get()
+                if item is None:
+                    break
+                await context.write(item)
+        finally:
+            reader.cancel()
+            if c.outbox is outbox:
+                c.outbox = None
+
+    async def NotifyClientTermination(self, request, context):
+        cid = _client_id(context)
+        self.clients.pop(cid, None)
+        return pb.NotifyClientTerminationResponse(status=status(pb.OK))
+
+    async def QueryAssignment(self, request, context):
+        try:
+            tc = self._topic(request.topic.name)
+            self._group(request.group.name)
+        except Refused as e:
+            return pb.QueryAssignmentResponse(status=status(e.code, str(e)))
+        if not tc["perm"] & PERM_READ or tc["readQueueNums"] <= 0:
+            return pb.QueryAssignmentResponse(status=status(pb.FORBIDDEN, f"topic {request.topic.name!r} is not "
+                                                           "readable"))
+        mq = pb.MessageQueue(topic=request.topic, id=-1, permission=pb.READ_WRITE, broker=self._broker_pb(),
+                             accept_message_types=_accept_types(tc))
+        return pb.QueryAssignmentResponse(status=status(pb.OK), assignments=[pb.Assignment(message_queue=mq)])
+
+    # --- send -------------------------------------------------------------------------------------------
+    async def SendMessage(self, request, context):
+        try:
+            return await self._send(request, context)
+        except Refused as e:
+            return pb.SendMessageResponse(status=status(e.code, str(e)))
+
+    async def _send(self, request, context):
+        b = self.b
+        if not request.messages:
+            raise Refused(pb.MESSAGE_CORRUPTED, "no message to send")
+        if b.read_only:
+            raise Refused(pb.FORBIDDEN, "the broker is read-only")
+        topic = request.messages[0].topic
+        tc = self._topic(topic.name, write=True)
+        now = int(time.time() * 1000)
+        peer = _peer(context)
+        built: list[tuple[Message, dict]] = []
+        for m in request.messages:
+            if m.topic != topic:
+                raise Refused(pb.MESSAGE_CORRUPTED, "topic in message is not same")
+            if not m.body:
+                raise Refused(pb.MESSAGE_BODY_EMPTY, "message body cannot be empty")
+            if len(m.body) > b.store.cfg.max_message_size:
+                raise Refused(pb.MESSAGE_BODY_TOO_LARGE, f"message body cannot exceed the max "
+                              f"{b.store.cfg.max_message_size}")
+            props = message_properties(m, topic.name, peer, now)
+            sys_flag = 0
+            if m.system_properties.message_type == pb.TRANSACTION:
+                sys_flag |= M.TRANSACTION_PREPARED_TYPE
+            born = int(props.get("BORN_TIMESTAMP", now))
+            props[M.CLUSTER] = b.cfg.broker_cluster_name
+            msg = Message(topic=topic.name, body=m.body, sys_flag=sys_flag, born_timestamp=born,
+                          born_host=peer if ":" in peer else "127.0.0.1:0", store_host=b.store_host,
+                          reconsume_times=int(props.get("RECONSUME_TIME", "0") or 0))
+            built.append((msg, props))
+        qid = self._select_queue(tc, request)
+        special = any(M.TRAN_MSG in p or T.TIMER_DELIVER_MS in p for _, p in built)
+        entries = []
+        if len(built) == 1 or special:
+            for msg, props in built:
+                entries.append(await self._send_one(msg, props, qid, now))
+        else:
+            msgs = []
+            for msg, props in built:
+                msg.queue_id = qid
+                msg.properties = M.java_properties(props)
+                msgs.append(msg)
+            result = await self._put(msgs)
+            for i, (_, props) in enumerate(built):
+                entries.append(self._entry(result, props, result.queue_offset + i if result.ok else 0, None))
+        b.stats.put(sum(1 for e in entries if e.status.code == pb.OK))
+        codes = {e.status.code for e in entries}
+        if len(codes) > 1:
+            st = status(pb.MULTIPLE_RESULTS)
+        else:
+            code = codes.pop()
+            st = entries[0].status if code != pb.OK else status(pb.OK)
+        return pb.SendMessageResponse(status=st, entries=entries)
+
+    def _select_queue(self, tc: dict, request) -> int:
+        n = max(1, tc["writeQueueNums"])
+        group = request.messages[0].system_properties.message_group if len(request.messages) == 1 else ""
+        if group:
+            return consistent_hash(java_hash(group), n)
+        self._rr += 1
+        return self._rr % n
+
+    async def _send_one(self, msg: Message, props: dict, qid: int, now: int):
+        b = self.b
+        msg.queue_id = qid
+        uniq = props[P.UNIQ_KEY]
+        if props.get(M.TRAN_MSG) == "true":
+            if b.cfg.reject_transaction_message:
+                raise Refused(pb.FORBIDDEN, "transaction messages are rejected by this broker")
+            b.topics.create_if_absent(TRANS_HALF_TOPIC, 1, PERM_WRITE | PERM_READ)
+            msg = M.half_message(msg, props)
+            result = await self._put([msg])
+            return self._entry(result, props, 0, result.msg_id if result.ok else None)
+        try:
+            msg = T.timer_message(msg, props, now)
+        except T.TimerError as e:
+            raise Refused(pb.ILLEGAL_DELIVERY_TIME, str(e)) from None
+        msg.properties = M.java_properties(props)
+        result = await self._put([msg])
+        del uniq
+        return self._entry(result, props, result.queue_offset if result.ok else 0, None)
+
+    def _entry(self, result, props: dict, offset: int, transaction_id: str | None):
+        if result.status is PutMessageStatus.PUT_OK:
+            return pb.SendResultEntry(status=status(pb.OK), message_id=props[P.UNIQ_KEY], offset=offset,
+                                      transaction_id=transaction_id or "")
+        code = _PUT_CODES.get(result.status, pb.INTERNAL_SERVER_ERROR)
+        return pb.SendResultEntry(status=status(code, f"send message failed, sendStatus={result.status.value}"
+                                                f"{': ' + result.error if result.error else ''}"))
+
+    # --- transactions -------------------------------------------------------------------------------
+    async def EndTransaction(self, request, context):
+        b = self.b
+        res = request.resolution
+        if res not in (pb.COMMIT, pb.ROLLBACK):
+            return pb.EndTransactionResponse(status=status(pb.BAD_REQUEST, "resolution must be COMMIT or ROLLBACK"))
+        try:
+            _, phy = decode_offset_msg_id(request.transaction_id)
+        except (MessageIdError, TypeError):
+            return pb.EndTransactionResponse(status=status(pb.INVALID_TRANSACTION_ID, f"transaction id "
+                                                           f"{request.transaction_id!r} is not one this broker gave"))
+        rec = b.store.look_message_by_offset(phy) if 0 <= phy < b.store.max_phy_offset else None
+        if rec is None or rec.topic != TRANS_HALF_TOPIC or rec.properties.get(P.UNIQ_KEY) != request.message_id:
+            return pb.EndTransactionResponse(status=status(pb.INVALID_TRANSACTION_ID, f"no half message "
+                                                           f"{request.message_id!r} with transaction id "
+                                                           f"{request.transaction_id!r}"))
+        error = b.transactions.resolve(rec, commit=res == pb.COMMIT)
+        if error:
+            return pb.EndTransactionResponse(status=status(pb.INTERNAL_SERVER_ERROR, error))
+        return pb.EndTransactionResponse(status=status(pb.OK))
+
+    def ask_transaction(self, group: str, rec, phy: int) -> bool:
+        """Send RecoverOrphanedTransactionCommand for the half message ``rec`` to a producer whose
+        topics include ``group`` (the proxy's producer group of a gRPC message is its topic)."""
+        props = rec.properties
+        topic = props.get(M.REAL_TOPIC, "")
+        targets = [c for c in self.clients.values() if c.outbox is not None and (group in c.topics or topic in c.topics)]
+        if not targets:
+            return False
+        c = targets[self._rr % len(targets)]
+        self._rr += 1
+        cmd = pb.TelemetryCommand(recover_orphaned_transaction_command=pb.RecoverOrphanedTransactionCommand(
+            message=to_message(rec, topic), transaction_id=rec.msg_id))
+        try:
+            c.outbox.put_nowait(cmd)
+        except asyncio.QueueFull:
+            return False
+        return True
+
+    # --- receive / ack ----------------------------------------------------------------------------------
+    def _consumer_settings(self, c: GrpcClient | None, sg: dict) -> tuple[bool, int]:
+        s = c.settings if c is not None else None
+        fifo = bool(sg.get("consumeMessageOrderly", False))
+        if s is not None and s.HasField("subscription") and s.subscription.HasField("fifo"):
+            fifo = fifo or s.subscription.fifo
+        return fifo, int(sg.get("retryMaxTimes", 16)) + 1
+
+    async def ReceiveMessage(self, request, context):
+        b = self.b
+        c = self._client(context)
+        try:
+            if c is None:
+                raise Refused(pb.CLIENT_ID_REQUIRED, "x-mq-client-id is required")
+            tc = self._topic(request.message_queue.topic.name, create=False)
+            sg = self._group(request.group.name)
+            if not tc["perm"] & PERM_READ:
+                raise Refused(pb.FORBIDDEN, f"topic {request.message_queue.topic.name!r} is not readable")
+            poll_ms = self._polling_ms(request, context)
+            if request.auto_renew:
+                invisible = DEFAULT_INVISIBLE_MS
+            else:
+                invisible = request.invisible_duration.seconds * 1000 + request.invisible_duration.nanos // 1_000_000
+                self._check_invisible(invisible, b.cfg.min_invisible_time_mills_for_recv)
+            if not 0 < request.batch_size <= MAX_BATCH_SIZE:
+                raise Refused(pb.BAD_REQUEST, f"batch size must be 1 to {MAX_BATCH_SIZE}, got {request.batch_size}")
+            subscription = _subscription(request.filter_expression)
+        except Refused as e:
+            yield pb.ReceiveMessageResponse(status=status(e.code, str(e)))
+            yield _done()
+            return
+        topic, group = request.message_queue.topic.name, request.group.name
+        fifo, max_attempts = self._consumer_settings(c, sg)
+        queues = list(range(min(tc["readQueueNums"], max(tc["readQueueNums"], tc["writeQueueNums"]))))
+        deadline = time.monotonic() + poll_ms / 1000
+        found = []
+        try:
+            while True:
+                found = b.pops.pop(group, topic, queues, request.batch_size, invisible, fifo=fifo,
+                                   subscription=subscription, max_attempts=max_attempts)
+                if found or b.stopping:
+                    break
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    break
+                keys = [(topic, q) for q in queues] + [(P_retry(group, topic), 0)]
+                await b.pulls.wait_any(keys, min(left, 1.0))  # re-checked each second: a wake-up lost
+                # to the dispatch thread costs at most a second
+        except PopError as e:
+            yield pb.ReceiveMessageResponse(status=status(_POP_CODES.get(e.kind, pb.INTERNAL_SERVER_ERROR), str(e)))
+            yield _done()
+            return
+        if not found:
+            yield pb.ReceiveMessageResponse(status=status(pb.MESSAGE_NOT_FOUND, "no new message"))
+            yield _done()
+            return
+        sent = 0
+        try:
+            yield pb.ReceiveMessageResponse(status=status(pb.OK))
+            for p in found:
+                yield pb.ReceiveMessageResponse(message=to_message(p.record, p.topic, handle=p.handle,
+                                                                   attempt=p.attempt, invisible_ms=p.invisible_ms))
+                sent += 1
+            b.stats.got(sent)
+            yield _done()
+        finally:
+            if sent < len(found):  # the client went away: receive them again soon
+                for p in found[sent:]:
+                    try:
+                        b.pops.change_invisible(group, topic, p.handle, NACK_INVISIBLE_MS)
+                    except PopError:
+                        pass
+
+    def _polling_ms(self, request, context) -> int:
+        cfg = self.b.cfg
+        remaining = context.time_remaining()
+        remaining_ms = int(remaining * 1000) if remaining is not None else 1 << 40
+        if request.HasField("long_polling_timeout"):
+            poll = request.long_polling_timeout.seconds * 1000 + request.long_polling_timeout.nanos // 1_000_000
+        else:
+            poll = remaining_ms - 1500
+        poll = max(poll, cfg.grpc_client_consumer_min_long_polling_timeout_millis)
+        poll = min(poll, cfg.grpc_client_consumer_max_long_polling_timeout_millis)
+        if poll > remaining_ms:
+            if remaining_ms >= cfg.grpc_client_consumer_min_long_polling_timeout_millis:
+                poll = remaining_ms
+            else:
+                raise Refused(pb.ILLEGAL_POLLING_TIME, "The deadline time remaining is not enough for polling, please "
+                              "check network condition")
+        return max(0, poll - 200)  # answer before the client's deadline
+
+    @staticmethod
+    def _check_invisible(ms: int, minimum: int) -> None:
+        if ms < minimum:
+            raise Refused(pb.ILLEGAL_INVISIBLE_TIME, f"the invisible time {ms} ms is shorter than the minimum "
+                          f"{minimum} ms")
+        if ms > MAX_INVISIBLE_MS:
+            raise Refused(pb.ILLEGAL_INVISIBLE_TIME, f"the invisible time {ms} ms is longer than the maximum "
+                          f"{MAX_INVISIBLE_MS} ms")
+
+    async def AckMessage(self, request, context):
+        b = self.b
+        try:
+            self._group(request.group.name)
+        except Refused as e:
+            return pb.AckMessageResponse(status=status(e.code, str(e)))
+        entries = []
+        for e in request.entries:
+            try:
+                b.pops.ack(request.group.name, request.topic.name, e.receipt_handle)
+                st = status(pb.OK)
+            except PopError as err:
+                st = status(_POP_CODES.get(err.kind, pb.INTERNAL_SERVER_ERROR), str(err))
+            entries.append(pb.AckMessageResultEntry(message_id=e.message_id, receipt_handle=e.receipt_handle, status=st))
+        codes = {e.status.code for e in entries}
+        if not entries:
+            st = status(pb.BAD_REQUEST, "no entry to ack")
+        elif len(codes) > 1:
+            st = status(pb.MULTIPLE_RESULTS)
+        else:
+            st = entries[0].status
+        return pb.AckMessageResponse(status=st, entries=entries)
+
+    async def ChangeInvisibleDuration(self, request, context):
+        b = self.b
+        ms = request.invisible_duration.seconds * 1000 + request.invisible_duration.nanos // 1_000_000
+        try:
+            self._group(request.group.name)
+            self._check_invisible(ms, 0)
+            handle = b.pops.change_invisible(request.group.name, request.topic.name, request.receipt_handle, ms)
+        except Refused as e:
+            return pb.ChangeInvisibleDurationResponse(status=status(e.code, str(e)))
+        except PopError as e:
+            return pb.ChangeInvisibleDurationResponse(status=status(_POP_CODES.get(e.kind, pb.INTERNAL_SERVER_ERROR),
+                                                                    str(e)))
+        return pb.ChangeInvisibleDurationResponse(status=status(pb.OK), receipt_handle=handle)
+
+    async def ForwardMessageToDeadLetterQueue(self, request, context):
+        b = self.b
+        try:
+            self._group(request.group.name)
+            b.pops.forward_to_dlq(request.group.name, request.topic.name, request.receipt_handle)
+        except Refused as e:
+            return pb.ForwardMessageToDeadLetterQueueResponse(status=status(e.code, str(e)))
+        except PopError as e:
+            return pb.ForwardMessageToDeadLetterQueueResponse(
+                status=status(_POP_CODES.get(e.kind, pb.INTERNAL_SERVER_ERROR), str(e)))
+        return pb.ForwardMessageToDeadLetterQueueResponse(status=status(pb.OK))
+
+    # --- offsets and pull --------------------------------------------------------------------------------
+    def _queue(self, mq) -> tuple[str, int]:
+        tc = self._topic(mq.topic.name, create=False)
+        if not 0 <= mq.id < max(tc["readQueueNums"], tc["writeQueueNums"]):
+            raise Refused(pb.BAD_REQUEST, f"queue {mq.id} of topic {mq.topic.name!r} does not exist")
+        return mq.topic.name, mq.id
+
+    async def GetOffset(self, request, context):
+        try:
+            self._group(request.group.name)
+            topic, qid = self._queue(request.message_queue)
+        except Refused as e:
+            return pb.GetOffsetResponse(status=status(e.code, str(e)))
+        offset = self.b.store.consumer_offsets.query_offset(request.group.name, topic, qid)
+        if offset is None or offset < 0:
+            return pb.GetOffsetResponse(status=status(pb.OFFSET_NOT_FOUND, f"group {request.group.name!r} has no "
+                                                      f"offset in {topic} queue {qid}"))
+        return pb.GetOffsetResponse(status=status(pb.OK), offset=offset)
+
+    async def UpdateOffset(self, request, context):
+        try:
+            self._group(request.group.name)
+            topic, qid = self._queue(request.message_queue)
+            if request.offset < 0:
+                raise Refused(pb.ILLEGAL_OFFSET, f"offset {request.offset} is negative")
+        except Refused as e:
+            return pb.UpdateOffsetResponse(status=status(e.code, str(e)))
+        self.b.commit_offset(request.group.name, topic, qid, request.offset)
+        return pb.UpdateOffsetResponse(status=status(pb.OK))
+
+    async def QueryOffset(self, request, context):
+        store = self.b.store
+        try:
+            topic, qid = self._queue(request.message_queue)
+        except Refused as e:
+            return pb.QueryOffsetResponse(status=status(e.code, str(e)))
+        policy = request.query_offset_policy
+        if policy == pb.BEGINNING:
+            offset = store.get_min_offset_in_queue(topic, qid)
+        elif policy == pb.END:
+            offset = store.get_max_offset_in_queue(topic, qid)
+        else:
+            if not request.HasField("timestamp"):
+                return pb.QueryOffsetResponse(status=status(pb.BAD_REQUEST, "policy TIMESTAMP needs a timestamp"))
+            ms = request.timestamp.seconds * 1000 + request.timestamp.nanos // 1_000_000
+            offset = store.get_offset_in_queue_by_time(topic, qid, ms)
+        return pb.QueryOffsetResponse(status=status(pb.OK), offset=offset)
+
+    async def PullMessage(self, request, context):
+        b = self.b
+        try:
+            self._group(request.group.name)
+            topic, qid = self._queue(request.message_queue)
+            subscription = _subscription(request.filter_expression)
+            if not 0 < request.batch_size <= 1024:
+                raise Refused(pb.BAD_REQUEST, f"batch size must be 1 to 1024, got {request.batch_size}")
+            if request.offset < 0:
+                raise Refused(pb.ILLEGAL_OFFSET, f"offset {request.offset} is negative")
+        except Refused as e:
+            yield pb.PullMessageResponse(status=status(e.code, str(e)))
+            return
+        poll = request.long_polling_timeout
+        deadline = time.monotonic() + (poll.seconds + poll.nanos / 1e9)
+        remaining = context.time_remaining()
+        if remaining is not None:
+            deadline = min(deadline, time.monotonic() + max(0.0, remaining - 0.2))
+        while True:
+            r = b.store.get_message(request.group.name, topic, qid, request.offset, request.batch_size, subscription)
+            left = deadline - time.monotonic()
+            if r.messages or r.status is not GetMessageStatus.OFFSET_OVERFLOW_ONE or left <= 0 or b.stopping:
+                break
+            await b.pulls.wait_any([(topic, qid)], left)
+        if r.status in (GetMessageStatus.OFFSET_TOO_SMALL, GetMessageStatus.OFFSET_OVERFLOW_BADLY):
+            yield pb.PullMessageResponse(status=status(pb.ILLEGAL_OFFSET, f"offset {request.offset} is out of "
+                                                       f"[{r.min_offset}, {r.max_offset}]"))
+            yield pb.PullMessageResponse(next_offset=r.next_begin_offset)
+            return
+        if r.messages:
+            yield pb.PullMessageResponse(status=status(pb.OK))
+            for rec in r.messages:
+                yield pb.PullMessageResponse(message=to_message(rec, topic))
+            b.stats.got(len(r.messages))
+        else:
+            yield pb.PullMessageResponse(status=status(pb.MESSAGE_NOT_FOUND, "no new message"))
+        yield pb.PullMessageResponse(next_offset=r.next_begin_offset)
+
+    # --- upstream RPCs this broker does not offer --------------------------------------------------------
+    async def RecallMessage(self, request, context):
+        return pb.RecallMessageResponse(status=status(pb.UNSUPPORTED, "RecallMessage is not supported"))
+
+    async def SyncLiteSubscription(self, request, context):
+        return pb.SyncLiteSubscriptionResponse(status=status(pb.UNSUPPORTED, "lite topics are not supported"))
+
+    # --- housekeeping ----------------------------------------------------------------------------------
+    def expire_clients(self, max_idle_s: float) -> None:
+        now = time.monotonic()
+        for cid, c in list(self.clients.items()):
+            if c.outbox is None and now - c.last_seen > max_idle_s:
+                del self.clients[cid]
+
+
+def P_retry(group: str, topic: str) -> str:
+    return f"{RETRY_PREFIX}{group}_{topic}"
+
+
+def _done():
+    now = int(time.time() * 1000)
+    resp = pb.ReceiveMessageResponse()
+    resp.delivery_timestamp.seconds = now // 1000
+    resp.delivery_timestamp.nanos = (now % 1000) * 1_000_000
+    return resp
+
+
+def _subscription(expr) -> str:
+    if expr.type == pb.SQL:
+        raise Refused(pb.ILLEGAL_FILTER_EXPRESSION, "SQL92 filter expressions are not supported by this broker "
+                      "(TAG only)")
+    text = expr.expression.strip() or "*"
+    if text != "*" and any(not part.strip() for part in text.split("||")):
+        raise Refused(pb.ILLEGAL_FILTER_EXPRESSION, f"tag expression {expr.expression!r} is not legal")
+    return text
+
+
+def _accept_types(tc: dict) -> list[int]:
+    """The message types a topic accepts: its ``message.type`` attribute (RocketMQ 5), else all."""
+    attrs = tc.get("attributes") or {}
+    kind = str(attrs.get("+message.type") or attrs.get("message.type") or "").upper()
+    named = {"NORMAL": pb.NORMAL, "FIFO": pb.FIFO, "DELAY": pb.DELAY, "TRANSACTION": pb.TRANSACTION}
+    if kind in named:
+        return [named[kind]]
+    return [pb.NORMAL, pb.FIFO, pb.DELAY, pb.TRANSACTION]
+
+
+__all__ = ["MessagingService", "consistent_hash", "DLQ_PREFIX"]
