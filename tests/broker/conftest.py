@@ -2,6 +2,8 @@
 
 * ``start_broker(**store_overrides, broker=BrokerConfig or mapping, read_only=False, path=None)``:
   a :class:`rmqstore.broker.Broker` on 127.0.0.1 (a free port), stopped and its store closed at the end.
+  ``grpc=True`` also starts the gRPC endpoint (``broker.grpc_address``).
+* ``grpc_py()``: a :class:`GrpcPyClient` driving PyPI rocketmq-python-client 5.1.2 in its own process.
 * ``connect(address)``: a :class:`RemotingClient` (frames requests, reads answers; blocking).
 * ``cpp_client(*args)`` / ``ali_client(*args)``: run the C++-client (PyPI rocketmq 0.4.4) or
   ali-ons driver script from ``tests/broker/clients`` in its own environment (``scripts/setup_clients``)
@@ -10,6 +12,8 @@
 from __future__ import annotations
 
 import itertools
+import select
+import time
 import json
 import os
 import socket
@@ -26,6 +30,7 @@ from rmqstore.broker import remoting as R
 ROOT = Path(__file__).resolve().parents[2]
 CLIENTS = Path(__file__).resolve().parent / "clients"
 CPP_PYTHON = ROOT / ".clients" / "remoting-py" / "bin" / "python"
+GRPC_PYTHON = ROOT / ".clients" / "grpc-py" / "bin" / "python"
 NODE_MODULES = ROOT / ".clients" / "node" / "node_modules"
 #: short delay levels so that retries and delayed messages arrive within a test
 FAST_DELAYS = "1s 1s 1s 1s 1s 1s 1s 1s 1s 1s 1s 1s 1s 1s 1s 1s 1s 1s"
@@ -111,12 +116,14 @@ def broker_store_config(**overrides) -> MessageStoreConfig:
 def start_broker(tmp_path):
     running: list[tuple[Broker, MessageStore]] = []
 
-    def _start(*, broker=None, read_only: bool = False, path=None, **store_overrides) -> Broker:
+    def _start(*, broker=None, read_only: bool = False, path=None, grpc: bool = False, grpc_tls=None,
+               **store_overrides) -> Broker:
         p = Path(path) if path is not None else tmp_path / "store"
         st = MessageStore.open(p, broker_store_config(**store_overrides), read_only=read_only)
         bcfg = broker if isinstance(broker, BrokerConfig) else BrokerConfig.from_properties(
             {"brokerName": "broker-a", **(broker or {})})
-        b = Broker(st, bcfg, listen="127.0.0.1:0")
+        b = Broker(st, bcfg, listen="127.0.0.1:0", grpc_listen="127.0.0.1:0" if grpc or grpc_tls else None,
+                   grpc_tls=grpc_tls)
         try:
             b.start()
         except BaseException:
@@ -294,3 +301,69 @@ def records_in(body: bytes) -> list:
 @pytest.fixture(name="records_in")
 def _records_in_fixture():
     return records_in
+
+
+class GrpcPyClient:
+    """The rocketmq-python-client 5.1.2 driver (``clients/grpc_py_client.py``): one JSON command per
+    line in, one JSON answer per line out."""
+
+    def __init__(self, home: Path):
+        home.mkdir(exist_ok=True)
+        env = dict(os.environ, HOME=str(home))
+        self.home = home
+        self.err = tempfile.TemporaryFile("w+")
+        self.proc = subprocess.Popen([str(GRPC_PYTHON), str(CLIENTS / "grpc_py_client.py")], stdin=subprocess.PIPE,
+                                     stdout=subprocess.PIPE, stderr=self.err, text=True, env=env)
+
+    def call(self, op: str, timeout: float = 120, **args) -> dict:
+        self.proc.stdin.write(json.dumps({"op": op, **args}) + "\n")
+        self.proc.stdin.flush()
+        end = time.monotonic() + timeout
+        while True:
+            left = end - time.monotonic()
+            ready, _, _ = select.select([self.proc.stdout], [], [], max(0.0, left))
+            if not ready:
+                raise AssertionError(f"grpc client: no answer to {op} within {timeout} s")
+            line = self.proc.stdout.readline()
+            if not line:
+                self.err.seek(0)
+                raise AssertionError(f"grpc client exited (code {self.proc.poll()}):\n{self.err.read()[-3000:]}")
+            if line.startswith("{"):
+                out = json.loads(line)
+                if not out.get("ok"):
+                    raise AssertionError(f"grpc client {op} failed: {out.get('error')}\n{out.get('trace', '')}")
+                return out
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            try:
+                self.call("shutdown", timeout=30)
+            except AssertionError:
+                pass
+            self.proc.stdin.close()
+            try:
+                self.proc.wait(15)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+    def kill(self) -> None:
+        self.proc.kill()
+        self.proc.wait()
+
+
+@pytest.fixture
+def grpc_py(tmp_path):
+    """Start rocketmq-python-client drivers: ``grpc_py()`` returns a :class:`GrpcPyClient`."""
+    if not GRPC_PYTHON.exists():
+        pytest.fail(f"{GRPC_PYTHON} missing: run ./scripts/setup_clients")
+    started: list[GrpcPyClient] = []
+
+    def _start() -> GrpcPyClient:
+        c = GrpcPyClient(tmp_path / f"grpc-home-{len(started)}")
+        started.append(c)
+        return c
+
+    yield _start
+    for c in started:
+        c.close()
