@@ -167,7 +167,7 @@ class Broker:
     async def _start_grpc(self, shown_host: str) -> None:
         import grpc
 
-        from .messaging.protocol import services
+        from .messaging.protocol import generic_handler
         from .messaging.service import MessagingService
 
         host, port = self.grpc_listen
@@ -176,7 +176,7 @@ class Broker:
                                           ("grpc.max_send_message_length", limit),
                                           ("grpc.so_reuseport", 0)])
         self.messaging = MessagingService(self)
-        services.add_MessagingServiceServicer_to_server(self.messaging, server)
+        server.add_generic_rpc_handlers((generic_handler(self.messaging),))
         address = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
         if self.grpc_tls is not None:
             cert, key = self.grpc_tls

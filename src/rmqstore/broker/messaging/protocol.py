@@ -37,6 +37,8 @@ def _load():
 pb, services = _load()
 
 SERVICE_NAME = "apache.rocketmq.v2.MessagingService"
+#: the service's descriptor: its methods, their request/response types and streaming kinds
+SERVICE = sys.modules["apache.rocketmq.v2.service_pb2"].DESCRIPTOR.services_by_name["MessagingService"]
 Code = pb.Code
 
 
@@ -46,3 +48,59 @@ def status(code: int, message: str | None = None):
 
 
 OK = status(pb.OK)
+
+
+def generic_handler(servicer):
+    """The service's handler for ``grpc.aio`` with request parsing inside the handler, so that a request
+    that is not a valid protobuf is answered INVALID_ARGUMENT naming the type expected (grpcio's own
+    parsing answers UNKNOWN with the parser's exception)."""
+    import grpc
+    from google.protobuf.message import DecodeError
+
+    def parse(cls, raw: bytes):
+        try:
+            return cls.FromString(raw)
+        except DecodeError as e:
+            raise _BadRequest(f"request is not a valid {cls.DESCRIPTOR.full_name}: {e}") from None
+
+    handlers = {}
+    for method in SERVICE.methods:
+        req_cls = getattr(pb, method.input_type.name)
+        resp_cls = getattr(pb, method.output_type.name)
+        impl = getattr(servicer, method.name)
+        serialize = resp_cls.SerializeToString
+        if method.client_streaming and method.server_streaming:
+            async def bidi(requests, context, impl=impl, req_cls=req_cls):
+                async def parsed():
+                    async for raw in requests:
+                        try:
+                            yield parse(req_cls, raw)
+                        except _BadRequest as e:
+                            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(e))
+                await impl(parsed(), context)
+
+            handlers[method.name] = grpc.stream_stream_rpc_method_handler(bidi, response_serializer=serialize)
+        elif method.server_streaming:
+            async def server_stream(raw, context, impl=impl, req_cls=req_cls):
+                try:
+                    request = parse(req_cls, raw)
+                except _BadRequest as e:
+                    await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(e))
+                async for item in impl(request, context):
+                    yield item
+
+            handlers[method.name] = grpc.unary_stream_rpc_method_handler(server_stream, response_serializer=serialize)
+        else:
+            async def unary(raw, context, impl=impl, req_cls=req_cls):
+                try:
+                    request = parse(req_cls, raw)
+                except _BadRequest as e:
+                    await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(e))
+                return await impl(request, context)
+
+            handlers[method.name] = grpc.unary_unary_rpc_method_handler(unary, response_serializer=serialize)
+    return grpc.method_handlers_generic_handler(SERVICE.full_name, handlers)
+
+
+class _BadRequest(Exception):
+    pass
