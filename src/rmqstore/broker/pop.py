@@ -165,13 +165,14 @@ class PopService:
         self.revived = 0
         self.dead_lettered = 0
         self._watermark = -1
+        self._end = 0  # the revive queue offset after the last record written or replayed
 
     # --- the durable records --------------------------------------------------------------------------
     def _write(self, tag: str, body: bytes) -> int:
         """Store one revive record; its revive queue offset (raises on a failed put)."""
         b = self.broker
         b.topics.create_if_absent(self.revive_topic, 1, PERM_READ | PERM_WRITE)
-        props = {P.TAGS: tag, P.UNIQ_KEY: b.new_uniq_key()}
+        props = {P.TAGS: tag}  # no UNIQ_KEY: revive records stay out of the index
         now = int(time.time() * 1000)
         result = b.store.put_message(Message(topic=self.revive_topic, body=body, queue_id=0,
                                              properties=M.java_properties(props), born_timestamp=now,
@@ -179,6 +180,7 @@ class PopService:
         if not result.ok:
             raise PopError("internal", f"writing a {tag} record to {self.revive_topic} failed: {result.status.value}")
         b.schedule_dispatch()
+        self._end = max(self._end, result.queue_offset + 1)
         return result.queue_offset
 
     def _write_ack(self, ck: Checkpoint, offsets: list[int]) -> None:
@@ -222,6 +224,7 @@ class PopService:
                 break
             q = r.next_begin_offset
         self._watermark = -1
+        self._end = max(self._end, q)
         return len(self.open)
 
     def _replay(self, rec: MessageRecord) -> None:
@@ -500,7 +503,7 @@ class PopService:
         store = self.broker.store
         positions = [ck.position for ck in self.open.values() if ck.position >= 0]
         positions += [ck.position for ck in self.fifo_expired.values() if ck.position >= 0]
-        wm = min(positions) if positions else store.get_max_offset_in_queue(self.revive_topic, 0)
+        wm = min(positions) if positions else self._end
         if wm != self._watermark and wm >= 0:
             self._watermark = wm
             store.consumer_offsets.commit_offset(REVIVE_GROUP, self.revive_topic, 0, wm)
