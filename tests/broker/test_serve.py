@@ -63,6 +63,44 @@ def test_serve_read_only_refuses_a_missing_store(tmp_path):
     assert p.returncode != 0 and "needs an existing store" in p.stderr
 
 
+def test_serve_with_grpc_listen(tmp_path):
+    import grpc
+
+    from rmqstore.broker.messaging.protocol import pb, services
+
+    store = tmp_path / "store"
+    gport = _free_port()
+    p, addr = _serve(store, "--grpc-listen", f"127.0.0.1:{gport}")
+    try:
+        line = p.stdout.readline()
+        assert line.startswith(f"gRPC MessagingService on 127.0.0.1:{gport}"), line
+        with grpc.insecure_channel(f"127.0.0.1:{gport}") as ch:
+            stub = services.MessagingServiceStub(ch)
+            r = stub.SendMessage(pb.SendMessageRequest(messages=[pb.Message(
+                topic=pb.Resource(name="G5"), body=b"over grpc",
+                system_properties=pb.SystemProperties(message_id="0A0B0C"))]), timeout=20)
+            assert r.status.code == pb.OK
+        p.send_signal(signal.SIGTERM)
+        _, err = p.communicate(timeout=30)
+    finally:
+        if p.poll() is None:
+            p.kill()
+    assert p.returncode == 0, err
+    with MessageStore.open(store, read_only=True) as st:
+        assert [m.body for m in st.query_message_by_unique_key("G5", "0A0B0C").messages] == [b"over grpc"]
+
+
+def test_serve_grpc_options_are_checked(tmp_path):
+    cert = tmp_path / "cert.pem"
+    cert.write_text("x")
+    for extra, says in ((["--grpc-listen", "nowhere"], "--grpc-listen"),
+                        (["--grpc-listen", "127.0.0.1:0", "--grpc-tls-cert", str(cert)], "go together"),
+                        (["--grpc-tls-cert", str(cert), "--grpc-tls-key", str(cert)], "need --grpc-listen")):
+        p = subprocess.run([*RMQSTORE, "serve", "--store", str(tmp_path / "s"), *extra], capture_output=True,
+                           text=True, timeout=60)
+        assert p.returncode == 2 and says in p.stderr, (extra, p.stderr)
+
+
 def test_kill9_under_load_with_sync_flush_loses_no_acknowledged_send(tmp_path, connect, send_v2):
     store = tmp_path / "store"
     conf = tmp_path / "broker.conf"
