@@ -207,3 +207,28 @@ def test_timer_properties_parsed_as_java_does():
     # due already: stored as a normal message
     props = {"TIMER_DELIVER_MS": str(now - 1)}
     assert T.timer_message(Message(topic="X", properties=props), dict(props), now).topic == "X"
+
+
+def test_auto_renew_extends_the_invisible_time_while_the_client_is_connected(open_broker):
+    b = open_broker()
+    _put(b, "T", 2)
+    t0 = int(time.time() * 1000)
+    got = b.pops.pop("G", "T", [0, 1, 2, 3], 8, POP.DEFAULT_INVISIBLE_MS, fifo=False, subscription="*",
+                     max_attempts=17, renew_client="c1")
+    assert len(got) == 2
+    connected = {"c1"}
+    # 5 s before the end: renewed by the default invisible time (the client is connected)
+    assert b.pops.revive_due(t0 + 55_000, alive=connected.__contains__) == 0
+    assert b.pops.revive_due(t0 + 61_000, alive=lambda c: False) == 0  # past the first end: still invisible
+    b.pops.ack("G", "T", got[0].handle)  # the handle from the receive still acks
+    b2 = open_broker()  # the renewal is durable; the client link is not
+    assert b2.pops.in_flight("G") == 1
+    assert b2.pops.revive_due(t0 + 61_000) == 0
+    assert b2.pops.revive_due(t0 + 116_000) == 1
+    # a client that went away is not renewed for
+    b2.store.wait_dispatched()
+    again = b2.pops.pop("G", "T", [0, 1, 2, 3], 8, POP.DEFAULT_INVISIBLE_MS, fifo=False, subscription="*",
+                        max_attempts=17, renew_client="c2")
+    assert [p.attempt for p in again] == [2]
+    t1 = int(time.time() * 1000)
+    assert b2.pops.revive_due(t1 + 61_000, alive=lambda c: False) == 1

@@ -200,7 +200,7 @@ class Broker:
         while True:
             await asyncio.sleep(0.1)
             try:
-                self.pops.revive_due()
+                self.pops.revive_due(alive=self.messaging.client_alive if self.messaging else None)
             except Exception:  # noqa: BLE001 - retried on the next round
                 log.exception("revive failed")
 

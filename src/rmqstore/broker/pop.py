@@ -59,6 +59,10 @@ DEFAULT_INVISIBLE_MS = 60_000
 MIN_INVISIBLE_MS, MAX_INVISIBLE_MS = 1_000, 12 * 3600 * 1000
 #: pops that look at the retry topic first (one in five, as upstream)
 RETRY_FIRST_EVERY = 5
+#: auto-renew (push consumers): renew this long before the invisible time ends, for at most this long
+#: after the receive, while the client is connected (the proxy's renewAheadTimeMillis, and a cap)
+RENEW_AHEAD_MS = 10_000
+RENEW_MAX_MS = 3 * 3600 * 1000
 
 
 class PopError(Exception):
@@ -89,6 +93,9 @@ class Checkpoint:
     renewed: bool = False  # written by a change of invisible time (not by a receive)
     position: int = -1  # the checkpoint's offset in the revive queue
     acked: set[int] = field(default_factory=set)
+    #: the client whose receive asked for auto-renew (kept in memory only: after a restart the
+    #: message is redelivered when its invisible time ends)
+    renew_client: str | None = None
 
     @property
     def key(self) -> tuple:
@@ -231,6 +238,12 @@ class PopService:
         tag = rec.properties.get(P.TAGS)
         if tag == CK_TAG:
             ck = Checkpoint.from_body(rec.body, rec.queue_offset)
+            known = self.open.get(ck.key)
+            if known is not None:  # an auto-renewal of an open checkpoint
+                known.invisible_ms = max(known.invisible_ms, ck.invisible_ms)
+                self._seq += 1
+                heapq.heappush(self._heap, (known.deadline, self._seq, known.key))
+                return
             lock_key = (ck.group, ck.topic, ck.queue_id)
             if ck.fifo and not ck.renewed:
                 # a new receive of the queue: the checkpoints before it had expired
@@ -273,7 +286,7 @@ class PopService:
 
     # --- receive ------------------------------------------------------------------------------------------
     def pop(self, group: str, topic: str, queue_ids: list[int], batch: int, invisible_ms: int, *, fifo: bool,
-            subscription: str | None, max_attempts: int) -> list[Popped]:
+            subscription: str | None, max_attempts: int, renew_client: str | None = None) -> list[Popped]:
         """Receive up to ``batch`` messages of ``topic`` (its queues ``queue_ids``, then the pop retry topic)."""
         b = self.broker
         found: list[Popped] = []
@@ -292,10 +305,11 @@ class PopService:
             if len(found) >= batch:
                 break
             found += self._pop_queue(group, topic, source, qid, batch - len(found), invisible_ms, fifo,
-                                     subscription, max_attempts)
+                                     subscription, max_attempts, renew_client)
         return found
 
-    def _pop_queue(self, group, origin, topic, qid, n, invisible_ms, fifo, subscription, max_attempts) -> list[Popped]:
+    def _pop_queue(self, group, origin, topic, qid, n, invisible_ms, fifo, subscription, max_attempts,
+                   renew_client) -> list[Popped]:
         b = self.broker
         store = b.store
         lock_key = (group, topic, qid)
@@ -332,7 +346,7 @@ class PopService:
             return []
         ck = Checkpoint(group=group, topic=topic, origin=origin, queue_id=qid, start=offset, pop_time=now,
                         invisible_ms=invisible_ms, offsets=[rec.queue_offset for rec, _ in keep],
-                        reconsume=[rc for _, rc in keep], fifo=fifo)
+                        reconsume=[rc for _, rc in keep], fifo=fifo, renew_client=renew_client)
         ck.position = self._write(CK_TAG, ck.body(b.cfg.broker_name))
         self._add(ck)
         if fifo:
@@ -367,7 +381,7 @@ class PopService:
         queue_topic = retry_topic(group, topic) if kind == RETRY_TOPIC else topic
         ck = self.open.get((group, queue_topic, qid, start, pop_time))
         now = int(time.time() * 1000) if now is None else now
-        if ck is None or ck.invisible_ms != invisible or offset not in ck.offsets:
+        if ck is None or offset not in ck.offsets:
             if pop_time + invisible <= now:
                 raise PopError("expired", "receipt handle is expired")
             raise PopError("invalid_handle", "receipt handle is invalid: no message received with it is "
@@ -435,18 +449,37 @@ class PopService:
         return store.look_message_by_offset(phy) if phy >= 0 else None
 
     # --- revive -------------------------------------------------------------------------------------------
-    def revive_due(self, now_ms: int | None = None) -> int:
-        """Revive the checkpoints whose invisible time has passed; returns how many messages."""
+    def revive_due(self, now_ms: int | None = None, alive=None) -> int:
+        """Renew the auto-renew checkpoints of connected clients (``alive(client id)``) that are about
+        to end, revive the checkpoints whose invisible time has passed; returns how many messages
+        were revived."""
         now = int(time.time() * 1000) if now_ms is None else now_ms
         n = 0
-        while self._heap and self._heap[0][0] <= now:
-            deadline, _, key = heapq.heappop(self._heap)
+        later = []
+        while self._heap and self._heap[0][0] <= now + RENEW_AHEAD_MS:
+            deadline, seq, key = heapq.heappop(self._heap)
             ck = self.open.get(key)
             if ck is None or ck.deadline != deadline:
                 continue
-            n += self._revive(ck)
+            if (ck.renew_client is not None and alive is not None and alive(ck.renew_client)
+                    and now - ck.pop_time < RENEW_MAX_MS):
+                self._renew(ck, now)
+            elif deadline <= now:
+                n += self._revive(ck)
+            else:
+                later.append((deadline, seq, key))
+        for item in later:
+            heapq.heappush(self._heap, item)
         self._advance_watermark()
         return n
+
+    def _renew(self, ck: Checkpoint, now: int) -> None:
+        """Extend an auto-renew checkpoint by the default invisible time (a CK record with the same
+        key and the longer invisible time; the client's receipt handles stay valid)."""
+        ck.invisible_ms = now + DEFAULT_INVISIBLE_MS - ck.pop_time
+        self._write(CK_TAG, ck.body(self.broker.cfg.broker_name))
+        self._seq += 1
+        heapq.heappush(self._heap, (ck.deadline, self._seq, ck.key))
 
     def _revive(self, ck: Checkpoint) -> int:
         b = self.broker

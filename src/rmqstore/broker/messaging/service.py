@@ -429,7 +429,8 @@ class MessagingService(services.MessagingServiceServicer):
         try:
             while True:
                 found = b.pops.pop(group, topic, queues, request.batch_size, invisible, fifo=fifo,
-                                   subscription=subscription, max_attempts=max_attempts)
+                                   subscription=subscription, max_attempts=max_attempts,
+                                   renew_client=c.client_id if request.auto_renew else None)
                 if found or b.stopping:
                     break
                 left = deadline - time.monotonic()
@@ -633,6 +634,11 @@ class MessagingService(services.MessagingServiceServicer):
         return pb.SyncLiteSubscriptionResponse(status=status(pb.UNSUPPORTED, "lite topics are not supported"))
 
     # --- housekeeping ----------------------------------------------------------------------------------
+    def client_alive(self, client_id: str) -> bool:
+        """Connected: its telemetry stream is open (or it was heard from within the last 30 s)."""
+        c = self.clients.get(client_id)
+        return c is not None and (c.outbox is not None or time.monotonic() - c.last_seen < 30)
+
     def expire_clients(self, max_idle_s: float) -> None:
         now = time.monotonic()
         for cid, c in list(self.clients.items()):
