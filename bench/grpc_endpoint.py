@@ -68,7 +68,7 @@ def server_main(kind: str, store: str, port: int, preload: int) -> None:
             def ack(self, group, topic, handle):
                 return None
 
-            def revive_due(self):
+            def revive_due(self, *args, **kwargs):
                 return 0
 
             def recover(self):

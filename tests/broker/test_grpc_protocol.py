@@ -94,6 +94,11 @@ def test_query_route_and_assignment(start_broker, api):
     r = a.QueryAssignment(pb.QueryAssignmentRequest(topic=pb.Resource(name="R"), group=pb.Resource(name="G")))
     assert r.status.code == pb.OK and len(r.assignments) == 1 and r.assignments[0].message_queue.id == -1
     assert a.QueryRoute(pb.QueryRouteRequest(topic=pb.Resource(name="bad topic!"))).status.code == pb.ILLEGAL_TOPIC
+    for system in ("TBW102", "SCHEDULE_TOPIC_XXXX", "rmq_sys_wheel_timer", "RMQ_SYS_TRANS_HALF_TOPIC"):
+        r = a.QueryRoute(pb.QueryRouteRequest(topic=pb.Resource(name=system)))
+        assert (r.status.code, r.status.message) == (pb.ILLEGAL_TOPIC, "cannot access system topic")
+        assert a.send(system, b"x").status.code == pb.ILLEGAL_TOPIC
+    assert a.receive("CID_RMQ_SYS_TRANS", "R")[0].status.code == pb.ILLEGAL_CONSUMER_GROUP
 
 
 def test_unknown_topics_and_groups_when_nothing_is_auto_created(start_broker, api):
@@ -378,3 +383,13 @@ def test_tls_endpoint(start_broker, api, tmp_path):
     plain = api(b.grpc_address)
     with pytest.raises(grpc.RpcError):
         plain.send("TLS", b"in the clear")
+
+
+def test_a_frame_over_the_limit_is_refused_and_the_server_keeps_serving(start_broker, api):
+    b = start_broker(grpc=True, broker=FAST, max_message_size=1024)  # frames up to 2 × 1 KiB + 1 MiB
+    a = api(b.grpc_address)
+    with pytest.raises(grpc.RpcError) as e:
+        a.send("Big", b"x" * (2 << 20))
+    assert e.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+    assert b.store.max_phy_offset == 0
+    assert a.send("Big", b"small").status.code == pb.OK

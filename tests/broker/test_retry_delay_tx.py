@@ -144,3 +144,27 @@ def test_open_transaction_is_checked_with_its_producer(start_broker, connect, se
                                       "commitLogOffset": check.ext["commitLogOffset"], "commitOrRollback": 8,
                                       "fromTransactionCheck": "true", "msgId": "E" * 32}, oneway=True)
     _wait_for(lambda: b.store.get_max_offset_in_queue("Pay", 1) == 1)
+
+
+def test_remoting_timer_properties_delay_the_message(start_broker, connect, send_v2, pull, records_in, props_text):
+    """RocketMQ 5's timer properties from a remoting producer (``Message.setDeliverTimeMs`` and friends)
+    go through the timer topic, as upstream's put path does, and arrive when due; a malformed value is
+    MESSAGE_ILLEGAL (``Long.parseLong``)."""
+    b = start_broker()
+    c = connect(b.address)
+    at = int(time.time() * 1000) + 1500
+    r = send_v2(c, "Later", b"at a time", queue_id=0, props=props_text(TIMER_DELIVER_MS=str(at), UNIQ_KEY="BB" * 16))
+    assert r.code == RC.SUCCESS
+    r = send_v2(c, "Later", b"in a second", queue_id=0, props=props_text(TIMER_DELAY_SEC="1", UNIQ_KEY="CC" * 16))
+    assert r.code == RC.SUCCESS
+    assert send_v2(c, "Later", b"x", queue_id=0, props=props_text(TIMER_DELIVER_MS="soon")).code == \
+        RC.MESSAGE_ILLEGAL
+    b.store.wait_dispatched(10)
+    assert pull(c, "G", "Later", 0, 0).code != RC.SUCCESS  # not there yet
+    (parked_a, parked_b) = records_in(pull(c, "G", "rmq_sys_wheel_timer", 0, 0).body)
+    assert parked_a.properties["REAL_TOPIC"] == "Later" and parked_a.properties["TIMER_OUT_MS"] == str(at)
+    got = _wait_for(lambda: _all(c, pull, records_in, "G", "Later") if len(_all(c, pull, records_in, "G", "Later"))
+                    == 2 else None)
+    assert sorted(m.body for m in got) == [b"at a time", b"in a second"]
+    timed = next(m for m in got if m.body == b"at a time")
+    assert timed.store_timestamp >= at and timed.properties["UNIQ_KEY"] == "BB" * 16

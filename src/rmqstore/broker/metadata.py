@@ -29,6 +29,8 @@ AUTO_CREATE_TOPIC = "TBW102"
 SELF_TEST_TOPIC = "SELF_TEST_TOPIC"
 OFFSET_MOVED_EVENT = "OFFSET_MOVED_EVENT"
 TRANS_HALF_TOPIC = "RMQ_SYS_TRANS_HALF_TOPIC"
+TIMER_TOPIC = "rmq_sys_wheel_timer"
+REVIVE_TOPIC_PREFIX = "rmq_sys_REVIVE_LOG_"
 TRANS_OP_HALF_TOPIC = "RMQ_SYS_TRANS_OP_HALF_TOPIC"
 RETRY_PREFIX = "%RETRY%"
 DLQ_PREFIX = "%DLQ%"
@@ -110,7 +112,9 @@ class TopicConfigManager:
         self.table: dict[str, dict] = {str(k): dict(v) for k, v in table.items() if isinstance(v, dict)}
         system = [topic_config(SELF_TEST_TOPIC, 1), topic_config(SCHEDULE_TOPIC, 18),
                   topic_config(OFFSET_MOVED_EVENT, 1), topic_config(cluster_name, 16, PERM_READ | PERM_WRITE),
-                  topic_config(broker_name, 1, PERM_READ | PERM_WRITE)]
+                  topic_config(broker_name, 1, PERM_READ | PERM_WRITE),
+                  # RocketMQ 5's timer topic and the pop revive topic (one revive queue here; upstream 8)
+                  topic_config(TIMER_TOPIC, 1), topic_config(REVIVE_TOPIC_PREFIX + cluster_name, 1)]
         if auto_create:
             system.append(topic_config(AUTO_CREATE_TOPIC, default_queue_nums, PERM_READ | PERM_WRITE | PERM_INHERIT))
         changed = False

@@ -44,7 +44,7 @@ from dataclasses import dataclass, field
 from ..format import properties as P
 from ..types import GetMessageStatus, Message, MessageRecord
 from . import messages as M
-from .metadata import DLQ_PREFIX, PERM_READ, PERM_WRITE, RETRY_PREFIX
+from .metadata import DLQ_PREFIX, PERM_READ, PERM_WRITE, RETRY_PREFIX, REVIVE_TOPIC_PREFIX
 
 log = logging.getLogger("rmqstore.broker")
 
@@ -157,7 +157,7 @@ def decode_handle(handle: str) -> tuple[int, int, int, str, int, int]:
 class PopService:
     def __init__(self, broker):
         self.broker = broker
-        self.revive_topic = f"rmq_sys_REVIVE_LOG_{broker.cfg.broker_cluster_name}"
+        self.revive_topic = REVIVE_TOPIC_PREFIX + broker.cfg.broker_cluster_name
         self.open: dict[tuple, Checkpoint] = {}
         #: FIFO (group, topic, queue) -> keys of its open checkpoints (the queue is held while any is open)
         self.fifo_open: dict[tuple, set[tuple]] = {}

@@ -22,11 +22,10 @@ from ..format import properties as P
 from ..format.javalang import parse_long
 from ..types import Message
 from . import messages as M
-from .metadata import PERM_READ, PERM_WRITE, JsonStateFile
+from .metadata import PERM_READ, PERM_WRITE, TIMER_TOPIC, JsonStateFile
 
 log = logging.getLogger("rmqstore.broker")
 
-TIMER_TOPIC = "rmq_sys_wheel_timer"
 TIMER_DELIVER_MS = "TIMER_DELIVER_MS"
 TIMER_DELAY_SEC = "TIMER_DELAY_SEC"
 TIMER_DELAY_MS = "TIMER_DELAY_MS"

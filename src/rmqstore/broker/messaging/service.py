@@ -19,9 +19,8 @@ from ...format.msgid import MessageIdError, decode_offset_msg_id
 from ...types import GetMessageStatus, Message, PutMessageStatus
 from .. import messages as M
 from .. import timer as T
-from ..metadata import (DLQ_PREFIX, NOT_ALLOWED_SEND, PERM_READ, PERM_WRITE, RETRY_PREFIX, TRANS_HALF_TOPIC,
-                        validate_topic)
-from ..pop import DEFAULT_INVISIBLE_MS, MAX_INVISIBLE_MS, PopError
+from ..metadata import NOT_ALLOWED_SEND, PERM_READ, PERM_WRITE, TRANS_HALF_TOPIC, validate_topic
+from ..pop import DEFAULT_INVISIBLE_MS, MAX_INVISIBLE_MS, PopError, retry_topic
 from .convert import Refused, duration, message_properties, to_message
 from .protocol import pb, services, status
 
@@ -36,6 +35,10 @@ MAX_BATCH_SIZE = 32
 #: ms a failed delivery (the stream broke) is made invisible for before it is received again
 NACK_INVISIBLE_MS = 1000
 MAX_TELEMETRY_QUEUE = 1024
+#: ``TopicValidator.SYSTEM_TOPIC_SET`` (and every ``rmq_sys_`` topic): the proxy refuses them
+SYSTEM_TOPICS = frozenset({"TBW102", "SCHEDULE_TOPIC_XXXX", "BenchmarkTest", "RMQ_SYS_TRANS_HALF_TOPIC",
+                           "RMQ_SYS_TRACE_TOPIC", "RMQ_SYS_TRANS_OP_HALF_TOPIC", "TRANS_CHECK_MAX_TIME_TOPIC",
+                           "SELF_TEST_TOPIC", "OFFSET_MOVED_EVENT", "CHECKPOINT_TOPIC"})
 
 _PUT_CODES = {PutMessageStatus.FLUSH_DISK_TIMEOUT: pb.MASTER_PERSISTENCE_TIMEOUT,
               PutMessageStatus.FLUSH_SLAVE_TIMEOUT: pb.SLAVE_PERSISTENCE_TIMEOUT,
@@ -117,6 +120,8 @@ class MessagingService(services.MessagingServiceServicer):
         bad = validate_topic(name)
         if bad:
             raise Refused(pb.ILLEGAL_TOPIC, bad)
+        if name in SYSTEM_TOPICS or name.startswith("rmq_sys_"):
+            raise Refused(pb.ILLEGAL_TOPIC, "cannot access system topic")
         b = self.b
         tc = b.topics.get(name)
         if tc is None and create and b.cfg.auto_create_topic_enable and not b.read_only:
@@ -130,6 +135,8 @@ class MessagingService(services.MessagingServiceServicer):
     def _group(self, name: str) -> dict:
         if not name or validate_topic(name):
             raise Refused(pb.ILLEGAL_CONSUMER_GROUP, f"consumer group {name!r} is not a legal name")
+        if name.startswith("CID_RMQ_SYS_"):
+            raise Refused(pb.ILLEGAL_CONSUMER_GROUP, "cannot use system consumer group")
         sg = self.b.groups.find(name)
         if sg is None:
             raise Refused(pb.CONSUMER_GROUP_NOT_FOUND, f"consumer group {name!r} not found")
@@ -220,10 +227,13 @@ class MessagingService(services.MessagingServiceServicer):
                     if which == "settings":
                         self._on_settings(c, cmd.settings)
                         reply = pb.TelemetryCommand(status=status(pb.OK), settings=self.settings_for(c, cmd.settings))
-                        outbox.put_nowait(reply)
+                        await outbox.put(reply)  # bounded: a client that does not read is not read from
                     # thread stack traces and verify results: nothing to do with them here
             finally:
-                outbox.put_nowait(None)
+                try:
+                    outbox.put_nowait(None)
+                except asyncio.QueueFull:  # the writer is gone or stuck: it is cancelled below anyway
+                    pass
 
         reader = asyncio.ensure_future(read())
         try:
@@ -326,7 +336,6 @@ class MessagingService(services.MessagingServiceServicer):
     async def _send_one(self, msg: Message, props: dict, qid: int, now: int):
         b = self.b
         msg.queue_id = qid
-        uniq = props[P.UNIQ_KEY]
         if props.get(M.TRAN_MSG) == "true":
             if b.cfg.reject_transaction_message:
                 raise Refused(pb.FORBIDDEN, "transaction messages are rejected by this broker")
@@ -340,7 +349,6 @@ class MessagingService(services.MessagingServiceServicer):
             raise Refused(pb.ILLEGAL_DELIVERY_TIME, str(e)) from None
         msg.properties = M.java_properties(props)
         result = await self._put([msg])
-        del uniq
         return self._entry(result, props, result.queue_offset if result.ok else 0, None)
 
     def _entry(self, result, props: dict, offset: int, transaction_id: str | None):
@@ -391,12 +399,10 @@ class MessagingService(services.MessagingServiceServicer):
         return True
 
     # --- receive / ack ----------------------------------------------------------------------------------
-    def _consumer_settings(self, c: GrpcClient | None, sg: dict) -> tuple[bool, int]:
-        s = c.settings if c is not None else None
-        fifo = bool(sg.get("consumeMessageOrderly", False))
-        if s is not None and s.HasField("subscription") and s.subscription.HasField("fifo"):
-            fifo = fifo or s.subscription.fifo
-        return fifo, int(sg.get("retryMaxTimes", 16)) + 1
+    @staticmethod
+    def _consumer_settings(sg: dict) -> tuple[bool, int]:
+        """FIFO and max attempts: the group's (the settings the proxy sends a client say the same)."""
+        return bool(sg.get("consumeMessageOrderly", False)), int(sg.get("retryMaxTimes", 16)) + 1
 
     async def ReceiveMessage(self, request, context):
         b = self.b
@@ -422,8 +428,8 @@ class MessagingService(services.MessagingServiceServicer):
             yield _done()
             return
         topic, group = request.message_queue.topic.name, request.group.name
-        fifo, max_attempts = self._consumer_settings(c, sg)
-        queues = list(range(min(tc["readQueueNums"], max(tc["readQueueNums"], tc["writeQueueNums"]))))
+        fifo, max_attempts = self._consumer_settings(sg)
+        queues = list(range(tc["readQueueNums"]))
         deadline = time.monotonic() + poll_ms / 1000
         found = []
         try:
@@ -436,7 +442,7 @@ class MessagingService(services.MessagingServiceServicer):
                 left = deadline - time.monotonic()
                 if left <= 0:
                     break
-                keys = [(topic, q) for q in queues] + [(P_retry(group, topic), 0)]
+                keys = [(topic, q) for q in queues] + [(retry_topic(group, topic), 0)]
                 await b.pulls.wait_any(keys, min(left, 1.0))  # re-checked each second: a wake-up lost
                 # to the dispatch thread costs at most a second
         except PopError as e:
@@ -646,10 +652,6 @@ class MessagingService(services.MessagingServiceServicer):
                 del self.clients[cid]
 
 
-def P_retry(group: str, topic: str) -> str:
-    return f"{RETRY_PREFIX}{group}_{topic}"
-
-
 def _done():
     now = int(time.time() * 1000)
     resp = pb.ReceiveMessageResponse()
@@ -678,4 +680,4 @@ def _accept_types(tc: dict) -> list[int]:
     return [pb.NORMAL, pb.FIFO, pb.DELAY, pb.TRANSACTION]
 
 
-__all__ = ["MessagingService", "consistent_hash", "DLQ_PREFIX"]
+__all__ = ["MessagingService", "consistent_hash"]
