@@ -38,22 +38,27 @@ N_CATCHUP = 1_000_000  # H._prebuilt's store of the harness and bench/embedded.p
 
 
 # --- the server process ----------------------------------------------------------------------------
+def null_put(b) -> None:
+    """Make the broker ``b`` acknowledge every put with PUT_OK without storing anything (the null server)."""
+    from rmqstore.types import PutMessageResult, PutMessageStatus
+
+    counter = [0]
+
+    def put(msgs, answer):
+        counter[0] += 1
+        return answer(PutMessageResult(PutMessageStatus.PUT_OK, "7F000001000027110000000000000000", 0, 100,
+                                       counter[0], int(time.time() * 1000), len(msgs)))
+
+    b.put = put
+
+
 def server_main(kind: str, store: str, port: int, read_only: bool) -> None:
     from rmqstore import MessageStore
     from rmqstore.broker import Broker, BrokerConfig
-    from rmqstore.types import PutMessageResult, PutMessageStatus
-
     st = MessageStore.open(store, read_only=read_only)  # sizes from the files (the harness's store) or embedded
     b = Broker(st, BrokerConfig(broker_name="bench"), listen=f"127.0.0.1:{port}")
     if kind == "null":
-        counter = [0]
-
-        def put(msgs, answer):
-            counter[0] += 1
-            return answer(PutMessageResult(PutMessageStatus.PUT_OK, "7F000001000027110000000000000000", 0, 100,
-                                           counter[0], int(time.time() * 1000), len(msgs)))
-
-        b.put = put
+        null_put(b)
     b.start()
     print("READY", flush=True)
     signal.sigwait([signal.SIGTERM, signal.SIGINT])

@@ -38,8 +38,6 @@ def server_main(kind: str, store: str, port: int, preload: int) -> None:
     from rmqstore import Message, MessageStore
     from rmqstore.broker import Broker, BrokerConfig
     from rmqstore.broker.pop import Popped
-    from rmqstore.types import PutMessageResult, PutMessageStatus
-
     st = MessageStore.open(store)
     b = Broker(st, BrokerConfig(broker_name="bench"), listen="127.0.0.1:0", grpc_listen=f"127.0.0.1:{port}")
     b.topics.create_if_absent("Bench", 8)
@@ -49,14 +47,9 @@ def server_main(kind: str, store: str, port: int, preload: int) -> None:
                 st.put_messages([Message.create("Bench", b"x" * 100, queue_id=q) for _ in range(32)])
         st.wait_dispatched()
     if kind == "null":
-        counter = [0]
+        from broker import null_put  # bench/broker.py: the remoting bench's null server does the same
 
-        def put(msgs, answer):
-            counter[0] += 1
-            return answer(PutMessageResult(PutMessageStatus.PUT_OK, "7F000001000027110000000000000000", 0, 100,
-                                           counter[0], int(time.time() * 1000), len(msgs)))
-
-        b.put = put
+        null_put(b)
         sample = st.get_message("x", "Bench", 0, 0, 32).messages if preload else []
 
         class NullPops:
