@@ -112,8 +112,9 @@ def store_records(path: str, cfg: MessageStoreConfig) -> list:
         return [st.look_message_by_offset(p) for p in record_offsets(st)]
 
 
-def row_of(rec) -> dict:
-    """A MessageRecord in the data source's column names and Python types."""
+def row_of(rec, store: str | None = None) -> dict:
+    """A MessageRecord in the data source's column names and Python types (with ``brokerName``, the
+    store directory's name, when ``store`` is given: a row of the data source)."""
     from datetime import datetime
 
     def ts(ms: int):  # as pyspark turns a TIMESTAMP into a (local, naive) datetime
@@ -127,7 +128,7 @@ def row_of(rec) -> dict:
         "bornTimestamp": ts(rec.born_timestamp), "storeTimestamp": ts(rec.store_timestamp),
         "bornHost": rec.born_host, "storeHost": rec.store_host, "flag": rec.flag, "sysFlag": rec.sys_flag,
         "reconsumeTimes": rec.reconsume_times, "preparedTransactionOffset": rec.prepared_transaction_offset,
-        "bodyCRC": rec.body_crc,
+        "bodyCRC": rec.body_crc, **({"brokerName": os.path.basename(os.path.normpath(store))} if store else {}),
     }
 
 

@@ -163,7 +163,9 @@ def test_safe_end_follows_a_writer(tmp_path):
 def test_arrow_schema_matches_spark_schema():
     from pyspark.sql.pandas.types import to_arrow_schema
 
-    from rmqstore.spark.source import source_schema
+    from rmqstore.spark.source import BROKER_NAME, source_schema
 
-    assert to_arrow_schema(source_schema(), timezone="UTC").equals(C.ARROW_SCHEMA)
+    # the decoded columns, then the broker's name (added per partition, not decoded)
+    assert to_arrow_schema(source_schema(), timezone="UTC").equals(
+        C.ARROW_SCHEMA.append(pa.field(BROKER_NAME, pa.string(), nullable=False)))
     assert isinstance(C.ARROW_SCHEMA, pa.Schema)

@@ -35,11 +35,11 @@ def vector_rows(spark, vector):
     return rows, {r.phy_offset: r for r in store_records(vector.store, vector.config)}
 
 
-def test_every_record_once_with_every_field(vector_rows):
+def test_every_record_once_with_every_field(vector, vector_rows):
     rows, recs = vector_rows
     assert sorted(rows) == sorted(recs)
     for off, rec in recs.items():
-        assert rows[off] == row_of(rec), off
+        assert rows[off] == row_of(rec, vector.store), off
 
 
 def test_rows_match_rocketmq_decode(vector, vector_rows):
@@ -223,7 +223,7 @@ def test_generated_store(spark, generated):
     got = by_offset(df.where(df.commitLogOffset.isin(sample)).collect())
     with MessageStore.open(generated.path, generated.config, read_only=True) as st:
         for off in sample:
-            assert got[off] == row_of(st.look_message_by_offset(off))
+            assert got[off] == row_of(st.look_message_by_offset(off), generated.path)
 
 
 def test_compressed_bodies_decoded_unless_raw(spark, tmp_path):

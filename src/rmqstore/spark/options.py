@@ -10,6 +10,7 @@ Nothing here imports pyspark.
 from __future__ import annotations
 
 import dataclasses
+import os
 import re
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -18,19 +19,49 @@ from typing import Mapping
 from ..config import MessageStoreConfig, read_properties_file
 from ..errors import ConfigError
 from ..layout import infer_config
+from .paths import expand, parse_paths
 from .scan import DEFAULT_SPLIT_SIZE
 
 EARLIEST, LATEST = "earliest", "latest"
 
 #: canonical option names (matched ignoring case)
-OPTIONS = ("path", "config", "startingOffsets", "endingOffsets", "startingTimestamp", "endingTimestamp",
+OPTIONS = ("path", "paths", "brokerName", "config", "startingOffsets", "endingOffsets", "startingTimestamp", "endingTimestamp",
            "topics", "includeBody", "rawBody", "splitSize", "verifyCRC", "failOnDataLoss",
            "maxBytesPerTrigger")
 _CANON = {o.lower(): o for o in OPTIONS}
+#: options Spark's catalog adds to a table's options (``CREATE TABLE ... USING rocketmq``): not ours
+_CATALOG_KEYS = frozenset({"owner", "external", "location", "provider", "comment", "is_managed_location"})
 _CONFIG_KEYS = {f.name.replace("_", "").lower(): f.name for f in dataclasses.fields(MessageStoreConfig)}
 _SIZE = re.compile(r"^\s*(\d+)\s*([kmgt]i?b?|b)?\s*$", re.IGNORECASE)
 _UNITS = {"": 1, "b": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
 MIN_SPLIT_SIZE = 64
+
+
+@dataclass(frozen=True)
+class StoreLoc:
+    """One store read: its directory, its config (segment sizes from its files) and broker name."""
+
+    store_dir: str
+    cfg: MessageStoreConfig
+    broker_name: str
+
+    @property
+    def seg_size(self) -> int:
+        return self.cfg.mapped_file_size_commit_log
+
+
+def broker_name_of(store_dir: str) -> str:
+    """``brokerName`` from the store's ``broker.conf`` (in the store directory or its ``config/``),
+    else the directory's name."""
+    for conf in (os.path.join(store_dir, "broker.conf"), os.path.join(store_dir, "config", "broker.conf")):
+        if os.path.isfile(conf):
+            try:
+                name = str(read_properties_file(conf).get("brokerName", "")).strip()
+            except ConfigError:
+                name = ""
+            if name:
+                return name
+    return os.path.basename(os.path.normpath(store_dir)) or store_dir
 
 
 @dataclass(frozen=True)
@@ -52,6 +83,8 @@ class ReadOptions:
     split_size: int = DEFAULT_SPLIT_SIZE
     verify_crc: bool = False
     max_bytes_per_trigger: int | None = None
+    #: every store read (the first is ``store_dir``/``cfg``)
+    stores: tuple[StoreLoc, ...] = ()
 
     @property
     def seg_size(self) -> int:
@@ -154,6 +187,8 @@ def parse_options(options: Mapping[str, str], *, streaming: bool | None,
     given: dict[str, str] = {}
     for key, value in options.items():
         k = str(key).lower()
+        if k in _CATALOG_KEYS:
+            continue
         if k in _CANON:
             own[_CANON[k]] = value
         elif k.replace("_", "") in _CONFIG_KEYS:
@@ -162,9 +197,13 @@ def parse_options(options: Mapping[str, str], *, streaming: bool | None,
         else:
             raise ConfigError(f"unknown option {key!r} for format rocketmq; options are {', '.join(OPTIONS)} "
                               "and the MessageStoreConfig keys (e.g. mappedFileSizeCommitLog)")
-    path = own.get("path")
-    if not path:
-        raise ConfigError("option path: no store directory given; use .load('/path/to/store')")
+    dirs = expand(parse_paths(own.get("path"), own.get("paths")))
+    if streaming and len(dirs) > 1:
+        raise ConfigError(f"option path: a stream follows one store; {len(dirs)} were given ({', '.join(dirs[:3])}"
+                          f"{', ...' if len(dirs) > 3 else ''})")
+    if own.get("brokerName") is not None and len(dirs) > 1:
+        raise ConfigError("option brokerName: names the broker of one store; with several stores each is named "
+                          "by its broker.conf or its directory")
     kw: dict[str, object] = {}
     if "startingOffsets" in own:
         kw["starting_offsets"] = _offset("startingOffsets", own["startingOffsets"], (EARLIEST, LATEST))
@@ -202,6 +241,11 @@ def parse_options(options: Mapping[str, str], *, streaming: bool | None,
     st, et = kw.get("starting_timestamp"), kw.get("ending_timestamp")
     if st is not None and et is not None and et < st:
         raise ConfigError(f"option endingTimestamp: {et} is before startingTimestamp {st}")
-    cfg = resolve_config(str(path), own.get("config"), cfg_keys, base_cfg, given)
-    opts = ReadOptions(store_dir=str(path), cfg=cfg, **kw)
-    return opts
+    stores = []
+    for d in dirs:
+        cfg = resolve_config(d, own.get("config"), cfg_keys, base_cfg, given)
+        name = str(own["brokerName"]).strip() if own.get("brokerName") is not None else broker_name_of(d)
+        if not name:
+            raise ConfigError("option brokerName: must not be empty")
+        stores.append(StoreLoc(d, cfg, name))
+    return ReadOptions(store_dir=stores[0].store_dir, cfg=stores[0].cfg, stores=tuple(stores), **kw)

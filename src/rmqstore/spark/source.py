@@ -15,6 +15,7 @@ import time
 from typing import Iterator
 
 import numpy as np
+import pyarrow as pa
 
 from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import SupportsTriggerAvailableNow
@@ -28,6 +29,8 @@ from .filters import RowFilter
 from .options import EARLIEST, LATEST, ReadOptions, parse_options
 
 log = logging.getLogger(__name__)
+#: the column naming each row's broker (its store's broker.conf ``brokerName``, else its directory)
+BROKER_NAME = "brokerName"
 
 
 def source_schema() -> StructType:
@@ -42,8 +45,9 @@ def source_schema() -> StructType:
         "bornHost": (string, nn), "storeHost": (string, nn), "flag": (IntegerType(), nn),
         "sysFlag": (IntegerType(), nn), "reconsumeTimes": (IntegerType(), nn),
         "preparedTransactionOffset": (LongType(), nn), "bodyCRC": (IntegerType(), nn),
+        BROKER_NAME: (string, nn),
     }
-    return StructType([StructField(name, *types[name]) for name in C.FIELD_NAMES])
+    return StructType([StructField(name, *types[name]) for name in [*C.FIELD_NAMES, BROKER_NAME]])
 
 
 def _arrow_schema(schema: StructType):
@@ -70,12 +74,13 @@ def check_schema(schema: StructType) -> StructType:
 
 
 class SpanPartition(InputPartition):
-    """A byte range of the commitlog: ``spans`` are ``(segment start, start, end)`` triples, one per
-    segment it touches (several when segments are smaller than ``splitSize``)."""
+    """A byte range of a store's commitlog: ``spans`` are ``(segment start, start, end)`` triples, one
+    per segment it touches (several when segments are smaller than ``splitSize``); ``store`` is the
+    store's index in the options' ``stores``."""
 
-    def __init__(self, index: int, spans: list[tuple[int, int, int]]):
+    def __init__(self, index: int, spans: list[tuple[int, int, int]], store: int = 0):
         super().__init__(index)
-        self.index, self.spans = index, spans
+        self.index, self.spans, self.store = index, spans, store
 
 
 def plan_partitions(opts: ReadOptions, flt: RowFilter, lo: int | None, hi: int | None) -> list[SpanPartition]:
@@ -88,28 +93,40 @@ def plan_partitions(opts: ReadOptions, flt: RowFilter, lo: int | None, hi: int |
         hi = f_hi if hi is None else min(hi, f_hi)
     if lo is not None and hi is not None and lo >= hi:
         return []
-    segments = S.list_segments(opts.store_dir, opts.seg_size)
-    gaps = S.segment_gaps(opts.store_dir, opts.seg_size)
-    if gaps and opts.fail_on_data_loss:
-        raise CorruptRecordError(f"failOnDataLoss: {gaps[0]}" + (f" (and {len(gaps) - 1} more)" if len(gaps) > 1 else ""),
-                                 path=opts.store_dir)
-    for g in gaps:
-        log.warning("%s: %s: their records are not read", opts.store_dir, g)
-    spans = S.plan_spans(segments, opts.seg_size, opts.split_size, lo, hi)
-    return [SpanPartition(i, [(sp.seg, sp.start, sp.end) for sp in grp])
-            for i, grp in enumerate(S.group_spans(spans, opts.split_size))]
+    parts: list[SpanPartition] = []
+    for k, loc in enumerate(opts.stores or (_single(opts),)):
+        segments = S.list_segments(loc.store_dir, loc.seg_size)
+        gaps = S.segment_gaps(loc.store_dir, loc.seg_size)
+        if gaps and opts.fail_on_data_loss:
+            raise CorruptRecordError(f"failOnDataLoss: {gaps[0]}" + (f" (and {len(gaps) - 1} more)" if len(gaps) > 1
+                                                                     else ""), path=loc.store_dir)
+        for g in gaps:
+            log.warning("%s: %s: their records are not read", loc.store_dir, g)
+        spans = S.plan_spans(segments, loc.seg_size, opts.split_size, lo, hi)
+        parts += [SpanPartition(len(parts) + i, [(sp.seg, sp.start, sp.end) for sp in grp], k)
+                  for i, grp in enumerate(S.group_spans(spans, opts.split_size))]
+    return parts
+
+
+def _single(opts: ReadOptions):
+    from .options import StoreLoc, broker_name_of
+
+    return StoreLoc(opts.store_dir, opts.cfg, broker_name_of(opts.store_dir))
 
 
 def read_partition(opts: ReadOptions, flt: RowFilter, schema: StructType, part) -> Iterator:
     """Executor side: the Arrow batches of one partition."""
     if not isinstance(part, SpanPartition):
         return
+    loc = (opts.stores or (_single(opts),))[part.store]
     arrow_schema = _arrow_schema(schema)
+    broker_col = arrow_schema.get_field_index(BROKER_NAME)
+    decoded = arrow_schema.remove(broker_col) if broker_col >= 0 else arrow_schema
     topics = C.TopicDecoder()
     allowed: dict[int, bool] = {}
     crc = opts.verify_crc
-    prop_crc = crc and opts.cfg.force_verify_prop_crc
-    for seg, batch in _iter_spans(opts, part.spans, check_crc=crc, prop_crc=prop_crc):
+    prop_crc = crc and loc.cfg.force_verify_prop_crc
+    for seg, batch in _iter_spans(opts, loc, part.spans, check_crc=crc, prop_crc=prop_crc):
         codes = topics.codes(seg.mm, batch)
         topic_ok = None
         if flt.topics is not None:
@@ -122,23 +139,27 @@ def read_partition(opts: ReadOptions, flt: RowFilter, schema: StructType, part) 
                 continue
             if not m.all():
                 batch, codes = S.take(batch, m), codes[m]
-        yield C.record_batch_to_arrow(seg.mm, seg.u8, seg.start, batch, arrow_schema, topics, codes,
+        out = C.record_batch_to_arrow(seg.mm, seg.u8, seg.start, batch, decoded, topics, codes,
                                       include_body=opts.include_body, raw_body=opts.raw_body)
+        if broker_col >= 0:
+            names = pa.array([loc.broker_name], pa.string()).take(np.zeros(out.num_rows, dtype=np.int32))
+            out = out.add_column(broker_col, arrow_schema.field(broker_col), names)
+        yield out
 
 
-def _iter_spans(opts: ReadOptions, spans, **kw):
+def _iter_spans(opts: ReadOptions, loc, spans, **kw):
     """The batches of every span; damaged records (invalid framing, a failing CRC) are skipped and
     logged, or, with ``failOnDataLoss``, end the read with a :class:`CorruptRecordError`."""
     for seg0, a, b in spans:
         summary = S.SpanSummary(S.Span(seg0, a, b))
-        yield from S.iter_span_batches(opts.store_dir, opts.seg_size, summary.span, summary, **kw)
+        yield from S.iter_span_batches(loc.store_dir, loc.seg_size, summary.span, summary, **kw)
         lost = [(off, kind, detail) for off, kind, detail in summary.breaks if kind in (S.INVALID, S.CRC)]
         if lost and opts.fail_on_data_loss:
             off, kind, detail = lost[0]
             raise CorruptRecordError(f"failOnDataLoss: {len(lost)} damaged record(s) in [{a}, {b}) of segment {seg0}, "
-                                     f"the first at {off}: {detail}", path=opts.store_dir, offset=off)
+                                     f"the first at {off}: {detail}", path=loc.store_dir, offset=off)
         for off, kind, detail in lost:
-            log.warning("%s: skipped a damaged record at %d (%s)", opts.store_dir, off, detail)
+            log.warning("%s: skipped a damaged record at %d (%s)", loc.store_dir, off, detail)
 
 
 def _pushdown_planner_active() -> bool:
