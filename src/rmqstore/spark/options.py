@@ -30,6 +30,7 @@ OPTIONS = ("path", "paths", "brokerName", "config", "startingOffsets", "endingOf
            "maxBytesPerTrigger")
 _CANON = {o.lower(): o for o in OPTIONS}
 #: options Spark's catalog adds to a table's options (``CREATE TABLE ... USING rocketmq``): not ours
+#: (``location`` is where a catalog table keeps its path: read as the path when no path is given)
 _CATALOG_KEYS = frozenset({"owner", "external", "location", "provider", "comment", "is_managed_location"})
 _CONFIG_KEYS = {f.name.replace("_", "").lower(): f.name for f in dataclasses.fields(MessageStoreConfig)}
 _SIZE = re.compile(r"^\s*(\d+)\s*([kmgt]i?b?|b)?\s*$", re.IGNORECASE)
@@ -183,11 +184,14 @@ def parse_options(options: Mapping[str, str], *, streaming: bool | None,
                   base_cfg: MessageStoreConfig | None = None) -> ReadOptions:
     """Validate the options (``streaming`` None: accept both batch- and stream-only options)."""
     own: dict[str, str] = {}
+    catalog_location = None
     cfg_keys: dict[str, str] = {}
     given: dict[str, str] = {}
     for key, value in options.items():
         k = str(key).lower()
         if k in _CATALOG_KEYS:
+            if k == "location" and value:
+                catalog_location = str(value)
             continue
         if k in _CANON:
             own[_CANON[k]] = value
@@ -197,6 +201,11 @@ def parse_options(options: Mapping[str, str], *, streaming: bool | None,
         else:
             raise ConfigError(f"unknown option {key!r} for format rocketmq; options are {', '.join(OPTIONS)} "
                               "and the MessageStoreConfig keys (e.g. mappedFileSizeCommitLog)")
+    if not own.get("path") and not own.get("paths") and catalog_location:
+        own["path"] = catalog_location
+    if not own.get("path") and not own.get("paths"):
+        raise ConfigError("option path: no store directory given; use .load('/path/to/store') (options given: "
+                          f"{', '.join(sorted(map(str, options))) or 'none'})")
     dirs = expand(parse_paths(own.get("path"), own.get("paths")))
     if streaming and len(dirs) > 1:
         raise ConfigError(f"option path: a stream follows one store; {len(dirs)} were given ({', '.join(dirs[:3])}"
