@@ -558,5 +558,49 @@ def offset_by_time(cmd: StoreCommand, topic: str, timestamp: int, queues: tuple[
     cmd.out.print(tb)
 
 
-COMMANDS = [pull, query_key, query_unique_key, query_id, query_offset, print_, browse, topic_status, consumer_progress,
+@click.command()
+@click.argument("out", type=click.Path(dir_okay=False, allow_dash=True))
+@click.option("--format", "fmt", type=click.Choice(["parquet", "jsonl", "csv"]), required=True,
+              help="parquet (the Spark source's columns), jsonl (message objects `rmqstore load` reads back) or csv.")
+@click.option("--topic", "topics", multiple=True, help="Only this topic (repeatable).")
+@click.option("--begin", type=TIME, default=None, help="Earliest store time: epoch ms or ISO time.")
+@click.option("--end", type=TIME, default=None, help="Store times before this: epoch ms or ISO time.")
+@click.option("--no-body", is_flag=True, help="Leave bodies out.")
+@click.option("--force", is_flag=True, help="Overwrite OUT when it exists.")
+@store_options
+def export(cmd: StoreCommand, out: str, fmt: str, topics: tuple[str, ...], begin: int | None, end: int | None,
+           no_body: bool, force: bool) -> None:
+    """Export messages to Parquet, JSON Lines or CSV, without Spark.
+
+    Output goes to OUT ('-' = stdout for jsonl and csv), made in this process, streaming: memory
+    stays about one batch of records whatever the store's size. The store is only read."""
+    import os
+
+    from ..export import export as run_export
+
+    if out != "-" and os.path.exists(out) and not force:
+        raise UsageProblem(f"{out} exists", hint="give another OUT, or --force to overwrite it")
+    if out == "-" and fmt == "parquet":
+        raise UsageProblem("parquet needs a file", hint="give OUT a path")
+    import importlib.util
+
+    if importlib.util.find_spec("pyarrow") is None:
+        raise UsageProblem("export needs pyarrow", hint="pip install 'rmqstore[spark]'")
+    with cmd.out.status(f"exporting {cmd.store_path}"):
+        r = run_export(cmd.store_path, out, fmt, topics=set(topics) or None, begin_ms=begin, end_ms=end,
+                       include_body=not no_body, cfg=cmd.config())
+    d = dataclasses.asdict(r)
+    d["seconds"] = round(r.seconds, 3)
+    d["mb_per_s"] = round(r.commitlog_bytes / r.seconds / 1e6, 1) if r.seconds > 0 else None
+    if out == "-":
+        return
+    if cmd.json:
+        cmd.out.emit(d)
+    else:
+        from .render import kv_table
+
+        cmd.out.print(kv_table(f"exported {r.messages:,} messages to {out}", list(d.items())))
+
+
+COMMANDS = [export, pull, query_key, query_unique_key, query_id, query_offset, print_, browse, topic_status, consumer_progress,
             offset_by_time]

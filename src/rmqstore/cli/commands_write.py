@@ -85,8 +85,13 @@ _ALIASES = {
 }
 _INT_FIELDS = ("queue_id", "flag", "sys_flag", "born_timestamp", "store_timestamp", "reconsume_times",
                "prepared_transaction_offset")
-_KNOWN = set(_INT_FIELDS) | {"topic", "body", "body_base64", "body_hex", "tags", "keys", "uniq_key", "properties",
-                             "born_host", "store_host"}
+_KNOWN = set(_INT_FIELDS) | {"topic", "body", "body_base64", "body_hex", "body_encoding", "tags", "keys", "uniq_key",
+                             "properties", "born_host", "store_host"}
+#: fields of the message object (``browse --json``, ``export --format jsonl``) that describe where a
+#: record was or what the store derived from it: read past, the new store decides them again
+_DERIVED = {"msg_id", "queue_offset", "phy_offset", "store_size", "tags_code", "sys_flag_bits", "compression",
+            "body_crc", "body_size", "body_note"}
+_COMPRESSION_BITS = 0x1 | 0x700  # COMPRESSED_FLAG and the compression type
 
 
 def _body(obj: dict) -> bytes:
@@ -98,6 +103,17 @@ def _body(obj: dict) -> bytes:
     if "body_hex" in obj:
         return bytes.fromhex(obj["body_hex"])
     b = obj.get("body", "")
+    enc = obj.get("body_encoding")
+    if enc is not None:
+        if not isinstance(b, str):
+            raise ValueError("body must be a string when body_encoding is given")
+        if enc == "utf-8":
+            return b.encode("utf-8")
+        if enc == "hex":
+            return bytes.fromhex(b)
+        if enc == "base64":
+            return base64.b64decode(b, validate=True)
+        raise ValueError(f"body_encoding must be utf-8, hex or base64, got {enc!r}")
     if isinstance(b, str):
         return b.encode("utf-8")
     if isinstance(b, dict):
@@ -120,27 +136,37 @@ def message_from_json(obj: Any, *, add_uniq_key: bool):
     if not isinstance(obj, dict):
         raise ValueError("each line must be a JSON object")
     obj = {_ALIASES.get(k, k): v for k, v in obj.items()}
+    shown_decoded = obj.get("compression") is not None and "body_note" not in obj
+    obj = {k: v for k, v in obj.items() if k not in _DERIVED}
     unknown = sorted(set(obj) - _KNOWN)
     if unknown:
         raise ValueError(f"unknown field(s): {', '.join(unknown)}")
     topic = obj.get("topic")
     if not isinstance(topic, str) or not topic:
         raise ValueError("topic (a non-empty string) is required")
-    props: list[tuple[str, str]] = []
-    if obj.get("tags") is not None:
-        props.append(("TAGS", str(obj["tags"])))
-    keys = obj.get("keys")
-    if keys is not None:
-        props.append(("KEYS", keys if isinstance(keys, str) else " ".join(map(str, keys))))
-    if obj.get("uniq_key") is not None:
-        props.append(("UNIQ_KEY", str(obj["uniq_key"])))
     extra = obj.get("properties") or []
     if isinstance(extra, dict):
         extra = list(extra.items())
+    given: list[tuple[str, str]] = []
     for pair in extra:
         if not (isinstance(pair, (list, tuple)) and len(pair) == 2):
             raise ValueError("properties must be an object or a list of [name, value] pairs")
-        props.append((str(pair[0]), str(pair[1])))
+        given.append((str(pair[0]), str(pair[1])))
+    in_props = dict(given)
+    props: list[tuple[str, str]] = []
+    keys = obj.get("keys")
+    for field, name, value in (("tags", "TAGS", obj.get("tags")),
+                               ("keys", "KEYS", None if keys is None or keys == [] else
+                                keys if isinstance(keys, str) else " ".join(map(str, keys))),
+                               ("uniq_key", "UNIQ_KEY", obj.get("uniq_key"))):
+        if value is None:
+            continue
+        if name in in_props:  # a message object: properties hold it already (in stored order)
+            if in_props[name] != str(value) and not (name == "KEYS" and in_props[name].split() == str(value).split()):
+                raise ValueError(f"{field} {value!r} disagrees with properties {name}={in_props[name]!r}")
+            continue
+        props.append((name, str(value)))
+    props += given
     names = [n for n, _ in props]
     dup = sorted({n for n in names if names.count(n) > 1})
     if dup:
@@ -158,6 +184,8 @@ def message_from_json(obj: Any, *, add_uniq_key: bool):
     for f in ("born_host", "store_host"):
         if obj.get(f) is not None:
             kw[f] = str(obj[f])
+    if shown_decoded and "sys_flag" in kw:  # browse shows a compressed body decoded: store it as such
+        kw["sys_flag"] &= ~_COMPRESSION_BITS
     return Message(topic=topic, body=_body(obj), properties=props, **kw)
 
 

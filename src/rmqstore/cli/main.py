@@ -122,6 +122,7 @@ SHORT_HELP = {
     "demo": "The main job: workload, reads, Spark stats (writes).",
     "send": "Append one message (writes).",
     "load": "Bulk-import a JSON Lines file, reproducibly (writes).",
+    "export": "Messages to Parquet, JSON Lines or CSV, no Spark.",
     "pull": "Pull messages of a queue, like a consumer.",
     "query-key": "Messages of a topic by business key (KEYS).",
     "query-unique-key": "Messages of a topic by UNIQ_KEY (client message id).",
