@@ -78,6 +78,9 @@ class RowFilter:
         f = cls()
         if opts.topics is not None:
             f = f.with_topics(opts.topics)
+        named = set(opts.starting_queue_offsets or {}) | set(opts.ending_queue_offsets or {})
+        if named:  # Kafka-style queue offsets: the topics they name
+            f = f.with_topics(named)
         if opts.starting_timestamp is not None:
             f = f.with_ts(lo=opts.starting_timestamp * 1000)
         if opts.ending_timestamp is not None:

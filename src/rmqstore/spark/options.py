@@ -10,6 +10,7 @@ Nothing here imports pyspark.
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import re
 from dataclasses import dataclass
@@ -27,7 +28,7 @@ EARLIEST, LATEST = "earliest", "latest"
 #: canonical option names (matched ignoring case)
 OPTIONS = ("path", "paths", "brokerName", "config", "startingOffsets", "endingOffsets", "startingTimestamp", "endingTimestamp",
            "topics", "includeBody", "rawBody", "splitSize", "verifyCRC", "failOnDataLoss",
-           "maxBytesPerTrigger")
+           "maxBytesPerTrigger", "maxOffsetsPerTrigger")
 _CANON = {o.lower(): o for o in OPTIONS}
 #: options Spark's catalog adds to a table's options (``CREATE TABLE ... USING rocketmq``): not ours
 #: (``location`` is where a catalog table keeps its path: read as the path when no path is given)
@@ -84,6 +85,12 @@ class ReadOptions:
     split_size: int = DEFAULT_SPLIT_SIZE
     verify_crc: bool = False
     max_bytes_per_trigger: int | None = None
+    #: streaming: at most this many messages per micro-batch (Kafka's option name)
+    max_offsets_per_trigger: int | None = None
+    #: Kafka-style queue offsets: topic -> {queue id: offset}; -2 earliest, -1 latest (start only -2/-1/n,
+    #: end -1/n); the read is restricted to the topics named
+    starting_queue_offsets: dict | None = None
+    ending_queue_offsets: dict | None = None
     #: every store read (the first is ``store_dir``/``cfg``)
     stores: tuple[StoreLoc, ...] = ()
 
@@ -135,6 +142,33 @@ def _offset(name: str, value, allowed: tuple[str, ...]) -> str | int:
     if n < 0:
         raise ConfigError(f"option {name}: a commitlog offset must be >= 0, got {value!r}")
     return n
+
+
+def _queue_offsets(name: str, value, specials: tuple[int, ...]) -> dict[str, dict[int, int]]:
+    """Kafka's JSON form: ``{"Orders": {"0": 10, "1": -2}}`` (topic -> queue id -> queue offset)."""
+    try:
+        doc = json.loads(str(value))
+    except ValueError as e:
+        raise ConfigError(f"option {name}: not JSON ({e}); expected e.g. {{\"Orders\": {{\"0\": 10, \"1\": -2}}}}") \
+            from None
+    if not isinstance(doc, dict) or not doc:
+        raise ConfigError(f"option {name}: expected a JSON object of topics, got {value!r}")
+    out: dict[str, dict[int, int]] = {}
+    allowed = " or ".join(str(x) for x in specials)
+    for topic, queues in doc.items():
+        if not isinstance(topic, str) or not topic:
+            raise ConfigError(f"option {name}: topic names must be non-empty strings")
+        if not isinstance(queues, dict) or not queues:
+            raise ConfigError(f"option {name}: topic {topic!r}: expected an object of queue id -> offset")
+        out[topic] = {}
+        for qid, off in queues.items():
+            if not re.fullmatch(r"\d+", str(qid)) or int(qid) > 2**31 - 1:
+                raise ConfigError(f"option {name}: topic {topic!r}: queue id {qid!r} is not a queue id (0, 1, ...)")
+            if isinstance(off, bool) or not isinstance(off, int) or (off < 0 and off not in specials):
+                raise ConfigError(f"option {name}: {topic}/{qid}: expected a queue offset >= 0 or {allowed}, "
+                                  f"got {off!r}")
+            out[topic][int(qid)] = off
+    return out
 
 
 def parse_timestamp(name: str, value) -> int:
@@ -215,13 +249,19 @@ def parse_options(options: Mapping[str, str], *, streaming: bool | None,
                           "by its broker.conf or its directory")
     kw: dict[str, object] = {}
     if "startingOffsets" in own:
-        kw["starting_offsets"] = _offset("startingOffsets", own["startingOffsets"], (EARLIEST, LATEST))
+        if str(own["startingOffsets"]).strip().startswith("{"):
+            kw["starting_queue_offsets"] = _queue_offsets("startingOffsets", own["startingOffsets"], (-2, -1))
+        else:
+            kw["starting_offsets"] = _offset("startingOffsets", own["startingOffsets"], (EARLIEST, LATEST))
     elif streaming:
         kw["starting_offsets"] = LATEST
     if "endingOffsets" in own:
         if streaming:
             raise ConfigError("option endingOffsets: only for batch reads (a stream has no end)")
-        kw["ending_offsets"] = _offset("endingOffsets", own["endingOffsets"], (LATEST,))
+        if str(own["endingOffsets"]).strip().startswith("{"):
+            kw["ending_queue_offsets"] = _queue_offsets("endingOffsets", own["endingOffsets"], (-1,))
+        else:
+            kw["ending_offsets"] = _offset("endingOffsets", own["endingOffsets"], (LATEST,))
     for opt, attr in (("startingTimestamp", "starting_timestamp"), ("endingTimestamp", "ending_timestamp")):
         if opt in own:
             kw[attr] = parse_timestamp(opt, own[opt])
@@ -244,6 +284,21 @@ def parse_options(options: Mapping[str, str], *, streaming: bool | None,
         if streaming is False:
             raise ConfigError("option maxBytesPerTrigger: only for streaming reads (spark.readStream)")
         kw["max_bytes_per_trigger"] = parse_size("maxBytesPerTrigger", own["maxBytesPerTrigger"])
+    if "maxOffsetsPerTrigger" in own:
+        if streaming is False:
+            raise ConfigError("option maxOffsetsPerTrigger: only for streaming reads (spark.readStream)")
+        try:
+            n = int(str(own["maxOffsetsPerTrigger"]).strip())
+        except ValueError:
+            n = 0
+        if n < 1:
+            raise ConfigError(f"option maxOffsetsPerTrigger: expected a number of messages >= 1, got "
+                              f"{own['maxOffsetsPerTrigger']!r}")
+        kw["max_offsets_per_trigger"] = n
+    for name in ("starting_queue_offsets", "ending_queue_offsets"):
+        if name in kw and "topics" in kw and set(kw[name]) - kw["topics"]:
+            raise ConfigError(f"option {'startingOffsets' if name.startswith('start') else 'endingOffsets'}: "
+                              f"names topics outside the topics option: {', '.join(sorted(set(kw[name]) - kw['topics']))}")
     s, e = kw.get("starting_offsets", EARLIEST), kw.get("ending_offsets", LATEST)
     if isinstance(s, int) and isinstance(e, int) and e < s:
         raise ConfigError(f"option endingOffsets: {e} is before startingOffsets {s}")

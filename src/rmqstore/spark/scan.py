@@ -616,6 +616,34 @@ def _walk_live(seg: Segment, p: int) -> tuple[np.ndarray, np.ndarray, str]:
         return np.concatenate(starts_all), np.concatenate(totals_all), why
 
 
+def end_after_records(store_dir: str, seg_size: int, start: int, end: int, n: int) -> int:
+    """The offset after the first ``n`` records that start in ``[start, end)`` (``end`` when there are
+    fewer): a micro-batch of at most ``n`` messages (``maxOffsetsPerTrigger``). Headers only."""
+    count = 0
+    cur = start
+    for seg0 in list_segments(store_dir, seg_size):
+        if seg0 + seg_size <= cur:
+            continue
+        if seg0 >= end:
+            break
+        with Segment(store_dir, seg0, seg_size) as seg:
+            p = seg.find_record_start(max(cur, seg0) - seg0, min(end - seg0, seg_size))
+            while 0 <= p < end - seg0:
+                starts, _, _ = M.walk_records(seg.mm, p, seg.size, 65536)
+                starts = starts[:int(np.searchsorted(starts, end - seg0))]
+                if not starts.size:
+                    break
+                if count + starts.size > n:
+                    return seg0 + int(starts[n - count])
+                count += int(starts.size)
+                last = int(starts[-1])
+                p = last + _TOTAL_MAGIC.unpack_from(seg.mm, last)[0]
+                if seg.kind_at(p) != RECORD:
+                    break
+        cur = seg0 + seg_size
+    return end
+
+
 def safe_end(store_dir: str, seg_size: int, start: int, max_bytes: int | None, state: TailState,
              prop_crc: bool = False, now: float | None = None) -> int:
     """An offset ``end >= start`` such that every record starting in ``[start, end)`` is completely

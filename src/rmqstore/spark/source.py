@@ -78,12 +78,67 @@ class SpanPartition(InputPartition):
     per segment it touches (several when segments are smaller than ``splitSize``); ``store`` is the
     store's index in the options' ``stores``."""
 
-    def __init__(self, index: int, spans: list[tuple[int, int, int]], store: int = 0):
+    def __init__(self, index: int, spans: list[tuple[int, int, int]], store: int = 0,
+                 queue_ranges: dict | None = None):
         super().__init__(index)
-        self.index, self.spans, self.store = index, spans, store
+        self.index, self.spans, self.store, self.queue_ranges = index, spans, store, queue_ranges
 
 
-def plan_partitions(opts: ReadOptions, flt: RowFilter, lo: int | None, hi: int | None) -> list[SpanPartition]:
+def queue_ranges(opts: ReadOptions, loc) -> tuple[dict | None, int | None, int | None]:
+    """Kafka-style queue offsets resolved on one store: ``{(topic, queue id): (lo, hi)}`` (queue
+    offsets, ``hi`` exclusive or None), and the commitlog range ``[phy_lo, phy_hi)`` that holds those
+    messages (``phy_lo`` None when there is nothing to read). ``(None, None, None)`` without them."""
+    start, end = opts.starting_queue_offsets, opts.ending_queue_offsets
+    if start is None and end is None:
+        return None, None, None
+    from ..message_store import MessageStore
+
+    ranges: dict[tuple[str, int], tuple[int, int | None]] = {}
+    phy_lo = phy_hi = None
+    with MessageStore.open(loc.store_dir, loc.cfg, read_only=True) as st:
+        stored = st.topics()
+        for topic in sorted(set(start or {}) | set(end or {})):
+            qids = set(stored.get(topic, [])) | set((start or {}).get(topic, {})) | set((end or {}).get(topic, {}))
+            for q in sorted(qids):
+                mn, mx = st.get_min_offset_in_queue(topic, q), st.get_max_offset_in_queue(topic, q)
+                s_off = (start or {}).get(topic, {}).get(q, -2)
+                lo = mn if s_off == -2 else mx if s_off == -1 else max(s_off, mn)
+                hi = None
+                if end is not None:
+                    e_off = end.get(topic, {}).get(q, -1)
+                    hi = mx if e_off == -1 else min(e_off, mx)
+                ranges[(topic, q)] = (lo, hi)
+                last = mx if hi is None else hi
+                if lo >= last:
+                    continue
+                first_phy = st.get_commit_log_offset_in_queue(topic, q, lo)
+                if first_phy >= 0:
+                    phy_lo = first_phy if phy_lo is None else min(phy_lo, first_phy)
+                if end is not None:
+                    last_phy = st.get_commit_log_offset_in_queue(topic, q, last - 1)
+                    if last_phy >= 0:
+                        phy_hi = last_phy + 1 if phy_hi is None else max(phy_hi, last_phy + 1)
+    return ranges, phy_lo, phy_hi
+
+
+def queue_mask(ranges: dict, names: list[str], codes: np.ndarray, batch) -> np.ndarray:
+    """Rows whose queue offset is inside their (topic, queue)'s range in ``ranges``."""
+    key = codes.astype(np.int64) * (1 << 32) + batch.queue_id.astype(np.int64)
+    uniq, inv = np.unique(key, return_inverse=True)
+    lo = np.empty(len(uniq), dtype=np.int64)
+    hi = np.empty(len(uniq), dtype=np.int64)
+    for i, k in enumerate(uniq.tolist()):
+        r = ranges.get((names[k >> 32], k & 0xFFFFFFFF))
+        # a queue not named (a stream's queue created later): all of it (its topic was filtered before)
+        lo[i], hi[i] = (0, 1 << 62) if r is None else (r[0], (1 << 62) if r[1] is None else r[1])
+    off = batch.queue_offset
+    return (off >= lo[inv]) & (off < hi[inv])
+
+
+def plan_partitions(opts: ReadOptions, flt: RowFilter, lo: int | None, hi: int | None,
+                    ranges: dict | None = None) -> list[SpanPartition]:
+    """The partitions of the read; ``ranges`` (a stream's queue starts, kept in its offsets) instead
+    of resolving Kafka-style queue offsets again."""
     if flt.is_empty:
         return []
     f_lo, f_hi = flt.phy_range()
@@ -102,8 +157,21 @@ def plan_partitions(opts: ReadOptions, flt: RowFilter, lo: int | None, hi: int |
                                                                      else ""), path=loc.store_dir)
         for g in gaps:
             log.warning("%s: %s: their records are not read", loc.store_dir, g)
-        spans = S.plan_spans(segments, loc.seg_size, opts.split_size, lo, hi)
-        parts += [SpanPartition(len(parts) + i, [(sp.seg, sp.start, sp.end) for sp in grp], k)
+        if ranges is None:
+            store_ranges, q_lo, q_hi = queue_ranges(opts, loc)
+        else:
+            store_ranges, q_lo, q_hi = ranges, lo, hi
+        s_lo, s_hi = lo, hi
+        if store_ranges is not None:
+            if q_lo is None:
+                continue  # no message of the queues asked for in this store
+            s_lo = q_lo if s_lo is None else max(s_lo, q_lo)
+            if q_hi is not None:
+                s_hi = q_hi if s_hi is None else min(s_hi, q_hi)
+            if s_hi is not None and s_lo >= s_hi:
+                continue
+        spans = S.plan_spans(segments, loc.seg_size, opts.split_size, s_lo, s_hi)
+        parts += [SpanPartition(len(parts) + i, [(sp.seg, sp.start, sp.end) for sp in grp], k, store_ranges)
                   for i, grp in enumerate(S.group_spans(spans, opts.split_size))]
     return parts
 
@@ -134,6 +202,9 @@ def read_partition(opts: ReadOptions, flt: RowFilter, schema: StructType, part) 
                 allowed[c] = topics.names[c] in flt.topics
             topic_ok = np.array([allowed[c] for c in range(len(topics.names))], dtype=bool)[codes]
         m = flt.mask(batch, seg.start, topic_ok)
+        if part.queue_ranges is not None:
+            qm = queue_mask(part.queue_ranges, topics.names, codes, batch)
+            m = qm if m is None else (m & qm)
         if m is not None:
             if not m.any():
                 continue
@@ -224,6 +295,15 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return segs[0] if segs else 0
 
     def initialOffset(self) -> dict:
+        if self.opts.starting_queue_offsets is not None:
+            # Kafka-style queue offsets: resolved once, kept in the offset (so in the checkpoint):
+            # the stream starts where the first of them is and skips what lies before each queue's
+            ranges, phy_lo, _ = queue_ranges(self.opts, self.opts.stores[0])
+            start = {f"{t}\x00{q}": lo for (t, q), (lo, _) in ranges.items()}
+            off = phy_lo if phy_lo is not None else S.safe_end(self.opts.store_dir, self.opts.seg_size,
+                                                               self._first_segment(), None, self._tail,
+                                                               self.opts.cfg.force_verify_prop_crc)
+            return {"offset": off, "queues": start}
         s = self.opts.starting_offsets
         if s == EARLIEST:
             off = self._first_segment()
@@ -235,22 +315,38 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return {"offset": off}
 
     def getDefaultReadLimit(self):
-        from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxBytes
+        from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxBytes, ReadMaxRows
 
+        if self.opts.max_offsets_per_trigger is not None:  # maxBytesPerTrigger, if given too, applies as well
+            return ReadMaxRows(self.opts.max_offsets_per_trigger)
         m = self.opts.max_bytes_per_trigger
         return ReadAllAvailable() if m is None else ReadMaxBytes(m)
 
+    def reportLatestOffset(self) -> dict:
+        """The store's end now (the query progress's ``latestOffset``: the lag is its ``offset``
+        minus the batch's ``endOffset``, in commitlog bytes)."""
+        end = S.safe_end(self.opts.store_dir, self.opts.seg_size, self._first_segment(), None, self._tail,
+                         self.opts.cfg.force_verify_prop_crc)
+        return {"offset": max(end, self._last or 0)}
+
     def latestOffset(self, start: dict | None = None, limit=None) -> dict:
+        queues = (start or {}).get("queues")
         begin = (start or {}).get("offset", self._last)
         if begin is None:
-            begin = self.initialOffset()["offset"]
+            first = self.initialOffset()
+            begin, queues = first["offset"], first.get("queues")
         max_bytes = getattr(limit, "max_bytes", None) if limit is not None else self.opts.max_bytes_per_trigger
+        max_rows = getattr(limit, "max_rows", None) if limit is not None else self.opts.max_offsets_per_trigger
+        if max_rows is not None and max_bytes is None and type(limit).__name__ == "ReadMaxRows":
+            max_bytes = self.opts.max_bytes_per_trigger
         end = S.safe_end(self.opts.store_dir, self.opts.seg_size, int(begin), max_bytes, self._tail,
                          self.opts.cfg.force_verify_prop_crc)
+        if max_rows is not None:
+            end = S.end_after_records(self.opts.store_dir, self.opts.seg_size, int(begin), end, max_rows)
         if self._target is not None:
             end = min(end, max(self._target, int(begin)))
         self._last = end
-        return {"offset": end}
+        return {"offset": end, "queues": queues} if queues is not None else {"offset": end}
 
     def prepareForTriggerAvailableNow(self) -> None:
         """The target is the data complete now; the last record is looked at twice, one settle
@@ -266,7 +362,10 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         a, b = int(start["offset"]), int(end["offset"])
         if a >= b:
             return []
-        return plan_partitions(self.opts, self.filter, a, b)
+        queues = start.get("queues")
+        ranges = None if queues is None else {(k.split("\x00")[0], int(k.split("\x00")[1])): (v, None)
+                                              for k, v in queues.items()}
+        return plan_partitions(self.opts, self.filter, a, b, ranges=ranges)
 
     def read(self, partition):
         return read_partition(self.opts, self.filter, self.schema, partition)
