@@ -65,8 +65,8 @@ def test_location_errors_name_what_is_wrong(stores):
     root, a, b, c = stores
     with pytest.raises(StoreNotFoundError, match="no store directory matches"):
         parse_options({"path": str(root / "nothing-*")}, streaming=False)
-    with pytest.raises(ConfigError, match="s3:// scheme is not supported"):
-        parse_options({"path": "s3://bucket/store"}, streaming=False)
+    with pytest.raises(ConfigError, match="gs:// scheme is not supported"):
+        parse_options({"path": "gs://bucket/store"}, streaming=False)
     with pytest.raises(ConfigError, match="names a host"):
         parse_options({"path": "file://elsewhere/store"}, streaming=False)
     with pytest.raises(ConfigError, match="a stream follows one store"):

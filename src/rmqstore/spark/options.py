@@ -20,6 +20,8 @@ from typing import Mapping
 from ..config import MessageStoreConfig, read_properties_file
 from ..errors import ConfigError
 from ..layout import infer_config
+from . import fs as RFS
+from ..errors import StoreNotFoundError
 from .paths import expand, parse_paths
 from .scan import DEFAULT_SPLIT_SIZE
 
@@ -46,6 +48,8 @@ class StoreLoc:
     store_dir: str
     cfg: MessageStoreConfig
     broker_name: str
+    #: how to open a remote store (S3 settings; empty for local stores)
+    fs_settings: dict | None = None
 
     @property
     def seg_size(self) -> int:
@@ -214,15 +218,39 @@ def resolve_config(store_dir: str, config_path: str | None, keys: Mapping[str, s
     return infer_config(store_dir, cfg)
 
 
+def _remote_config(location: str, config_path: str | None, keys: Mapping[str, str],
+                   base: MessageStoreConfig | None, option_names: Mapping[str, str]) -> MessageStoreConfig:
+    """The config of a remote store: options and broker.conf as for a local one, the commitlog segment
+    size from its files (the largest; RocketMQ preallocates every segment to full size)."""
+    files = RFS.list_files(location, RFS.settings_for(location), "commitlog")
+    segs = [size for name, size in files if name.isdigit() and len(name) == 20]
+    if not segs:
+        raise StoreNotFoundError("not a store: no commitlog segment files", path=location)
+    props: dict[str, object] = {}
+    if base is not None:
+        props.update({f.name: getattr(base, f.name) for f in dataclasses.fields(base)})
+    if config_path:
+        props.update(read_properties_file(config_path))
+    props.update(keys)
+    cfg = MessageStoreConfig.from_properties(props) if props else MessageStoreConfig()
+    if "mapped_file_size_commit_log" not in keys:
+        cfg = dataclasses.replace(cfg, mapped_file_size_commit_log=max(segs))
+    return cfg
+
+
 def parse_options(options: Mapping[str, str], *, streaming: bool | None,
                   base_cfg: MessageStoreConfig | None = None) -> ReadOptions:
     """Validate the options (``streaming`` None: accept both batch- and stream-only options)."""
     own: dict[str, str] = {}
+    s3_given: dict[str, str] = {}
     catalog_location = None
     cfg_keys: dict[str, str] = {}
     given: dict[str, str] = {}
     for key, value in options.items():
         k = str(key).lower()
+        if k in RFS.S3_OPTIONS:
+            s3_given[RFS.S3_OPTIONS[k]] = str(value)
+            continue
         if k in _CATALOG_KEYS:
             if k == "location" and value:
                 catalog_location = str(value)
@@ -240,7 +268,15 @@ def parse_options(options: Mapping[str, str], *, streaming: bool | None,
     if not own.get("path") and not own.get("paths"):
         raise ConfigError("option path: no store directory given; use .load('/path/to/store') (options given: "
                           f"{', '.join(sorted(map(str, options))) or 'none'})")
-    dirs = expand(parse_paths(own.get("path"), own.get("paths")))
+    s3 = RFS.s3_settings(s3_given)
+    dirs = []
+    for loc in parse_paths(own.get("path"), own.get("paths")):
+        for d in (RFS.expand_remote(loc, s3) if RFS.is_remote(loc) else expand([loc])):
+            if d not in dirs:
+                dirs.append(d)
+    if streaming and any(RFS.is_remote(d) for d in dirs):
+        raise ConfigError("option path: a stream follows one local store; object storage and HDFS are for batch "
+                          "reads")
     if streaming and len(dirs) > 1:
         raise ConfigError(f"option path: a stream follows one store; {len(dirs)} were given ({', '.join(dirs[:3])}"
                           f"{', ...' if len(dirs) > 3 else ''})")
@@ -307,9 +343,15 @@ def parse_options(options: Mapping[str, str], *, streaming: bool | None,
         raise ConfigError(f"option endingTimestamp: {et} is before startingTimestamp {st}")
     stores = []
     for d in dirs:
-        cfg = resolve_config(d, own.get("config"), cfg_keys, base_cfg, given)
-        name = str(own["brokerName"]).strip() if own.get("brokerName") is not None else broker_name_of(d)
+        remote = RFS.is_remote(d)
+        if remote:
+            RFS.register(d, s3)
+            cfg = _remote_config(d, own.get("config"), cfg_keys, base_cfg, given)
+        else:
+            cfg = resolve_config(d, own.get("config"), cfg_keys, base_cfg, given)
+        name = str(own["brokerName"]).strip() if own.get("brokerName") is not None else \
+            (d.rstrip("/").rsplit("/", 1)[-1] if remote else broker_name_of(d))
         if not name:
             raise ConfigError("option brokerName: must not be empty")
-        stores.append(StoreLoc(d, cfg, name))
+        stores.append(StoreLoc(d, cfg, name, s3 if remote else None))
     return ReadOptions(store_dir=stores[0].store_dir, cfg=stores[0].cfg, stores=tuple(stores), **kw)

@@ -18,10 +18,12 @@ def local_path(location: str) -> str:
     """A local path from ``location`` (a path, or a ``file:`` URI); ConfigError for other schemes."""
     s = str(location).strip()
     if "://" in s or s.startswith("file:"):
+        from .fs import REMOTE_SCHEMES
+
         u = urlparse(s)
         if u.scheme != "file":
-            raise ConfigError(f"option path: {s!r}: the {u.scheme}:// scheme is not supported (local paths and "
-                              "file: URIs)")
+            raise ConfigError(f"option path: {s!r}: the {u.scheme}:// scheme is not supported (local paths, "
+                              f"file: URIs, {', '.join(x + '://' for x in REMOTE_SCHEMES)})")
         if u.netloc not in ("", "localhost"):
             raise ConfigError(f"option path: {s!r}: a file: URI names a host ({u.netloc}); use file:///path")
         return unquote(u.path)

@@ -30,12 +30,16 @@ from ..format import message as M
 from ..format import properties as P
 from ..format.hashes import crc32
 from ..io.mapped_file import MappedFile
+from . import fs as RFS
 
 COMMITLOG = "commitlog"
 DEFAULT_SPLIT_SIZE = 64 << 20
 DEFAULT_BATCH_RECORDS = 4096
 #: A batch is also cut when its records exceed this many bytes (bodies can be 4 MiB each).
 DEFAULT_BATCH_BYTES = 32 << 20
+#: bytes read past a span's end in a remote segment: a record starting in the span may end there
+#: (RocketMQ's default maxMessageSize is 4 MiB, plus properties and header)
+REMOTE_TAIL = 5 << 20
 
 _MAGIC_BYTES = (struct.pack(">i", M.MAGIC_V1), struct.pack(">i", M.MAGIC_V2))
 _I32 = struct.Struct(">i")
@@ -51,6 +55,8 @@ RECORD, BLANK, END, INVALID, CRC, TORN, SEGMENT_END = "record", "blank", "end", 
 # ------------------------------------------------------------------------------------------------
 
 def segment_path(store_dir: str, seg_start: int) -> str:
+    if RFS.is_remote(store_dir):
+        return RFS.join(store_dir, COMMITLOG, f"{seg_start:020d}")
     return os.path.join(store_dir, COMMITLOG, f"{seg_start:020d}")
 
 
@@ -77,16 +83,21 @@ def segment_gaps(store_dir: str, seg_size: int) -> list[str]:
 
 
 def _segment_files(store_dir: str, seg_size: int) -> list[tuple[int, int]]:
-    if not os.path.isdir(store_dir):
-        raise StoreNotFoundError("store directory does not exist", path=store_dir)
-    d = os.path.join(store_dir, COMMITLOG)
-    if not os.path.isdir(d):
-        return []
-    names = sorted(n for n in os.listdir(d) if n.isdigit() and len(n) == 20)
+    if RFS.is_remote(store_dir):
+        sizes = dict(RFS.list_files(store_dir, RFS.settings_for(store_dir), COMMITLOG))
+        d = RFS.join(store_dir, COMMITLOG)
+    else:
+        if not os.path.isdir(store_dir):
+            raise StoreNotFoundError("store directory does not exist", path=store_dir)
+        d = os.path.join(store_dir, COMMITLOG)
+        if not os.path.isdir(d):
+            return []
+        sizes = None
+    names = sorted(n for n in (sizes if sizes is not None else os.listdir(d)) if n.isdigit() and len(n) == 20)
     out: list[tuple[int, int]] = []
     for i, name in enumerate(names):
-        path = os.path.join(d, name)
-        size = os.path.getsize(path)
+        path = f"{d}/{name}" if sizes is not None else os.path.join(d, name)
+        size = sizes[name] if sizes is not None else os.path.getsize(path)
         if size == 0 and i == len(names) - 1:
             continue
         if size > seg_size:
@@ -244,10 +255,16 @@ def claim_order(sizes: list[int], home: int) -> list[tuple[int, int]]:
 class Segment:
     """A commitlog segment mapped read-only; ``mm`` for ``struct``, ``u8`` for numpy."""
 
-    def __init__(self, store_dir: str, seg_start: int, seg_size: int):
+    def __init__(self, store_dir: str, seg_start: int, seg_size: int, window: tuple[int, int] | None = None):
         self.start = seg_start
         self.size = seg_size
         path = segment_path(store_dir, seg_start)
+        if RFS.is_remote(store_dir):  # ranged reads of [window) into an anonymous segment-sized mapping
+            lo, hi = window if window is not None else (0, seg_size)
+            self.mf = RFS.RemoteMapping(store_dir, RFS.settings_for(store_dir), f"{COMMITLOG}/{seg_start:020d}",
+                                        seg_size, lo, hi)
+            self.mm, self.u8, self.path = self.mf.mm, self.mf.u8, self.mf.path
+            return
         if os.path.getsize(path) < seg_size:  # short (damaged): what is left of it, zeros after
             self.mf = MappedFile.stand_in_for(path, seg_size, "short")
         else:
@@ -258,6 +275,9 @@ class Segment:
 
     def close(self) -> None:
         self.u8 = None
+        if isinstance(self.mf, RFS.RemoteMapping):
+            self.mf.close()
+            return
         self.mf._u8 = None
         self.mf.close()
 
@@ -504,8 +524,11 @@ def scan_span(seg: Segment, span: Span, summary: SpanSummary | None = None, *, c
 
 
 def iter_span_batches(store_dir: str, seg_size: int, span: Span, summary: SpanSummary | None = None, **kw):
-    """:func:`scan_span` that opens and closes the segment itself; yields ``(segment, batch)``."""
-    seg = Segment(store_dir, span.seg, seg_size)
+    """:func:`scan_span` that opens and closes the segment itself; yields ``(segment, batch)``. A
+    remote segment is read from the span's start to :data:`REMOTE_TAIL` bytes past its end (the last
+    record may run past the span)."""
+    window = (span.start - span.seg, min(seg_size, span.end - span.seg + REMOTE_TAIL))
+    seg = Segment(store_dir, span.seg, seg_size, window)
     try:
         for batch in scan_span(seg, span, summary, **kw):
             yield seg, batch

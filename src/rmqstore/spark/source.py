@@ -187,6 +187,10 @@ def read_partition(opts: ReadOptions, flt: RowFilter, schema: StructType, part) 
     if not isinstance(part, SpanPartition):
         return
     loc = (opts.stores or (_single(opts),))[part.store]
+    if loc.fs_settings is not None:
+        from . import fs as RFS
+
+        RFS.register(loc.store_dir, loc.fs_settings)
     arrow_schema = _arrow_schema(schema)
     broker_col = arrow_schema.get_field_index(BROKER_NAME)
     decoded = arrow_schema.remove(broker_col) if broker_col >= 0 else arrow_schema

@@ -1,0 +1,161 @@
+"""Stores on other filesystems: S3 and S3-compatible services (``s3://``, ``s3a://``) and HDFS
+(``hdfs://``, where libhdfs is present), through pyarrow's filesystems.
+
+A location is kept as its URI; executors open it themselves (the driver only lists files). A
+commitlog byte range is read with ranged reads into an anonymous mapping of the segment's size, so
+the codecs see positions relative to the segment as with a local mmap and only the pages read are
+ever allocated: a task holds about its split (plus one record's worth past its end).
+
+S3 settings: the options ``s3.endpoint`` (``http://host:port`` or ``https://...``), ``s3.accessKey``,
+``s3.secretKey``, ``s3.region``, else the standard AWS environment variables (``AWS_ENDPOINT_URL``,
+``AWS_ENDPOINT_URL_S3``, ``AWS_ACCESS_KEY_ID``, ``AWS_SECRET_ACCESS_KEY``, ``AWS_SESSION_TOKEN``,
+``AWS_REGION``/``AWS_DEFAULT_REGION``) as seen by the driver (they travel with the read to the
+executors), else pyarrow's own credential chain.
+"""
+from __future__ import annotations
+
+import fnmatch
+import mmap
+import os
+import posixpath
+from urllib.parse import urlparse
+
+import numpy as np
+
+from ..errors import ConfigError, StoreNotFoundError
+
+REMOTE_SCHEMES = ("s3", "s3a", "hdfs")
+#: the option names (lower case) that configure S3
+S3_OPTIONS = {"s3.endpoint": "endpoint", "s3.accesskey": "access_key", "s3.secretkey": "secret_key",
+              "s3.region": "region", "s3.sessiontoken": "session_token"}
+
+
+_SETTINGS: dict[str, dict[str, str]] = {}
+
+
+def register(location: str, settings: dict[str, str] | None) -> None:
+    """The S3 settings to open ``location`` with, in this process (the driver, or a task)."""
+    _SETTINGS[str(location)] = dict(settings or {})
+
+
+def settings_for(location: str) -> dict[str, str]:
+    return _SETTINGS.get(str(location), {})
+
+
+def is_remote(location: str) -> bool:
+    return urlparse(str(location)).scheme in REMOTE_SCHEMES
+
+
+def s3_settings(given: dict[str, str] | None = None) -> dict[str, str]:
+    """The S3 settings of a read: the options given, completed from the environment (on the driver)."""
+    out = {k: v for k, v in (given or {}).items() if v}
+    env = os.environ
+    defaults = {"endpoint": env.get("AWS_ENDPOINT_URL_S3") or env.get("AWS_ENDPOINT_URL"),
+                "access_key": env.get("AWS_ACCESS_KEY_ID"), "secret_key": env.get("AWS_SECRET_ACCESS_KEY"),
+                "session_token": env.get("AWS_SESSION_TOKEN"),
+                "region": env.get("AWS_REGION") or env.get("AWS_DEFAULT_REGION")}
+    for k, v in defaults.items():
+        if v and k not in out:
+            out[k] = v
+    return out
+
+
+def filesystem(location: str, settings: dict[str, str] | None = None):
+    """``(pyarrow filesystem, path inside it)`` for a remote ``location``."""
+    import pyarrow.fs as pafs
+
+    u = urlparse(str(location))
+    if u.scheme in ("s3", "s3a"):
+        s = settings or {}
+        kw: dict = {}
+        endpoint = s.get("endpoint")
+        if endpoint:
+            e = urlparse(endpoint if "://" in endpoint else "https://" + endpoint)
+            kw["endpoint_override"] = e.netloc
+            kw["scheme"] = e.scheme or "https"
+        if s.get("access_key") and s.get("secret_key"):
+            kw["access_key"], kw["secret_key"] = s["access_key"], s["secret_key"]
+            if s.get("session_token"):
+                kw["session_token"] = s["session_token"]
+        kw["region"] = s.get("region") or "us-east-1"
+        return pafs.S3FileSystem(**kw), (u.netloc + u.path).rstrip("/")
+    if u.scheme == "hdfs":
+        try:
+            fs, path = pafs.FileSystem.from_uri(str(location))
+        except (OSError, ImportError) as e:
+            raise ConfigError(f"option path: {location!r}: HDFS is not reachable here ({e}); it needs libhdfs "
+                              "(Hadoop's native client) and a running name node") from None
+        return fs, path.rstrip("/")
+    raise ConfigError(f"option path: {location!r}: scheme {u.scheme!r} is not supported")
+
+
+def join(location: str, *parts: str) -> str:
+    return location.rstrip("/") + "/" + "/".join(parts)
+
+
+def list_files(location: str, settings: dict[str, str] | None, sub: str) -> list[tuple[str, int]]:
+    """``(name, size)`` of the files in ``location/sub`` (empty when it does not exist)."""
+    import pyarrow.fs as pafs
+
+    fs, path = filesystem(location, settings)
+    try:
+        infos = fs.get_file_info(pafs.FileSelector(f"{path}/{sub}", allow_not_found=True))
+    except OSError as e:
+        raise StoreNotFoundError(f"cannot list {sub}: {e}", path=location) from None
+    return sorted((posixpath.basename(i.path), i.size) for i in infos if i.type == pafs.FileType.File)
+
+
+def expand_remote(location: str, settings: dict[str, str] | None) -> list[str]:
+    """Store locations matching ``location`` (a glob in its last parts is expanded by listing)."""
+    import pyarrow.fs as pafs
+
+    u = urlparse(location)
+    if not set("*?[") & set(u.path):
+        return [location.rstrip("/")]
+    fs, path = filesystem(location, settings)
+    parts = path.split("/")
+    first = next(i for i, p in enumerate(parts) if set("*?[") & set(p))
+    base = "/".join(parts[:first])
+    infos = fs.get_file_info(pafs.FileSelector(base, recursive=True, allow_not_found=True))
+    depth = len(parts)
+    found = sorted(i.path for i in infos if i.type == pafs.FileType.Directory
+                   and len(i.path.split("/")) == depth and fnmatch.fnmatchcase(i.path, path))
+    prefix = f"{u.scheme}://"
+    host = u.netloc
+    out = []
+    for p in found:
+        rest = p[len(host):] if u.scheme in ("s3", "s3a") and p.startswith(host) else p
+        out.append(prefix + host + rest if u.scheme in ("s3", "s3a") else f"{prefix}{host}{p}")
+    if not out:
+        raise StoreNotFoundError(f"no store directory matches the glob {location!r}", path=location)
+    return out
+
+
+class RemoteMapping:
+    """A segment-sized anonymous mapping filled with the bytes of ``[lo, hi)`` of a remote file (the
+    rest reads as zeros, like the unwritten end of a segment); ``mm`` and ``u8`` as a local mmap."""
+
+    def __init__(self, location: str, settings: dict[str, str] | None, rel_path: str, size: int, lo: int, hi: int):
+        fs, path = filesystem(location, settings)
+        self.path = f"{location.rstrip('/')}/{rel_path}"
+        self.mm = mmap.mmap(-1, size)
+        with fs.open_input_file(f"{path}/{rel_path}") as f:
+            file_size = f.size()
+            hi = min(hi, file_size, size)
+            pos = lo
+            while pos < hi:
+                n = min(hi - pos, 16 << 20)
+                data = f.read_at(n, pos)
+                if not data:
+                    break
+                self.mm[pos:pos + len(data)] = data
+                pos += len(data)
+        self.file_size = file_size
+        self.u8 = np.frombuffer(self.mm, dtype=np.uint8)
+
+    def close(self) -> None:
+        self.u8 = None
+        try:
+            self.mm.close()
+        except BufferError:  # a view still alive: the mapping goes with it
+            pass
