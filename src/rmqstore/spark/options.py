@@ -191,8 +191,8 @@ def parse_timestamp(name: str, value) -> int:
 
 
 def resolve_config(store_dir: str, config_path: str | None, keys: Mapping[str, str],
-                   base: MessageStoreConfig | None = None, option_names: Mapping[str, str] | None = None
-                   ) -> MessageStoreConfig:
+                   base: MessageStoreConfig | None = None, option_names: Mapping[str, str] | None = None,
+                   infer=infer_config) -> MessageStoreConfig:
     """``base`` (or defaults), then the broker.conf, then the option keys (field name -> value;
     ``option_names`` maps them back to the option as given); sizes from the files win."""
     option_names = option_names or {}
@@ -215,27 +215,17 @@ def resolve_config(store_dir: str, config_path: str | None, keys: Mapping[str, s
     except ConfigError as e:
         given = ", ".join(option_names.get(k, k) for k in keys) or "config"
         raise ConfigError(f"option {given}: {e}") from e
-    return infer_config(store_dir, cfg)
+    return infer(store_dir, cfg)
 
 
-def _remote_config(location: str, config_path: str | None, keys: Mapping[str, str],
-                   base: MessageStoreConfig | None, option_names: Mapping[str, str]) -> MessageStoreConfig:
-    """The config of a remote store: options and broker.conf as for a local one, the commitlog segment
-    size from its files (the largest; RocketMQ preallocates every segment to full size)."""
+def _remote_segment_size(location: str, cfg: MessageStoreConfig) -> MessageStoreConfig:
+    """``infer_config`` for a remote store: the commitlog segment size from its objects (the largest;
+    RocketMQ preallocates every segment to full size)."""
     files = RFS.list_files(location, RFS.settings_for(location), "commitlog")
     segs = [size for name, size in files if name.isdigit() and len(name) == 20]
     if not segs:
         raise StoreNotFoundError("not a store: no commitlog segment files", path=location)
-    props: dict[str, object] = {}
-    if base is not None:
-        props.update({f.name: getattr(base, f.name) for f in dataclasses.fields(base)})
-    if config_path:
-        props.update(read_properties_file(config_path))
-    props.update(keys)
-    cfg = MessageStoreConfig.from_properties(props) if props else MessageStoreConfig()
-    if "mapped_file_size_commit_log" not in keys:
-        cfg = dataclasses.replace(cfg, mapped_file_size_commit_log=max(segs))
-    return cfg
+    return dataclasses.replace(cfg, mapped_file_size_commit_log=max(segs))
 
 
 def parse_options(options: Mapping[str, str], *, streaming: bool | None,
@@ -346,9 +336,8 @@ def parse_options(options: Mapping[str, str], *, streaming: bool | None,
         remote = RFS.is_remote(d)
         if remote:
             RFS.register(d, s3)
-            cfg = _remote_config(d, own.get("config"), cfg_keys, base_cfg, given)
-        else:
-            cfg = resolve_config(d, own.get("config"), cfg_keys, base_cfg, given)
+        cfg = resolve_config(d, own.get("config"), cfg_keys, base_cfg, given,
+                             infer=_remote_segment_size if remote else infer_config)
         name = str(own["brokerName"]).strip() if own.get("brokerName") is not None else \
             (d.rstrip("/").rsplit("/", 1)[-1] if remote else broker_name_of(d))
         if not name:

@@ -149,7 +149,7 @@ def plan_partitions(opts: ReadOptions, flt: RowFilter, lo: int | None, hi: int |
     if lo is not None and hi is not None and lo >= hi:
         return []
     parts: list[SpanPartition] = []
-    for k, loc in enumerate(opts.stores or (_single(opts),)):
+    for k, loc in enumerate(opts.stores):
         segments = S.list_segments(loc.store_dir, loc.seg_size)
         gaps = S.segment_gaps(loc.store_dir, loc.seg_size)
         if gaps and opts.fail_on_data_loss:
@@ -176,17 +176,11 @@ def plan_partitions(opts: ReadOptions, flt: RowFilter, lo: int | None, hi: int |
     return parts
 
 
-def _single(opts: ReadOptions):
-    from .options import StoreLoc, broker_name_of
-
-    return StoreLoc(opts.store_dir, opts.cfg, broker_name_of(opts.store_dir))
-
-
 def read_partition(opts: ReadOptions, flt: RowFilter, schema: StructType, part) -> Iterator:
     """Executor side: the Arrow batches of one partition."""
     if not isinstance(part, SpanPartition):
         return
-    loc = (opts.stores or (_single(opts),))[part.store]
+    loc = opts.stores[part.store]
     if loc.fs_settings is not None:
         from . import fs as RFS
 

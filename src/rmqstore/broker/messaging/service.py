@@ -179,7 +179,7 @@ class MessagingService(services.MessagingServiceServicer):
             c.group = request.group.name
         return pb.HeartbeatResponse(status=status(pb.OK))
 
-    def settings_for(self, c: GrpcClient, settings):
+    def settings_for(self, settings):
         """The client's settings completed as the proxy completes them (``GrpcClientSettingsManager``)."""
         b = self.b
         out = pb.Settings()
@@ -226,7 +226,7 @@ class MessagingService(services.MessagingServiceServicer):
                     which = cmd.WhichOneof("command")
                     if which == "settings":
                         self._on_settings(c, cmd.settings)
-                        reply = pb.TelemetryCommand(status=status(pb.OK), settings=self.settings_for(c, cmd.settings))
+                        reply = pb.TelemetryCommand(status=status(pb.OK), settings=self.settings_for(cmd.settings))
                         await outbox.put(reply)  # bounded: a client that does not read is not read from
                     # thread stack traces and verify results: nothing to do with them here
             finally:
