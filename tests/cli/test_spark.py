@@ -135,3 +135,24 @@ def test_spark_verify(run, copy_store, truth, docref):
     local = json.loads(run.fails(12, "verify", "--json", "--store", store).stdout)
     assert [(f["kind"], f["path"], f["offset"]) for f in local["findings"]] == \
         [(f["kind"], f["path"], f["offset"]) for f in got["findings"]]
+
+
+def test_spark_jobs_over_several_stores(run, copy_store, truth):
+    """Repeated --store: one answer per broker (directory names here) with totals; the exit code
+    says whether any store has problems; stores sharing a name are refused before any Spark work."""
+    t = truth("basic")
+    damaged = copy_store("basic")
+    seg = damaged / "commitlog" / "00000000000000000000"
+    victim = t.rows[3]
+    data = seg.read_bytes()
+    at = data.index(victim["body"], victim["phy"], victim["phy"] + victim["record"]["storeSize"])
+    with open(seg, "r+b") as fh:  # one body byte: the record's CRC no longer matches
+        fh.seek(at)
+        fh.write(bytes([data[at] ^ 0x01]))
+    got = json.loads(run.fails(12, "spark", "verify", "--json", "--limit", 5, "--store", damaged, "--store", t.store,
+                               "--master", MASTER).stdout)
+    per = got["summary"]["stores"]
+    assert sorted(per) == ["basic-copy", "store"] and (per["store"]["problems"], per["basic-copy"]["problems"]) == (0, 1)
+    assert got["summary"]["records"] == 2 * len(t.rows) - 1 and got["findings"][0]["path"] == str(seg)
+    all_vectors = str(os.path.dirname(os.path.dirname(t.store))) + "/*/store"  # every vector store: all named "store"
+    assert "several stores are named store" in run.fails(7, "spark", "stats", "--store", all_vectors).stderr

@@ -106,3 +106,57 @@ def test_automatic_registration_and_sql_tables(stores, tmp_path):
     lines = [x for x in p.stdout.splitlines() if x.startswith("{")]
     assert p.returncode == 0 and lines, p.stderr[-3000:]
     assert json.loads(lines[-1]) == {"count": 30, "sql": [["broker-b", 20]], "table": True}
+
+
+# ------------------------------------------------------------------------------------------------
+# The jobs take the same locations: several stores are answered per broker, each as alone
+# ------------------------------------------------------------------------------------------------
+
+def _strip(d):
+    """A job result without its timings (and the store's location, which differs by design)."""
+    if isinstance(d, dict):
+        return {k: _strip(v) for k, v in d.items() if k not in ("seconds", "steps", "out_dir", "store")}
+    if isinstance(d, list):
+        return [_strip(x) for x in d]
+    return d
+
+
+def test_jobs_over_a_glob_answer_per_broker_as_each_store_alone(spark, stores, tmp_path):
+    from rmqstore.engine.rebuild import rebuild as rebuild_in_process
+    from rmqstore.spark.jobs import rebuild, stats, verify
+
+    from test_rebuild import same_output
+
+    root, a, b, c = stores
+    where = [str(root / "broker-*-store"), "file://" + c]
+    res = rebuild(spark, where, str(tmp_path / "out"))
+    assert sorted(res["stores"]) == ["broker-a-store", "broker-b", "other"]
+    assert res["records"] == 55 == sum(r["records"] for r in res["stores"].values())
+    for name, path in (("broker-a-store", a), ("broker-b", b), ("other", c)):
+        rebuild_in_process(path, str(tmp_path / "alone" / name), MessageStoreConfig.embedded())
+        same_output(str(tmp_path / "alone" / name), str(tmp_path / "out" / name))
+        assert res["stores"][name]["out_dir"] == str(tmp_path / "out" / name)
+
+    together = stats(spark, where, MessageStoreConfig.embedded(), top=3)
+    assert (together["records"], sorted(together["stores"])) == (55, ["broker-a-store", "broker-b", "other"])
+    alone = stats(spark, b, MessageStoreConfig.embedded(), top=3)
+    assert _strip(together["stores"]["broker-b"]) == _strip(alone) and alone["records"] == 20
+    assert together["bytes"] == sum(s["bytes"] for s in together["stores"].values())
+
+    findings, summary = verify(spark, [a, b], MessageStoreConfig.embedded())
+    assert (summary["records"], summary["problems"], findings.count()) == (50, 0, 0)
+    assert sorted(summary["stores"]) == ["broker-a-store", "broker-b"]
+    assert all(s["records"] in (30, 20) for s in summary["stores"].values())
+
+
+def test_jobs_refuse_stores_that_share_a_broker_name(spark, stores, tmp_path):
+    from rmqstore.spark.jobs import stats
+
+    root, a, b, c = stores
+    twin = tmp_path / "x" / "broker-a-store"
+    twin.parent.mkdir()
+    _store(twin, "Orders", 1)
+    with pytest.raises(ConfigError, match="several stores are named broker-a-store"):
+        stats(spark, [a, str(twin)])
+    with pytest.raises(StoreNotFoundError, match="no store directory matches"):
+        stats(spark, str(tmp_path / "nothing-*"))

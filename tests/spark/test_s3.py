@@ -1,6 +1,7 @@
 """Stores in S3-compatible object storage (moto's standalone server on loopback, from PyPI): the
 ``rocketmq`` source reads RocketMQ's vector stores and a generated multi-segment store there exactly
-as it reads them locally, with ranged reads by the executors."""
+as it reads them locally, with ranged reads by the executors; the jobs take S3 locations, and
+``rebuild`` from S3 into S3 writes the in-process rebuild's bytes."""
 from __future__ import annotations
 
 import os
@@ -25,7 +26,9 @@ def _free_port() -> int:
 
 @pytest.fixture(scope="module")
 def s3(tmp_path_factory, vectors, generated):
-    server = shutil.which("moto_server") or os.path.join(os.path.dirname(sys.executable), "moto_server")
+    server = os.path.join(os.path.dirname(sys.executable), "moto_server")  # the one installed with the tests
+    if not os.path.exists(server):
+        server = shutil.which("moto_server")
     port = _free_port()
     log = open(tmp_path_factory.mktemp("moto") / "moto.log", "w")
     proc = subprocess.Popen([server, "-H", "127.0.0.1", "-p", str(port)], stdout=log, stderr=subprocess.STDOUT)
@@ -47,11 +50,12 @@ def s3(tmp_path_factory, vectors, generated):
         uploaded = {}
         stores = {name: vs.store for name, vs in vectors.items()}
         stores["generated"] = generated.path
-        for name, path in stores.items():  # the source needs only the commitlog
-            pafs.copy_files(os.path.join(path, "commitlog"), f"{BUCKET}/{name}/store/commitlog",
+        for name, path in stores.items():  # the source needs only the commitlog; the jobs' vectors all of it
+            sub = "commitlog" if name == "generated" else ""
+            pafs.copy_files(os.path.join(path, sub).rstrip("/"), f"{BUCKET}/{name}/store/{sub}".rstrip("/"),
                             destination_filesystem=fs)
             uploaded[name] = (path, f"s3://{BUCKET}/{name}/store")
-        yield {"endpoint": endpoint, "stores": uploaded}
+        yield {"endpoint": endpoint, "stores": uploaded, "fs": fs}
     finally:
         proc.terminate()
         proc.wait(10)
@@ -123,3 +127,46 @@ def test_s3_errors_name_what_is_wrong(spark, s3):
         parse_options({"path": f"s3://{BUCKET}/missing/store", **_opts(s3)}, streaming=False)
     with pytest.raises(ConfigError, match="a stream follows one local store"):
         parse_options({"path": s3["stores"]["basic"][1], **_opts(s3)}, streaming=True)
+
+
+def test_spark_rebuild_from_s3_into_s3_is_byte_identical(spark, s3, vectors, tmp_path):
+    import pyarrow.fs as pafs
+
+    from rmqstore.engine.rebuild import rebuild as rebuild_in_process
+    from rmqstore.errors import StoreIOError
+    from rmqstore.spark.jobs import rebuild
+
+    from conftest import SPLITS
+    from test_rebuild import same_output
+
+    vs = vectors["rollover"]  # several segments, consume queues and index files
+    local, remote = s3["stores"]["rollover"]
+    out = f"s3://{BUCKET}/rebuilt/rollover"
+    res = rebuild(spark, remote, out, vs.config, split_size=SPLITS["rollover"], options=_opts(s3),
+                  staging_dir=str(tmp_path))
+    assert os.listdir(tmp_path) == []  # the staging directory is gone
+    assert res["out_dir"] == out and res["uploaded_bytes"] > 0 and "upload" in res["steps"]
+    pafs.copy_files(f"{BUCKET}/rebuilt/rollover", str(tmp_path / "from-s3"), source_filesystem=s3["fs"])
+    want = rebuild_in_process(local, str(tmp_path / "in-process"), vs.config)
+    same_output(str(tmp_path / "in-process"), str(tmp_path / "from-s3"))
+    assert (res["records"], res["consume_queues"], res["index_files"], res["end_offset"]) == \
+           (want.records, want.consume_queues, want.index_files, want.end_offset)
+    with pytest.raises(StoreIOError, match="already holds consumequeue"):
+        rebuild(spark, remote, out, vs.config, options=_opts(s3))
+
+
+def test_stats_and_verify_of_s3_stores(spark, s3, vectors):
+    from rmqstore.spark.jobs import stats, verify
+
+    from test_locations import _strip
+
+    local, remote = s3["stores"]["basic"]
+    cfg = vectors["basic"].config
+    here, there = stats(spark, local, cfg, top=5), stats(spark, remote, cfg, top=5, options=_opts(s3))
+    assert there["records"] == len(vectors["basic"].messages()) > 0
+    assert there["hash_collisions"]["index_files"]  # the index files, read from S3
+    assert _strip(there) == _strip(here)
+    findings, summary = verify(spark, remote, cfg, options=_opts(s3))
+    _, alone = verify(spark, local, cfg)
+    assert (summary["records"], summary["problems"], findings.count()) == (alone["records"], 0, 0)
+    assert "a remote store" in summary["skipped"] and "skipped" not in alone

@@ -1,12 +1,16 @@
 """``rmqstore spark rebuild|verify|export|stats``: the Spark jobs of :mod:`rmqstore.spark.jobs`
-on a store directory (read-only; rebuild and export write only their output directory)."""
+on one store or several (read-only; rebuild and export write only their output directory).
+``--store`` takes what the ``rocketmq`` source takes: a directory, a glob, a ``file:`` URI, an
+``s3://``/``s3a://``/``hdfs://`` location (S3 endpoint and keys from the standard AWS environment
+variables), and may be repeated."""
 from __future__ import annotations
 
+import functools
 import os
 
 import click
 
-from .common import RmqGroup, StoreCommand, debug_option, store_options
+from .common import STORE_ENV, RmqGroup, StoreCommand, debug_option, json_option
 from .errors import ProblemsFoundError, SparkUnavailableError
 from .render import render_mapping, to_jsonable
 
@@ -22,16 +26,40 @@ def _jobs():
     return jobs
 
 
+def store_locations(f):
+    """``--store`` (repeatable), ``--config``, ``--json``, ``--debug``; passes a :class:`StoreCommand`
+    whose ``locations`` are the stores given (default: as every command's ``--store``)."""
+
+    @functools.wraps(f)
+    def wrapper(*args, store: tuple[str, ...], config: str | None, json_mode: bool, **kwargs):
+        cmd = StoreCommand(store[0] if len(store) == 1 else None, config, json_mode)
+        cmd.locations = list(store) or [cmd.store_path]
+        return f(cmd, *args, **kwargs)
+
+    wrapper = debug_option(json_option(wrapper))
+    wrapper = click.option("--config", "config", type=click.Path(dir_okay=False, exists=True), default=None,
+                           metavar="BROKER_CONF",
+                           help="broker.conf-style properties for every store (segment sizes come from each "
+                                "store's files anyway).")(wrapper)
+    return click.option("--store", "store", multiple=True, envvar=STORE_ENV, metavar="LOCATION",
+                        help="Store: a directory, a glob, file:, s3://, s3a:// or hdfs:// (S3 settings from the "
+                             "AWS_* environment variables); repeat for several stores (answered per broker). "
+                             f"Default: ${STORE_ENV}, else storePathRootDir from --config.")(wrapper)
+
+
 def _session(cmd: StoreCommand, master: str | None):
-    """(jobs module, SparkSession, config); checks the store before starting a JVM."""
+    """(jobs module, SparkSession, config); checks a single local store before starting a JVM."""
+    from ..config import MessageStoreConfig
     from ..errors import StoreNotFoundError
     from ..layout import is_store_dir
 
-    if not is_store_dir(cmd.store_path):
-        raise StoreNotFoundError("not a message store (no commitlog/, consumequeue/ or checkpoint)"
-                                 if os.path.isdir(cmd.store_path) else "store directory does not exist",
-                                 path=cmd.store_path)
-    cfg = cmd.config()
+    local = [p for p in cmd.locations if "://" not in p and not p.startswith("file:") and not set("*?[") & set(p)]
+    for p in local:
+        if not is_store_dir(p):
+            raise StoreNotFoundError("not a message store (no commitlog/, consumequeue/ or checkpoint)"
+                                     if os.path.isdir(p) else "store directory does not exist", path=p)
+    props = cmd.broker_properties()
+    cfg = MessageStoreConfig.from_properties(props) if props else MessageStoreConfig.embedded()
     jobs = _jobs()
     with cmd.out.status("starting Spark"):
         try:
@@ -40,6 +68,15 @@ def _session(cmd: StoreCommand, master: str | None):
             raise SparkUnavailableError(f"cannot start Spark: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
                                         ) from e
     return jobs, spark, cfg
+
+
+def _where(cmd: StoreCommand):
+    """The store argument of a job: the one location, or the list of them."""
+    return cmd.locations[0] if len(cmd.locations) == 1 else list(cmd.locations)
+
+
+def _label(cmd: StoreCommand) -> str:
+    return ", ".join(cmd.locations)
 
 
 def _show(cmd: StoreCommand, title: str, result) -> None:
@@ -58,33 +95,33 @@ def spark() -> None:
 @spark.command("rebuild")
 @click.argument("out_dir", type=click.Path(file_okay=False))
 @MASTER
-@store_options
+@store_locations
 def spark_rebuild(cmd: StoreCommand, out_dir: str, master: str | None) -> None:
     """Rebuild consume queues and index files from the commitlog with Spark into OUT_DIR (WRITES
     only OUT_DIR; the store is read, never changed). Output is byte-identical to `rmqstore rebuild`."""
     jobs, sp, cfg = _session(cmd, master)
     with cmd.out.status("Spark rebuild"):
-        res = jobs.rebuild(sp, cmd.store_path, out_dir, cfg=cfg)
-    _show(cmd, f"Spark rebuild of {cmd.store_path} into {out_dir}", res)
+        res = jobs.rebuild(sp, _where(cmd), out_dir, cfg=cfg)
+    _show(cmd, f"Spark rebuild of {_label(cmd)} into {out_dir}", res)
 
 
 @spark.command("verify")
 @click.option("--limit", type=click.IntRange(0), default=50, show_default=True,
               help="Findings to list (0 = the summary only).")
 @MASTER
-@store_options
+@store_locations
 def spark_verify(cmd: StoreCommand, limit: int, master: str | None) -> None:
     """The checks of `rmqstore verify` (CRCs, queue offsets, consume queues, index, checkpoint, tail)
     in parallel with Spark; read-only. Exit 12 when there are findings."""
     jobs, sp, cfg = _session(cmd, master)
     with cmd.out.status("Spark verify"):
-        df, summary = jobs.verify(sp, cmd.store_path, cfg=cfg)
+        df, summary = jobs.verify(sp, _where(cmd), cfg=cfg)
         rows = [r.asDict(recursive=True) for r in df.limit(limit).collect()] if limit else []
     problems = _problem_count(summary, df)
-    result = {"store": cmd.store_path, "ok": problems == 0, "summary": summary, "findings": rows}
-    _show(cmd, f"Spark verify of {cmd.store_path}", result)
+    result = {"store": _where(cmd), "ok": problems == 0, "summary": summary, "findings": rows}
+    _show(cmd, f"Spark verify of {_label(cmd)}", result)
     if problems:
-        raise ProblemsFoundError(f"Spark verify found {problems} problem(s) in {cmd.store_path}",
+        raise ProblemsFoundError(f"Spark verify found {problems} problem(s) in {_label(cmd)}",
                                  hint="see the findings; `rmqstore verify --fix` repairs consume queues and index")
 
 
@@ -99,26 +136,26 @@ def _problem_count(summary, df) -> int:
 @click.argument("out_dir", type=click.Path(file_okay=False))
 @click.option("--include-body", is_flag=True, help="Also export message bodies.")
 @MASTER
-@store_options
+@store_locations
 def spark_export(cmd: StoreCommand, out_dir: str, include_body: bool, master: str | None) -> None:
     """Export every message (all fields, bodies with --include-body) to Parquet in OUT_DIR with
     Spark (WRITES only OUT_DIR; the store is read, never changed)."""
     jobs, sp, cfg = _session(cmd, master)
     with cmd.out.status("Spark export"):
-        res = jobs.export(sp, cmd.store_path, out_dir, cfg=cfg, include_body=include_body)
-    _show(cmd, f"Spark export of {cmd.store_path} into {out_dir}", res)
+        res = jobs.export(sp, _where(cmd), out_dir, cfg=cfg, include_body=include_body)
+    _show(cmd, f"Spark export of {_label(cmd)} into {out_dir}", res)
 
 
 @spark.command("stats")
 @click.option("--top", type=click.IntRange(1), default=10, show_default=True, help="How many top keys/tags/topics.")
 @MASTER
-@store_options
+@store_locations
 def spark_stats(cmd: StoreCommand, top: int, master: str | None) -> None:
     """Full-scan statistics of the commitlog with Spark (topics, tags, sizes, time range); read-only."""
     jobs, sp, cfg = _session(cmd, master)
     with cmd.out.status("Spark stats"):
-        res = jobs.stats(sp, cmd.store_path, cfg=cfg, top=top)
-    _show(cmd, f"Spark stats of {cmd.store_path}", res)
+        res = jobs.stats(sp, _where(cmd), cfg=cfg, top=top)
+    _show(cmd, f"Spark stats of {_label(cmd)}", res)
 
 
 COMMANDS = [spark]

@@ -84,6 +84,8 @@ class StoreCommand:
             root = self.broker_properties().get("storePathRootDir")
             store = os.path.expanduser(root) if root else DEFAULT_STORE
         self.store_path = store
+        #: the stores of a command that takes several (``rmqstore spark --store A --store B``)
+        self.locations = [store]
         from .render import Output
 
         self.out = Output(json_mode)

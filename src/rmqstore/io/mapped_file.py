@@ -182,21 +182,28 @@ class MappedFile:
         first bytes), zeros after. The walkers treat its zeros as a known gap, not as the end of
         the data; nothing is written to it or to the disk for it (``stand_in`` says why it is one).
         Untouched zero pages of an anonymous mapping take no memory."""
-        mf = cls.__new__(cls)
-        mf._init_fields(path, file_size, True)
-        mf.wrote_position = mf.flushed_position = file_size
-        mf._fd = -1
-        mf.stand_in = why
-        mf.mm = mmap.mmap(-1, file_size)
+        mm = mmap.mmap(-1, file_size)
         try:
             with open(path, "rb") as fh:
                 data = fh.read(file_size)
         except FileNotFoundError:
             data = b""
         except OSError as e:
-            mf.mm.close()
+            mm.close()
             raise StoreIOError(f"cannot read segment: {e.strerror}", path=path) from e
-        mf.mm[:len(data)] = data
+        mm[:len(data)] = data
+        return cls.holding(path, file_size, mm, why)
+
+    @classmethod
+    def holding(cls, path: str, file_size: int, mm: mmap.mmap, why: str) -> "MappedFile":
+        """A read-only segment over an anonymous mapping ``mm`` of ``file_size`` bytes already filled
+        (a stand-in, or a remote file's ranged reads); closing it closes ``mm``."""
+        mf = cls.__new__(cls)
+        mf._init_fields(path, file_size, True)
+        mf.wrote_position = mf.flushed_position = file_size
+        mf._fd = -1
+        mf.stand_in = why
+        mf.mm = mm
         return mf
 
     @staticmethod

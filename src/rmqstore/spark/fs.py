@@ -20,8 +20,6 @@ import os
 import posixpath
 from urllib.parse import urlparse
 
-import numpy as np
-
 from ..errors import ConfigError, StoreNotFoundError
 
 REMOTE_SCHEMES = ("s3", "s3a", "hdfs")
@@ -131,31 +129,52 @@ def expand_remote(location: str, settings: dict[str, str] | None) -> list[str]:
     return out
 
 
-class RemoteMapping:
-    """A segment-sized anonymous mapping filled with the bytes of ``[lo, hi)`` of a remote file (the
-    rest reads as zeros, like the unwritten end of a segment); ``mm`` and ``u8`` as a local mmap."""
+def exists(location: str, settings: dict[str, str] | None, rel: str) -> bool:
+    """Whether ``location/rel`` exists (a file or a directory; on S3 a prefix with objects)."""
+    import pyarrow.fs as pafs
 
-    def __init__(self, location: str, settings: dict[str, str] | None, rel_path: str, size: int, lo: int, hi: int):
-        fs, path = filesystem(location, settings)
-        self.path = f"{location.rstrip('/')}/{rel_path}"
-        self.mm = mmap.mmap(-1, size)
+    fs, path = filesystem(location, settings)
+    info = fs.get_file_info(f"{path}/{rel}")
+    if info.type != pafs.FileType.NotFound:
+        return True
+    listed = fs.get_file_info(pafs.FileSelector(f"{path}/{rel}", allow_not_found=True))
+    return bool(listed)
+
+
+def upload(local_path: str, location: str, rel: str) -> int:
+    """Copy the local file ``local_path`` to ``location/rel`` (streamed in 8 MiB pieces); its size."""
+    fs, path = filesystem(location, settings_for(location))
+    n = 0
+    with open(local_path, "rb") as src, fs.open_output_stream(f"{path}/{rel}") as dst:
+        while True:
+            chunk = src.read(8 << 20)
+            if not chunk:
+                break
+            dst.write(chunk)
+            n += len(chunk)
+    return n
+
+
+def remote_mapping(location: str, rel_path: str, size: int, lo: int, hi: int):
+    """A read-only :class:`~rmqstore.io.mapped_file.MappedFile` of ``size`` bytes over an anonymous
+    mapping filled with the bytes ``[lo, hi)`` of the remote file ``location/rel_path`` (ranged reads
+    of at most 16 MiB; the rest reads as zeros, like the unwritten end of a segment, and takes no
+    memory). Opened with the settings registered for ``location``."""
+    from ..io.mapped_file import MappedFile
+
+    fs, path = filesystem(location, settings_for(location))
+    mm = mmap.mmap(-1, size)
+    try:
         with fs.open_input_file(f"{path}/{rel_path}") as f:
-            file_size = f.size()
-            hi = min(hi, file_size, size)
+            hi = min(hi, f.size(), size)
             pos = lo
             while pos < hi:
-                n = min(hi - pos, 16 << 20)
-                data = f.read_at(n, pos)
+                data = f.read_at(min(hi - pos, 16 << 20), pos)
                 if not data:
                     break
-                self.mm[pos:pos + len(data)] = data
+                mm[pos:pos + len(data)] = data
                 pos += len(data)
-        self.file_size = file_size
-        self.u8 = np.frombuffer(self.mm, dtype=np.uint8)
-
-    def close(self) -> None:
-        self.u8 = None
-        try:
-            self.mm.close()
-        except BufferError:  # a view still alive: the mapping goes with it
-            pass
+    except BaseException:
+        mm.close()
+        raise
+    return MappedFile.holding(f"{location.rstrip('/')}/{rel_path}", size, mm, "")

@@ -44,6 +44,7 @@ from ..config import MessageStoreConfig
 from ..format import index_file as FI
 from ..format import message as M
 from ..format.arrays import stable_argsort
+from . import fs as RFS
 from . import scan as S
 
 TMP_DIR = ".rmqstore-spark-tmp"
@@ -63,6 +64,20 @@ def _spec(options) -> dict:
     if not raw:
         raise ValueError("internal rmqstore data source used without its spec option")
     return json.loads(raw)
+
+
+def open_fs(spec: dict) -> None:
+    """Make the remote locations of a job's spec openable in this process (a task): ``spec["fs"]``
+    maps each remote location (store or output) to its S3 settings, as the driver resolved them."""
+    for location, settings in (spec.get("fs") or {}).items():
+        RFS.register(location, settings)
+
+
+def upload_task(spec: dict, files: list) -> list[tuple[int, int]]:
+    """Copy ``files`` (``[item id, relative path]``) from the local directory ``spec["src"]`` to the
+    remote location ``spec["dst"]`` (rebuild into object storage); ``(item id, bytes)`` per file."""
+    open_fs(spec)
+    return [(item_id, RFS.upload(os.path.join(spec["src"], rel), spec["dst"], rel)) for item_id, rel in files]
 
 
 _MALLOC_TUNED = False
@@ -135,8 +150,9 @@ def dispatch_task(spec: dict, spans) -> list[tuple[int, dict]]:
     """One dispatch task (stage 1 of rebuild, run as an RDD task): ``spans`` (``[span id, segment
     start, start, end]``; any iterable, consumed lazily) one after the other with
     :func:`dispatch_span`, so the task holds one span's units and items at a time. spec: ``store``,
-    ``cfg``, ``tmp``, ``check_crc``, ``prop_crc``. Returns ``(span id, summary)`` per span."""
+    ``cfg``, ``tmp``, ``check_crc``, ``prop_crc``, ``fs``. Returns ``(span id, summary)`` per span."""
     tune_worker_malloc()
+    open_fs(spec)
     cfg = cfg_from_json(spec["cfg"])
     os.makedirs(spec["tmp"], exist_ok=True)
     return [(span_id, dispatch_span(spec["store"], cfg, span_id, S.Span(seg0, a, b), spec["tmp"],
@@ -448,6 +464,7 @@ class KeysReader(DataSourceReader):
         from .columns import TopicDecoder, parse_properties_batch
 
         cfg = cfg_from_json(self.spec["cfg"])
+        open_fs(self.spec)
         arrow_schema = to_arrow_schema(self.schema, timezone="UTC")
         topics = TopicDecoder()
         for _, seg0, a, b in partition.spans:
@@ -520,9 +537,15 @@ class IndexProfileReader(DataSourceReader):
         from ..io.mapped_file import MappedFile
 
         slots, items = self.spec["slots"], self.spec["items"]
+        store = self.spec.get("store")
+        open_fs(self.spec)
         rows = []
         for path in partition.files:
-            mf = MappedFile(path, FI.file_size(slots, items), read_only=True)
+            if store is not None and RFS.is_remote(store):  # the header, slot table and items: all of it
+                size = FI.file_size(slots, items)
+                mf = RFS.remote_mapping(store, f"index/{path}", size, 0, size)
+            else:
+                mf = MappedFile(path, FI.file_size(slots, items), read_only=True)
             try:
                 begin_ts, end_ts, _, _, slot_count, count = FI.HEADER.unpack_from(mf.mm, 0)
                 count = min(max(count, 1), items)

@@ -7,6 +7,12 @@ Arrow batches through the Python Data Source API (:mod:`.internal`), and Spark S
 shuffles, sorts and aggregations; ``rebuild``, which moves no rows, runs its two stages as RDD jobs
 of planned tasks (cheaper to launch). Outputs (``rebuild``, ``export``) are written by executors, so
 on a cluster the store and output paths must be visible to every executor (a shared filesystem).
+
+Every job takes what the ``rocketmq`` source takes (:func:`stores`): a store directory, a ``file:``
+URI, a glob, an ``s3://``/``s3a://``/``hdfs://`` location, or a list of them. Several stores are
+run one after the other, each on all the cores, and answered per broker (``stores``) with totals.
+A remote store is read by the executors with ranged reads (:mod:`.fs`); ``rebuild`` writes a
+remote output through a local staging directory (``staging_dir``) that executor tasks upload.
 """
 from __future__ import annotations
 
@@ -28,10 +34,11 @@ from pyspark.sql import functions as F
 
 from ..config import MessageStoreConfig
 from ..engine.index import index_file_name
-from ..errors import CorruptRecordError, StoreIOError
+from ..errors import ConfigError, CorruptRecordError, StoreIOError
+from . import fs as RFS
 from . import internal as I
 from . import scan as S
-from .options import resolve_config
+from .options import StoreLoc, parse_options
 from .source import RocketMQDataSource
 
 log = logging.getLogger(__name__)
@@ -163,9 +170,9 @@ class _Dispatch:
     """Dispatch every commitlog span (stage 1 of rebuild): the span summaries, the end of valid
     data ``end`` and the spans whose records lie before it (ids ``<= last_span``)."""
 
-    def __init__(self, spark: SparkSession, store_dir: str, cfg: MessageStoreConfig, split_size: int,
-                 check_crc: bool, steps: _Steps, tmp: str):
-        self.store_dir, self.cfg = store_dir, cfg
+    def __init__(self, spark: SparkSession, loc: StoreLoc, split_size: int, check_crc: bool, steps: _Steps,
+                 tmp: str):
+        self.store_dir, self.cfg = store_dir, cfg = loc.store_dir, loc.cfg
         seg_size = cfg.mapped_file_size_commit_log
         self.segments = S.list_segments(store_dir, seg_size)
         groups, k = [], 0
@@ -180,7 +187,7 @@ class _Dispatch:
                 groups.append([[k + i, sp.seg, sp.start, sp.end] for i, sp in enumerate(g)])
                 k += len(g)
         spec = {"store": store_dir, "cfg": I.cfg_to_json(cfg), "check_crc": check_crc,
-                "prop_crc": check_crc and cfg.force_verify_prop_crc, "tmp": tmp}
+                "prop_crc": check_crc and cfg.force_verify_prop_crc, "tmp": tmp, "fs": _fs(store_dir)}
         self.info: list[dict] = []
         self.summaries: list[S.SpanSummary] = []
         self.end = S.ChainEnd(self.segments[0] if self.segments else 0, S.END)
@@ -261,19 +268,49 @@ def steal_piece(data_bytes: int, tasks: int) -> int:
     return max(MIN_STEAL_PIECE, min(MAX_STEAL_PIECE, per_task // (2 * STEAL_PIECES)))
 
 
-def _resolve(store_dir: str, cfg: MessageStoreConfig | None) -> tuple[str, MessageStoreConfig]:
-    store_dir = os.path.abspath(store_dir)
-    return store_dir, resolve_config(store_dir, None, {}, cfg)
+def stores(locations, cfg: MessageStoreConfig | None = None, options: dict | None = None) -> list[StoreLoc]:
+    """The stores a job runs on, resolved as the ``rocketmq`` source resolves its paths: a directory,
+    a ``file:`` URI, a glob or a remote location (``s3://``, ``s3a://``, ``hdfs://``), or a list of
+    them; ``options`` are source options (``s3.endpoint``, ``s3.accessKey``, ..., ``brokerName``
+    for one store). Each store's config is ``cfg`` (or the defaults) with its segment sizes from its
+    files. Raises :class:`~rmqstore.errors.StoreNotFoundError` / ``ConfigError`` naming the location."""
+    given = [locations] if isinstance(locations, (str, os.PathLike)) else list(locations)
+    paths = [str(p) if RFS.is_remote(str(p)) or str(p).startswith("file:") else os.path.abspath(p) for p in given]
+    locs = list(parse_options({**(options or {}), "paths": json.dumps(paths)}, streaming=False, base_cfg=cfg).stores)
+    names = [loc.broker_name for loc in locs]
+    if len(set(names)) < len(names):
+        dup = sorted({n for n in names if names.count(n) > 1})
+        raise ConfigError(f"several stores are named {', '.join(dup)} (broker.conf or directory name): their results "
+                          "would be mixed up; give each store its own directory name or brokerName")
+    return locs
+
+
+def _fs(*locations: str) -> dict:
+    """The ``fs`` entry of a task spec: the S3 settings of each remote location (see :func:`.internal.open_fs`)."""
+    return {loc: RFS.settings_for(loc) for loc in locations if RFS.is_remote(loc)}
+
+
+def _per_store(locs: list[StoreLoc], run_one, totals: tuple[str, ...], **extra) -> dict:
+    """``run_one(loc)`` for each store: its result alone for one store, else ``stores`` (per broker
+    name) with the ``totals`` summed over the stores."""
+    if len(locs) == 1:
+        return run_one(locs[0])
+    t0 = time.perf_counter()
+    per = {loc.broker_name: run_one(loc) for loc in locs}
+    out = {k: sum(r.get(k) or 0 for r in per.values()) for k in totals}
+    out.update(extra, stores=per, seconds=time.perf_counter() - t0)
+    return out
 
 
 MIN_JOB_SPLIT = 4 << 20
 
 
-def job_split_size(spark: SparkSession, store_dir: str, cfg: MessageStoreConfig) -> int:
-    """Split size for a job: about three byte ranges per core, between 4 MiB and 64 MiB (a Spark
-    task costs tens of milliseconds; a range is what one task holds)."""
-    seg = cfg.mapped_file_size_commit_log
-    total = len(S.list_segments(store_dir, seg)) * seg
+def job_split_size(spark: SparkSession, store_dir: str | list[StoreLoc], cfg: MessageStoreConfig | None = None) -> int:
+    """Split size for a job over one store (or a list of stores read at once): about three byte
+    ranges per core, between 4 MiB and 64 MiB (a Spark task costs tens of milliseconds; a range is
+    what one task holds)."""
+    locs = store_dir if isinstance(store_dir, list) else [StoreLoc(store_dir, cfg, "")]
+    total = sum(len(S.list_segments(loc.store_dir, loc.seg_size)) * loc.seg_size for loc in locs)
     return max(MIN_JOB_SPLIT, min(S.DEFAULT_SPLIT_SIZE, -(-total // (3 * _parallelism(spark)))))
 
 
@@ -295,8 +332,9 @@ def dispatch_tasks(spark: SparkSession, lo: int, hi: int) -> int:
 # rebuild
 # ================================================================================================
 
-def rebuild(spark: SparkSession, store_dir: str, out_dir: str, cfg: MessageStoreConfig | None = None, *,
-            split_size: int | None = None, index_shards: int | None = None) -> dict:
+def rebuild(spark: SparkSession, store_dir, out_dir: str, cfg: MessageStoreConfig | None = None, *,
+            split_size: int | None = None, index_shards: int | None = None, options: dict | None = None,
+            staging_dir: str | None = None) -> dict:
     """Write ``out_dir/consumequeue`` and ``out_dir/index`` from the commitlog of ``store_dir``, in
     parallel; byte-identical to the in-process rebuild (:func:`rmqstore.engine.rebuild.rebuild`),
     index file names aside. The store is only read.
@@ -312,12 +350,65 @@ def rebuild(spark: SparkSession, store_dir: str, out_dir: str, cfg: MessageStore
     enough that no task outweighs an even share of the write step, at most one per core); the
     writing is spread over one task per core, biggest piece first to the least loaded task.
 
+    ``store_dir`` is anything :func:`stores` takes; with several stores each is rebuilt into
+    ``out_dir/<brokerName>``. ``out_dir`` may be local or remote (``s3://``, ``s3a://``, ``hdfs://``,
+    settings from ``options`` as for the source): a remote output is written to ``staging_dir``
+    (default: a new temporary directory; on a cluster it must be shared by the executors, as a
+    local output must) and uploaded by executor tasks, file by file, then the staging is removed.
+
     Returns ``records``, ``consume_queues``, ``index_files``, ``seconds``, ``end_offset``, ``out_dir``
-    and ``steps``: seconds per step (``plan``, ``dispatch``, ``chain``, ``plan_write``, ``write``,
+    and ``steps`` (several stores: the totals and ``stores``, each store's result by broker name):
+    seconds per step (``plan``, ``dispatch``, ``chain``, ``plan_write``, ``write``,
     ``finish``; ``dispatch`` and ``write`` are the two Spark jobs)."""
+    locs = stores(store_dir, cfg, options)
+    remote_out = RFS.is_remote(out_dir)
+    out_settings = RFS.s3_settings({RFS.S3_OPTIONS[k.lower()]: str(v) for k, v in (options or {}).items()
+                                    if k.lower() in RFS.S3_OPTIONS})
+    if not remote_out:
+        out_dir = os.path.abspath(out_dir)
+
+    def one(loc: StoreLoc) -> dict:
+        out = out_dir if len(locs) == 1 else \
+            (RFS.join(out_dir, loc.broker_name) if remote_out else os.path.join(out_dir, loc.broker_name))
+        if remote_out:
+            RFS.register(out, out_settings)
+            return _rebuild_to_remote(spark, loc, out, staging_dir, split_size, index_shards)
+        return _rebuild_store(spark, loc, out, split_size, index_shards)
+
+    return _per_store(locs, one, ("records", "consume_queues", "index_files"), out_dir=out_dir)
+
+
+def _rebuild_to_remote(spark: SparkSession, loc: StoreLoc, out: str, staging_dir: str | None,
+                       split_size: int | None, index_shards: int | None) -> dict:
+    """Rebuild into a local staging directory, then upload its files to ``out`` (its settings
+    registered) with executor tasks."""
+    for sub in ("consumequeue", "index"):
+        if RFS.exists(out, RFS.settings_for(out), sub):
+            raise StoreIOError(f"output location already holds {sub}/", path=out)
+    stage = tempfile.mkdtemp(prefix="rmqstore-rebuild-", dir=staging_dir)
+    try:
+        result = _rebuild_store(spark, loc, stage, split_size, index_shards)
+        t0 = time.perf_counter()
+        files = sorted(os.path.relpath(os.path.join(d, n), stage) for d, _, names in os.walk(stage) for n in names)
+        items = [[i, rel] for i, rel in enumerate(files)]
+        spec = {"src": stage, "dst": out, "fs": _fs(out)}
+        sent = [x for r in _run_tasks(spark, I.upload_task, spec, I.group_evenly(items, 2 * _parallelism(spark)))
+                for x in r]
+        if sorted(i for i, _ in sent) != [i for i, _ in items]:
+            raise StoreIOError(f"upload of the rebuilt files: {len(sent)} of {len(items)} reported", path=out)
+        result["steps"]["upload"] = round(time.perf_counter() - t0, 4)
+        result.update(out_dir=out, uploaded_bytes=sum(n for _, n in sent),
+                      seconds=result["seconds"] + result["steps"]["upload"])
+        return result
+    finally:
+        shutil.rmtree(stage, ignore_errors=True)
+
+
+def _rebuild_store(spark: SparkSession, loc: StoreLoc, out_dir: str, split_size: int | None,
+                   index_shards: int | None) -> dict:
+    """:func:`rebuild` of one store into a local ``out_dir``."""
     t0 = time.perf_counter()
-    store_dir, cfg = _resolve(store_dir, cfg)
-    out_dir = os.path.abspath(out_dir)
+    store_dir, cfg = loc.store_dir, loc.cfg
     if out_dir == store_dir:
         raise StoreIOError("rebuild output must not be the source store", path=out_dir)
     for sub in ("consumequeue", "index"):
@@ -325,13 +416,13 @@ def rebuild(spark: SparkSession, store_dir: str, out_dir: str, cfg: MessageStore
             raise StoreIOError(f"output directory already holds {sub}/", path=out_dir)
     os.makedirs(out_dir, exist_ok=True)
     register(spark)
-    split_size = split_size or job_split_size(spark, store_dir, cfg)
+    split_size = split_size or job_split_size(spark, [loc])
     P = _parallelism(spark)  # writer tasks: one per core, balanced by weight
     steps = _Steps()
     with _job_conf(spark):
         # like the dispatcher (upstream reput), records are not CRC-checked (a torn last record is)
         tmp = os.path.join(out_dir, I.TMP_DIR, uuid.uuid4().hex)
-        d = _Dispatch(spark, store_dir, cfg, split_size, check_crc=False, steps=steps, tmp=tmp)
+        d = _Dispatch(spark, loc, split_size, check_crc=False, steps=steps, tmp=tmp)
         try:
             result = _rebuild(spark, d, cfg, out_dir, P, steps, tmp, index_shards) if d.info else \
                 {"records": 0, "consume_queues": 0, "index_files": 0}
@@ -497,9 +588,10 @@ def source_options(cfg: MessageStoreConfig) -> dict[str, str]:
     return out
 
 
-def read_store(spark: SparkSession, store_dir: str, cfg: MessageStoreConfig | None = None,
+def read_store(spark: SparkSession, store_dir, cfg: MessageStoreConfig | None = None,
                schema: str | None = None, **options) -> DataFrame:
-    """``spark.read.format("rocketmq")`` on ``store_dir`` with ``cfg`` and extra options."""
+    """``spark.read.format("rocketmq")`` on ``store_dir`` (a location, or a list of them) with ``cfg``
+    and extra options."""
     register(spark)
     r = spark.read.format("rocketmq")
     if schema is not None:
@@ -513,20 +605,22 @@ def read_store(spark: SparkSession, store_dir: str, cfg: MessageStoreConfig | No
 # export
 # ================================================================================================
 
-def export(spark: SparkSession, store_dir: str, out_dir: str, cfg: MessageStoreConfig | None = None,
-           include_body: bool = False) -> dict:
+def export(spark: SparkSession, store_dir, out_dir: str, cfg: MessageStoreConfig | None = None,
+           include_body: bool = False, options: dict | None = None) -> dict:
     """Every record to Parquet under ``out_dir``, partitioned by ``topic`` and ``date`` (the UTC day
     of the store time, ``yyyy-MM-dd``), every column of the source (``body`` only with
-    ``include_body``). ``out_dir`` may be any path Spark writes to; it must not exist.
+    ``include_body``; ``brokerName`` tells the stores apart when several are read: ``store_dir`` is
+    anything :func:`stores` takes). ``out_dir`` may be any path Spark writes to (``s3a://`` with
+    Hadoop's S3 connector on the classpath); it must not exist.
     Returns ``rows``, ``files``, ``out_dir``, ``seconds``."""
     t0 = time.perf_counter()
-    store_dir, cfg = _resolve(store_dir, cfg)
+    locs = stores(store_dir, cfg, options)
     if "://" not in out_dir:
         out_dir = os.path.abspath(out_dir)
         if os.path.exists(out_dir):
             raise StoreIOError("export output already exists", path=out_dir)
-    df = read_store(spark, store_dir, cfg, includeBody=include_body,
-                    splitSize=job_split_size(spark, store_dir, cfg))
+    df = read_store(spark, [loc.store_dir for loc in locs], cfg, includeBody=include_body,
+                    splitSize=job_split_size(spark, locs), **(options or {}))
     if not include_body:
         df = df.drop("body")
     day = F.date_from_unix_date(F.floor(F.unix_millis("storeTimestamp") / 86_400_000).cast("int"))
@@ -545,7 +639,8 @@ def _ms(col: str):
     return F.unix_millis(F.col(col))
 
 
-def stats(spark: SparkSession, store_dir: str, cfg: MessageStoreConfig | None = None, top: int = 10) -> dict:
+def stats(spark: SparkSession, store_dir, cfg: MessageStoreConfig | None = None, top: int = 10,
+          options: dict | None = None) -> dict:
     """Statistics of a store from a full scan of its commitlog (JSON-serialisable):
 
     * ``queues``: per topic and queue id, ``messages`` (records), ``in_consume_queue`` (those that get
@@ -556,19 +651,24 @@ def stats(spark: SparkSession, store_dir: str, cfg: MessageStoreConfig | None = 
     * ``duplicate_uniq_keys``: UNIQ_KEYs carried by more than one record (count, extra records, top);
     * ``hash_collisions``: distinct ``topic#key`` strings vs distinct index hashes, the hashes shared by
       different keys (examples), and for each index file its items, used slots and longest chain.
+
+    ``store_dir`` is anything :func:`stores` takes; several stores are answered per broker name
+    (``stores``) with the totals ``records`` and ``bytes``.
     """
-    store_dir, cfg = _resolve(store_dir, cfg)
+    locs = stores(store_dir, cfg, options)
     register(spark)
     with _job_conf(spark, **{"spark.sql.shuffle.partitions": str(2 * _parallelism(spark))}):
-        return _stats(spark, store_dir, cfg, top, job_split_size(spark, store_dir, cfg))
+        return _per_store(locs, lambda loc: _stats(spark, loc, top, job_split_size(spark, [loc]), options),
+                          ("records", "bytes"))
 
 
-def _stats(spark: SparkSession, store_dir: str, cfg: MessageStoreConfig, top: int, split: int) -> dict:
+def _stats(spark: SparkSession, loc: StoreLoc, top: int, split: int, options: dict | None) -> dict:
     t0 = time.perf_counter()
     steps = _Steps()
+    store_dir, cfg = loc.store_dir, loc.cfg
     schema = ("topic STRING, queueId INT, queueOffset BIGINT, storeSize INT, storeTimestamp TIMESTAMP, "
               "sysFlag INT")
-    recs = read_store(spark, store_dir, cfg, schema=schema, includeBody=False, splitSize=split)
+    recs = read_store(spark, store_dir, cfg, schema=schema, includeBody=False, splitSize=split, **(options or {}))
     recs = recs.withColumn("ts", _ms("storeTimestamp")).withColumn("inCq", F.expr(f"{_TX} NOT IN (4, 12)"))
     by_minute = recs.groupBy("topic", "queueId", F.floor(F.col("ts") / 60_000).alias("minute")).count()
     peak = by_minute.groupBy("topic", "queueId").agg(F.max("count").alias("peak"))
@@ -596,7 +696,7 @@ def _stats(spark: SparkSession, store_dir: str, cfg: MessageStoreConfig, top: in
         t["bytes"] += q["bytes"]
         t["first_store_timestamp"] = min(t["first_store_timestamp"], q["first_store_timestamp"])
         t["last_store_timestamp"] = max(t["last_store_timestamp"], q["last_store_timestamp"])
-    out = {"store": store_dir, "records": sum(q["messages"] for q in queues),
+    out = {"store": store_dir, "broker_name": loc.broker_name, "records": sum(q["messages"] for q in queues),
            "bytes": sum(q["bytes"] for q in queues),
            "first_store_timestamp": min((q["first_store_timestamp"] for q in queues), default=None),
            "last_store_timestamp": max((q["last_store_timestamp"] for q in queues), default=None),
@@ -618,7 +718,7 @@ def _key_stats(spark: SparkSession, store_dir: str, cfg: MessageStoreConfig, top
                                  "index_files": []}}
     if not groups:
         return empty
-    spec = {"store": store_dir, "cfg": I.cfg_to_json(cfg), "groups": groups}
+    spec = {"store": store_dir, "cfg": I.cfg_to_json(cfg), "groups": groups, "fs": _fs(store_dir)}
     keys = spark.read.format("rmqstore_keys").option("spec", json.dumps(spec)).load() \
         .persist(StorageLevel.MEMORY_AND_DISK)
     cached = [keys]
@@ -661,12 +761,18 @@ def _key_stats(spark: SparkSession, store_dir: str, cfg: MessageStoreConfig, top
 
 def _index_profile(spark: SparkSession, store_dir: str, cfg: MessageStoreConfig) -> list[dict]:
     """Per index file of the store: items, used slots, longest and mean slot chain."""
-    d = os.path.join(store_dir, "index")
-    names = sorted(n for n in os.listdir(d) if os.path.isfile(os.path.join(d, n))) if os.path.isdir(d) else []
+    if RFS.is_remote(store_dir):
+        names = [n for n, _ in RFS.list_files(store_dir, RFS.settings_for(store_dir), "index")]
+        paths = names
+    else:
+        d = os.path.join(store_dir, "index")
+        names = sorted(n for n in os.listdir(d) if os.path.isfile(os.path.join(d, n))) if os.path.isdir(d) else []
+        paths = [os.path.join(d, n) for n in names]
     if not names:
         return []
-    groups = I.group_evenly([os.path.join(d, n) for n in names], 2 * _parallelism(spark))
-    spec = {"groups": groups, "slots": cfg.max_hash_slot_num, "items": cfg.max_index_num}
+    groups = I.group_evenly(paths, 2 * _parallelism(spark))
+    spec = {"groups": groups, "slots": cfg.max_hash_slot_num, "items": cfg.max_index_num, "store": store_dir,
+            "fs": _fs(store_dir)}
     rows = {r.file: r for r in spark.read.format("rmqstore_index_profile").option("spec", json.dumps(spec))
             .load().collect()}
     out = []
@@ -685,8 +791,8 @@ def _index_profile(spark: SparkSession, store_dir: str, cfg: MessageStoreConfig)
 FINDINGS_SCHEMA = "kind string, path string, offset long, detail string"
 
 
-def verify(spark: SparkSession, store_dir: str, cfg: MessageStoreConfig | None = None, *,
-           split_size: int | None = None) -> tuple[DataFrame, dict]:
+def verify(spark: SparkSession, store_dir, cfg: MessageStoreConfig | None = None, *,
+           split_size: int | None = None, options: dict | None = None) -> tuple[DataFrame, dict]:
     """The checks of ``MessageStore.verify`` (read-only) in parallel: every record's framing and CRC,
     queue offsets per queue, every consume-queue unit against its record, every index item and the
     index's coverage of every key, the checkpoint, bytes after the end of valid data.
@@ -694,19 +800,43 @@ def verify(spark: SparkSession, store_dir: str, cfg: MessageStoreConfig | None =
     Returns ``(findings, summary)``: a DataFrame with columns ``kind``, ``path``, ``offset``,
     ``detail`` (at most ``MAX_PER_KIND`` rows of a kind, as the store lists them, then one row saying
     how many more), and a dict with the count of each kind, ``records`` (valid records),
-    ``problems`` (all findings), ``end_offset`` and ``seconds``."""
+    ``problems`` (all findings), ``end_offset`` and ``seconds``.
+
+    ``store_dir`` is anything :func:`stores` takes. Several stores: one findings DataFrame (paths
+    name the files, so the stores apart) and a summary with ``stores`` (each store's, by broker
+    name) and the totals ``records`` and ``problems``. A remote store's commitlog is checked in full
+    (framing, CRCs, queue offsets); its consume queues, index files and checkpoint are not (they
+    need the store opened on a filesystem): the summary says so in ``skipped``."""
+    locs = stores(store_dir, cfg, options)
+    if len(locs) == 1:
+        return _verify_store(spark, locs[0], split_size)
+    t0 = time.perf_counter()
+    per = {loc.broker_name: _verify_store(spark, loc, split_size) for loc in locs}
+    frames = [df for df, _ in per.values()]
+    df = frames[0]
+    for other in frames[1:]:
+        df = df.unionByName(other)
+    summary = {"records": sum(x["records"] for _, x in per.values()),
+               "problems": sum(x["problems"] for _, x in per.values()),
+               "stores": {name: x for name, (_, x) in per.items()}, "seconds": time.perf_counter() - t0}
+    return df, summary
+
+
+def _verify_store(spark: SparkSession, loc: StoreLoc, split_size: int | None) -> tuple[DataFrame, dict]:
+    """:func:`verify` of one store."""
     from ..engine import verify as V
     from . import verify as SV
 
     t0 = time.perf_counter()
-    store_dir, cfg = _resolve(store_dir, cfg)
+    store_dir, cfg = loc.store_dir, loc.cfg
+    remote = RFS.is_remote(store_dir)
     register(spark)
     spark.dataSource.register(SV.VerifySource)
-    split_size = split_size or job_split_size(spark, store_dir, cfg)
+    split_size = split_size or job_split_size(spark, [loc])
     P = 2 * _parallelism(spark)
     seg_size = cfg.mapped_file_size_commit_log
     segments = S.list_segments(store_dir, seg_size)
-    base = {"store": store_dir, "cfg": I.cfg_to_json(cfg), "segments": segments}
+    base = {"store": store_dir, "cfg": I.cfg_to_json(cfg), "segments": segments, "fs": _fs(store_dir)}
     steps = _Steps()
 
     def run(tasks: list[dict]) -> DataFrame:
@@ -773,51 +903,59 @@ def verify(spark: SparkSession, store_dir: str, cfg: MessageStoreConfig | None =
             queue_last[qk] = (rs[-1].q2, rs[-1].phy2)
         findings += stub.f.items
         steps.mark("queue_offsets")
-        # 2. consume queues, index files, checkpoint and tail
-        cq_root = os.path.join(store_dir, "consumequeue")
-        with_cq = set()
-        if os.path.isdir(cq_root):
-            for t in sorted(os.listdir(cq_root)):
-                if os.path.isdir(os.path.join(cq_root, t)):
-                    with_cq.update((t, int(q)) for q in os.listdir(os.path.join(cq_root, t)) if q.isdigit())
-        queues = sorted(with_cq | set(queue_last))
-        tasks = []
-        for grp in I.group_evenly(queues, P):
-            tasks.append({"mode": "queues", "end": chain.end, "queues": [list(q) for q in grp],
-                          "queue_last": [[t, q, *queue_last[(t, q)]] for t, q in grp if (t, q) in queue_last]})
-        idx_dir = os.path.join(store_dir, "index")
-        names = sorted(n for n in os.listdir(idx_dir) if os.path.isfile(os.path.join(idx_dir, n))) \
-            if os.path.isdir(idx_dir) and cfg.message_index_enable else []
-        for grp in I.group_evenly(names, P):
-            tasks.append({"mode": "index", "end": chain.end, "files": grp})
-        tasks.append({"mode": "misc", "end": chain.end, "last_valid": chain.last_valid, "records": chain.records,
-                      "reason": chain.reason, "max_ts": chain.max_ts})
-        checks = run(tasks).persist(StorageLevel.MEMORY_AND_DISK)
-        try:
-            findings += [V.Finding(r.kind, r.path, r.offset, r.detail)
-                         for r in checks.where(f"row = {SV.FINDING}").collect()]
-            misc = json.loads(checks.where(f"row = {SV.SPAN}").select("info").collect()[0].info)
-            steps.mark("queues_index")
-            # 3. every key of every record must be found by a sound index item
-            keys = rows_of(SV.KEY)
-            if cfg.message_index_enable and misc["judge_lag"] and keys is not None:
-                good = checks.where(f"row = {SV.GOOD_ITEM}").select("phy", "hash")
-                missing = keys.select("phy", "hash").join(good, ["phy", "hash"], "left_anti")
-                n_missing = missing.count()
-                for r in missing.orderBy("phy").limit(V.MAX_PER_KIND + 1).collect():
-                    path, pos = V._file_pos(light, r.phy)
-                    findings.append(V.Finding("index_item", path, pos, f"the record at {r.phy} has a key (hash "
-                                                                       f"{r.hash}) that no index item finds"))
-                findings += [V.Finding("index_item", None, None, "")] * max(0, n_missing - V.MAX_PER_KIND - 1)
-            steps.mark("index_coverage")
-        finally:
-            checks.unpersist()
+        skipped = None
+        if remote:  # the derived files need the store opened on a filesystem: the commitlog only
+            skipped = "consume queues, index files, checkpoint and tail (a remote store: its commitlog only)"
             for df, _ in rounds:
                 df.unpersist()
+        else:
+            # 2. consume queues, index files, checkpoint and tail
+            cq_root = os.path.join(store_dir, "consumequeue")
+            with_cq = set()
+            if os.path.isdir(cq_root):
+                for t in sorted(os.listdir(cq_root)):
+                    if os.path.isdir(os.path.join(cq_root, t)):
+                        with_cq.update((t, int(q)) for q in os.listdir(os.path.join(cq_root, t)) if q.isdigit())
+            queues = sorted(with_cq | set(queue_last))
+            tasks = []
+            for grp in I.group_evenly(queues, P):
+                tasks.append({"mode": "queues", "end": chain.end, "queues": [list(q) for q in grp],
+                              "queue_last": [[t, q, *queue_last[(t, q)]] for t, q in grp if (t, q) in queue_last]})
+            idx_dir = os.path.join(store_dir, "index")
+            names = sorted(n for n in os.listdir(idx_dir) if os.path.isfile(os.path.join(idx_dir, n))) \
+                if os.path.isdir(idx_dir) and cfg.message_index_enable else []
+            for grp in I.group_evenly(names, P):
+                tasks.append({"mode": "index", "end": chain.end, "files": grp})
+            tasks.append({"mode": "misc", "end": chain.end, "last_valid": chain.last_valid, "records": chain.records,
+                          "reason": chain.reason, "max_ts": chain.max_ts})
+            checks = run(tasks).persist(StorageLevel.MEMORY_AND_DISK)
+            try:
+                findings += [V.Finding(r.kind, r.path, r.offset, r.detail)
+                             for r in checks.where(f"row = {SV.FINDING}").collect()]
+                misc = json.loads(checks.where(f"row = {SV.SPAN}").select("info").collect()[0].info)
+                steps.mark("queues_index")
+                # 3. every key of every record must be found by a sound index item
+                keys = rows_of(SV.KEY)
+                if cfg.message_index_enable and misc["judge_lag"] and keys is not None:
+                    good = checks.where(f"row = {SV.GOOD_ITEM}").select("phy", "hash")
+                    missing = keys.select("phy", "hash").join(good, ["phy", "hash"], "left_anti")
+                    n_missing = missing.count()
+                    for r in missing.orderBy("phy").limit(V.MAX_PER_KIND + 1).collect():
+                        path, pos = V._file_pos(light, r.phy)
+                        findings.append(V.Finding("index_item", path, pos, f"the record at {r.phy} has a key (hash "
+                                                                           f"{r.hash}) that no index item finds"))
+                    findings += [V.Finding("index_item", None, None, "")] * max(0, n_missing - V.MAX_PER_KIND - 1)
+                steps.mark("index_coverage")
+            finally:
+                checks.unpersist()
+                for df, _ in rounds:
+                    df.unpersist()
     listed, counts = _limit_findings(findings, V)
     summary = {k: counts.get(k, 0) for k in V.KINDS}
     summary.update(records=chain.records, problems=sum(counts.values()), end_offset=chain.end,
                    seconds=time.perf_counter() - t0, steps=steps.times)
+    if skipped:
+        summary["skipped"] = skipped
     df = spark.createDataFrame([(f.kind, f.path, f.offset, f.detail) for f in listed], FINDINGS_SCHEMA)
     return df, summary
 

@@ -252,33 +252,32 @@ def claim_order(sizes: list[int], home: int) -> list[tuple[int, int]]:
 # One segment, mapped read-only
 # ------------------------------------------------------------------------------------------------
 
+def open_segment(store_dir: str, seg_start: int, seg_size: int, window: tuple[int, int] | None = None) -> MappedFile:
+    """A commitlog segment as a read-only :class:`MappedFile`: mapped when local (a short one, as the
+    store does, by a stand-in holding what is left of it); when remote, the bytes of ``window``
+    (relative; default all) read into an anonymous segment-sized mapping (:func:`.fs.remote_mapping`)."""
+    if RFS.is_remote(store_dir):
+        lo, hi = window if window is not None else (0, seg_size)
+        return RFS.remote_mapping(store_dir, f"{COMMITLOG}/{seg_start:020d}", seg_size, lo, hi)
+    path = segment_path(store_dir, seg_start)
+    if os.path.getsize(path) < seg_size:  # short (damaged): what is left of it, zeros after
+        return MappedFile.stand_in_for(path, seg_size, "short")
+    return MappedFile(path, seg_size, read_only=True)
+
+
 class Segment:
     """A commitlog segment mapped read-only; ``mm`` for ``struct``, ``u8`` for numpy."""
 
     def __init__(self, store_dir: str, seg_start: int, seg_size: int, window: tuple[int, int] | None = None):
         self.start = seg_start
         self.size = seg_size
-        path = segment_path(store_dir, seg_start)
-        if RFS.is_remote(store_dir):  # ranged reads of [window) into an anonymous segment-sized mapping
-            lo, hi = window if window is not None else (0, seg_size)
-            self.mf = RFS.RemoteMapping(store_dir, RFS.settings_for(store_dir), f"{COMMITLOG}/{seg_start:020d}",
-                                        seg_size, lo, hi)
-            self.mm, self.u8, self.path = self.mf.mm, self.mf.u8, self.mf.path
-            return
-        if os.path.getsize(path) < seg_size:  # short (damaged): what is left of it, zeros after
-            self.mf = MappedFile.stand_in_for(path, seg_size, "short")
-        else:
-            self.mf = MappedFile(path, seg_size, read_only=True)
+        self.mf = open_segment(store_dir, seg_start, seg_size, window)
         self.mm = self.mf.mm
         self.u8 = self.mf.u8
         self.path = self.mf.path
 
     def close(self) -> None:
         self.u8 = None
-        if isinstance(self.mf, RFS.RemoteMapping):
-            self.mf.close()
-            return
-        self.mf._u8 = None
         self.mf.close()
 
     def __enter__(self) -> "Segment":

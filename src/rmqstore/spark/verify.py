@@ -28,7 +28,7 @@ from pyspark.sql.types import ByteType, IntegerType, LongType, StringType, Struc
 
 from ..format import message as M
 from . import scan as S
-from .internal import _spec, cfg_from_json
+from .internal import _spec, cfg_from_json, open_fs
 
 FINDING, QUEUE_EDGE, KEY, GOOD_ITEM, SPAN = 0, 1, 2, 3, 4
 
@@ -113,6 +113,7 @@ class VerifyReader(DataSourceReader):
         spec, task = self.spec, partition.task
         arrow_schema = to_arrow_schema(self.schema, timezone="UTC")
         cfg = cfg_from_json(spec["cfg"])
+        open_fs(spec)
         rows = {"log": _log_rows, "queues": _queue_rows, "index": _index_rows, "misc": _misc_rows}[task["mode"]](
             spec["store"], cfg, spec["segments"], task)
         batch: list[dict] = []
@@ -139,7 +140,6 @@ def _log_rows(store_dir: str, cfg, segments: list[int], task: dict):
 def _scan_span(store_dir: str, cfg, segments: list[int], span_id: int, span: S.Span, start: int | None):
     """Scan one span like the verifier scans the log; rows: findings, queue edges, keys, summary."""
     from ..engine import recovery as R
-    from ..io.mapped_file import MappedFile
     from .columns import TopicDecoder
 
     seg_size = cfg.mapped_file_size_commit_log
@@ -150,7 +150,8 @@ def _scan_span(store_dir: str, cfg, segments: list[int], span_id: int, span: S.S
         if span.start == span.seg:
             start = span.seg
         else:
-            with S.Segment(store_dir, span.seg, seg_size) as seg:
+            window = (span.start - span.seg, min(seg_size, span.end - span.seg + 8))
+            with S.Segment(store_dir, span.seg, seg_size, window) as seg:
                 p = _framing_start(seg, span.start - seg.start, span.end - seg.start)
             start = None if p < 0 else span.seg + p
     if start is None:
@@ -163,7 +164,8 @@ def _scan_span(store_dir: str, cfg, segments: list[int], span_id: int, span: S.S
     j = i
     while j + 1 < len(segments) and segments[j + 1] < limit:
         j += 1
-    files = [MappedFile(S.segment_path(store_dir, s), seg_size, read_only=True) for s in segments[i:j + 2]]
+    files = [S.open_segment(store_dir, s, seg_size, (max(0, span.start - s), min(seg_size, limit - s)))
+             for s in segments[i:j + 2]]
     for mf in files:
         mf.wrote_position = mf.flushed_position = seg_size
     v = _stub_verifier(store_dir, cfg, light)
