@@ -65,31 +65,43 @@ def cluster(tmp_path_factory):
                 p.kill()
 
 
+def answers(spark, out: str, job_store: str, stores: list[str]) -> dict:
+    """What the source and the jobs answer on ``spark``: every row of the stores (digest), the
+    partitions, the stats of ``job_store``; ``job_store`` rebuilt into ``out``."""
+    from rmqstore.layout import resolve_config
+    from rmqstore.spark import jobs
+
+    df = spark.read.format("rocketmq").option("splitSize", "64k").load(stores)
+    rows = sorted((r.brokerName, r.commitLogOffset, r.topic, r.queueId, r.queueOffset, r.msgId,
+                   hashlib.sha1(bytes(r.body)).hexdigest(), sorted(r.properties.items())) for r in df.collect())
+    cfg = resolve_config(job_store, None)
+    stats = jobs.stats(spark, job_store, cfg)
+    for k in ("seconds", "steps"):
+        stats.pop(k, None)
+    jobs.rebuild(spark, job_store, out, cfg)
+    return json.loads(json.dumps({"n": len(rows), "partitions": df.rdd.getNumPartitions(),
+                                  "digest": hashlib.sha1(json.dumps(rows).encode()).hexdigest(), "stats": stats},
+                                 default=str))
+
+
 _JOB = r"""
-import hashlib, json, sys
-from rmqstore.layout import resolve_config
+import json, sys
+sys.path.insert(0, sys.argv[1])
+import test_cluster
 from rmqstore.spark import jobs
-master, out, job_store, *stores = sys.argv[1:]
+master, out, job_store, *stores = sys.argv[2:]
 spark = jobs.get_spark(master)
-df = spark.read.format("rocketmq").option("splitSize", "8k").load(stores)
-rows = sorted((r.brokerName, r.commitLogOffset, r.topic, r.queueId, r.queueOffset, r.msgId,
-               hashlib.sha1(bytes(r.body)).hexdigest(), sorted(r.properties.items())) for r in df.collect())
-executors = sorted(set(spark.sparkContext.parallelize(range(8), 8).map(
+got = test_cluster.answers(spark, out, job_store, stores)
+got["executors"] = sorted(set(spark.sparkContext.parallelize(range(8), 8).map(
     lambda _: __import__("socket").gethostname() + str(__import__("os").getppid())).collect()))
-cfg = resolve_config(job_store, None)
-stats = jobs.stats(spark, job_store, cfg)
-stats.pop("seconds", None)
-stats.pop("steps", None)
-jobs.rebuild(spark, job_store, out, cfg)
-print(json.dumps({"n": len(rows), "partitions": df.rdd.getNumPartitions(), "executors": executors,
-                  "digest": hashlib.sha1(json.dumps(rows).encode()).hexdigest(), "stats": stats}, default=str))
+print(json.dumps(got))
 """
 
 
 def _run(master: str, out: Path, job_store, *stores) -> dict:
     env = dict(os.environ, PYSPARK_PYTHON=sys.executable)
-    p = subprocess.run([sys.executable, "-c", _JOB, master, str(out), str(job_store), *map(str, stores)],
-                       capture_output=True, text=True, timeout=600, env=env)
+    p = subprocess.run([sys.executable, "-c", _JOB, os.path.dirname(__file__), master, str(out), str(job_store),
+                        *map(str, stores)], capture_output=True, text=True, timeout=600, env=env)
     lines = [x for x in p.stdout.splitlines() if x.startswith("{")]
     assert p.returncode == 0 and lines, p.stderr[-3000:]
     return json.loads(lines[-1])
@@ -105,11 +117,11 @@ def _tree(root: Path) -> list[tuple[str, str]]:
     return out
 
 
-def test_source_and_jobs_answer_the_same_on_a_standalone_cluster(cluster, vectors, tmp_path):
+def test_source_and_jobs_answer_the_same_on_a_standalone_cluster(spark, cluster, vectors, tmp_path):
     names = ("basic", "propcrc", "rollover")
     stores = [vectors[n].store for n in names]
     job_store = vectors["rollover"].store
-    local = _run("local[2]", tmp_path / "local", job_store, *stores)
+    local = answers(spark, str(tmp_path / "local"), str(job_store), [str(x) for x in stores])  # this session: local[2]
     remote = _run(cluster, tmp_path / "cluster", job_store, *stores)
     assert remote["n"] == local["n"] == sum(len(vectors[n].messages()) for n in names)
     assert remote["digest"] == local["digest"] and remote["partitions"] == local["partitions"] > 2
