@@ -301,6 +301,21 @@ class Segment:
             return False
         return bool(M.decode_batch(self.u8, np.array([p], dtype=np.int64)).valid[0])
 
+    def _skip_zeros(self, lo: int, stop: int) -> int:
+        """First position in ``[lo, stop)`` of a non-zero byte, else ``stop``: numpy over growing
+        chunks (the zero-filled end of a preallocated segment is skipped at memory speed, several
+        times faster than searching it for the magic)."""
+        u8 = self.u8
+        step = 1 << 12
+        while lo < stop:
+            hi = min(stop, lo + step)
+            chunk = u8[lo:hi]
+            if chunk.any():
+                return lo + int(np.argmax(chunk != 0))
+            lo = hi
+            step = min(step * 2, 1 << 24)
+        return stop
+
     def find_record_start(self, pos: int, limit: int) -> int:
         """First ``p`` in ``[pos, limit)`` where :meth:`is_record_at` holds, or -1."""
         limit = min(limit, self.size)
@@ -313,6 +328,7 @@ class Segment:
         window = 1 << 16
         lo = pos + 5  # magic candidates at p + 4 for p > pos
         while lo < stop:  # search window by window, so a magic that never occurs costs one window
+            lo = self._skip_zeros(lo, stop)  # a magic starts with a non-zero byte
             hi = min(stop, lo + window + 3)
             cands = []
             for m in _MAGIC_BYTES:
