@@ -46,7 +46,7 @@ def child(kind: str, store: str, master: str | None, repeat: int) -> dict:
     out_root = tempfile.mkdtemp(prefix="spark-bench-out-")
     try:
         if kind == "inprocess_rebuild":
-            from rmqstore.engine.rebuild import rebuild
+            from rmqstore.rebuild import rebuild
 
             runs = []
             for i in range(repeat):

@@ -204,7 +204,7 @@ class MessageStore:
         self.checkpoint = StoreCheckpoint(os.path.join(self.path, "checkpoint"), read_only=read_only)
         self.index_service = IndexService(self.path, cfg, read_only=read_only, checkpoint=self.checkpoint)
         self.consume_queues: dict[tuple[str, int], ConsumeQueue] = {}
-        self._cq_lock = threading.Lock()
+        self.cq_lock = threading.Lock()
         self.reput: ReputMessageService | None = None
         self.recovery_report: R.RecoveryReport | None = None
         self._lock_fd: int | None = None
@@ -214,7 +214,7 @@ class MessageStore:
         self._ram = _total_ram()
         self._retired: list[tuple[float, object]] = []
         self._refresh_lock = threading.RLock()
-        self._maintenance_lock = threading.RLock()
+        self.maintenance_lock = threading.RLock()
         self._reput_restarted_at = 0.0
         #: upstream's DISK_FULL running flag: set by retention's space check past
         #: diskSpaceWarningLevelRatio; puts are refused with SERVICE_NOT_AVAILABLE while set
@@ -800,7 +800,7 @@ class MessageStore:
         def on_batch(mf, batch) -> None:
             nonlocal count
             if spans:
-                V._pad_gaps(self, mf, batch, spans, topic_cache, self.consume_queues.get)
+                V.pad_gaps(self, mf, batch, spans, topic_cache, self.consume_queues.get)
             dispatch_batch(mf.u8, batch, cq_for=self.find_consume_queue, index_service=self.index_service,
                            delay_levels_ms=self.delay_levels_ms, topic_cache=topic_cache,
                            build_index=self.cfg.message_index_enable)
@@ -878,7 +878,7 @@ class MessageStore:
             self._close_retired()
             added, removed = cl.queue.refresh()
             for mf in removed:
-                self._retire(mf)
+                self.retire(mf)
             files = cl.queue.files
             if files:
                 start = min(max(cl.confirm_offset, files[0].file_from_offset),
@@ -902,7 +902,7 @@ class MessageStore:
                 if key in known:
                     added_q, removed_q = cq.queue.refresh()
                     for mf in removed_q:
-                        self._retire(mf)
+                        self.retire(mf)
             self._validate_read_views()
             grown = set()
             for key, cq in self.consume_queues.items():
@@ -921,7 +921,7 @@ class MessageStore:
         size = self.cfg.index_file_size
         with svc.lock:
             while svc.files and not os.path.exists(svc.files[0].path):
-                self._retire(svc.files.pop(0))
+                self.retire(svc.files.pop(0))
             have = {f.name for f in svc.files}
             last = svc.files[-1].name if svc.files else ""
             try:
@@ -1055,7 +1055,7 @@ class MessageStore:
             r.error = None
         r.start()
 
-    def _retire(self, obj) -> None:
+    def retire(self, obj) -> None:
         """Close a mapping later (readers may still hold it); its file is already deleted."""
         self._retired.append((time.monotonic(), obj))
 
@@ -1249,7 +1249,7 @@ class MessageStore:
         key = (topic, queue_id)
         cq = self.consume_queues.get(key)
         if cq is None:
-            with self._cq_lock:
+            with self.cq_lock:
                 cq = self.consume_queues.get(key)
                 if cq is None:
                     cq = ConsumeQueue(self.path, topic, queue_id, self.cfg, read_only=self.read_only)
@@ -1442,7 +1442,7 @@ class MessageStore:
                 continue
             if rec.topic == cq.topic and rec.queue_id == cq.queue_id and rec.queue_offset == q:
                 if not self.read_only:
-                    with self._cq_lock:
+                    with self.cq_lock:
                         if cq.repair_unit(q, rec.phy_offset, rec.store_size, rec.tags_code):
                             log.warning("%s: unit %d of %s/%d was damaged; its record at %d rewritten into it",
                                         self.path, q, cq.topic, cq.queue_id, rec.phy_offset)
@@ -1677,7 +1677,7 @@ class MessageStore:
             yield
             return
         own_queues, own_index = self._own_derived
-        with self._cq_lock:
+        with self.cq_lock:
             shadows = {k: self.consume_queues.get(k) for k in own_queues}
             for k, cq in own_queues.items():
                 if cq is None:
@@ -1690,7 +1690,7 @@ class MessageStore:
         try:
             yield
         finally:
-            with self._cq_lock:
+            with self.cq_lock:
                 self.consume_queues.update(shadows)
                 self.index_service = shadow_index
 

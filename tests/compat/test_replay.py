@@ -11,7 +11,7 @@ import shutil
 import pytest
 
 from rmqstore import MessageStore, StoreIOError
-from rmqstore.engine.rebuild import rebuild
+from rmqstore.rebuild import rebuild
 from rmqstore.format.checkpoint import FILE_SIZE, CheckpointValues
 
 

@@ -122,7 +122,7 @@ def _strip(d):
 
 
 def test_jobs_over_a_glob_answer_per_broker_as_each_store_alone(spark, stores, tmp_path):
-    from rmqstore.engine.rebuild import rebuild as rebuild_in_process
+    from rmqstore.rebuild import rebuild as rebuild_in_process
     from rmqstore.spark.jobs import rebuild, stats
 
     from test_rebuild import same_output

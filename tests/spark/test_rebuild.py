@@ -8,7 +8,7 @@ import os
 import pytest
 
 from rmqstore import Message, MessageStore
-from rmqstore.engine.rebuild import rebuild as rebuild_in_process
+from rmqstore.rebuild import rebuild as rebuild_in_process
 from rmqstore.errors import StoreIOError
 from rmqstore.spark.jobs import rebuild
 

@@ -11,7 +11,7 @@ import threading
 import numpy as np
 import pytest
 
-from rmqstore.engine.rebuild import rebuild as rebuild_in_process
+from rmqstore.rebuild import rebuild as rebuild_in_process
 from rmqstore.format import message as M
 from rmqstore.spark import internal as I
 from rmqstore.spark import jobs as J

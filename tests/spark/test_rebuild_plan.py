@@ -9,7 +9,7 @@ import os
 import pytest
 
 from rmqstore import Message, MessageStore
-from rmqstore.engine.rebuild import rebuild as rebuild_in_process
+from rmqstore.rebuild import rebuild as rebuild_in_process
 from rmqstore.spark import jobs as J
 from rmqstore.spark import scan as S
 

@@ -132,7 +132,7 @@ def test_s3_errors_name_what_is_wrong(spark, s3):
 def test_spark_rebuild_from_s3_into_s3_is_byte_identical(spark, s3, vectors, tmp_path):
     import pyarrow.fs as pafs
 
-    from rmqstore.engine.rebuild import rebuild as rebuild_in_process
+    from rmqstore.rebuild import rebuild as rebuild_in_process
     from rmqstore.errors import StoreIOError
     from rmqstore.spark.jobs import rebuild
 

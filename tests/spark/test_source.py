@@ -287,3 +287,13 @@ def test_missing_and_short_segments_are_gaps(spark, tmp_path):
     assert got == want and len(want) < len(rs)
     with pytest.raises(Exception, match="failOnDataLoss"):
         read(spark, str(tmp_path / "s"), failOnDataLoss="true").collect()
+
+
+def test_the_pushdown_worker_that_the_reader_looks_for_exists():
+    """The reader finds out whether Spark pushes filters by looking for PySpark's pushdown worker on
+    the call stack (PySpark offers no API for it): this fails when PySpark renames or drops it."""
+    import importlib.util
+
+    from rmqstore.spark.source import PUSHDOWN_WORKER
+
+    assert importlib.util.find_spec(PUSHDOWN_WORKER) is not None

@@ -277,7 +277,7 @@ class PopService:
             return offset
         if topic.startswith(RETRY_PREFIX):
             offset = store.get_min_offset_in_queue(topic, qid)
-        elif store.get_min_offset_in_queue(topic, qid) <= 0 and b.pulls._first_in_memory(topic, qid):
+        elif store.get_min_offset_in_queue(topic, qid) <= 0 and b.pulls.first_in_memory(topic, qid):
             offset = 0
         else:
             offset = max(0, store.get_max_offset_in_queue(topic, qid) - 1)

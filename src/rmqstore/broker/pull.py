@@ -185,12 +185,12 @@ class PullProcessor:
             return cmd.response(ResponseCode.SUCCESS, None, {"offset": offset})
         zero_if_not_found = h.str("setZeroIfNotFound", None)
         if zero_if_not_found is None or zero_if_not_found.lower() == "true":
-            if store.get_min_offset_in_queue(topic, qid) <= 0 and self._first_in_memory(topic, qid):
+            if store.get_min_offset_in_queue(topic, qid) <= 0 and self.first_in_memory(topic, qid):
                 return cmd.response(ResponseCode.SUCCESS, None, {"offset": 0})
         return cmd.response(ResponseCode.QUERY_NOT_FOUND, "Not found, V3_0_6_SNAPSHOT maybe this group consumer boot "
                             "first")
 
-    def _first_in_memory(self, topic: str, qid: int) -> bool:
+    def first_in_memory(self, topic: str, qid: int) -> bool:
         """``checkInMemByConsumeOffset(topic, qid, 0, 1)``: the queue's message 0 is within the last
         ``accessMessageInMemoryMaxRatio`` % of RAM worth of commitlog."""
         store = self.broker.store

@@ -300,7 +300,7 @@ def clean(cmd: StoreCommand, dry_run: bool, force: bool, now_ms: int | None) -> 
 def rebuild(cmd: StoreCommand, out_dir: str) -> None:
     """Rebuild consume queues and index files from the commitlog into OUT_DIR, in-process (WRITES
     only OUT_DIR; the store itself is opened read-only and never changed)."""
-    from ..engine.rebuild import rebuild as run_rebuild
+    from ..rebuild import rebuild as run_rebuild
 
     with cmd.open_read() as st:
         lo, hi = st.min_phy_offset, st.max_phy_offset

@@ -47,7 +47,7 @@ def store_locations(f):
                              f"Default: ${STORE_ENV}, else storePathRootDir from --config.")(wrapper)
 
 
-def _session(cmd: StoreCommand, master: str | None):
+def open_session(cmd: StoreCommand, master: str | None):
     """(jobs module, SparkSession, config); checks a single local store before starting a JVM."""
     from ..config import MessageStoreConfig
     from ..errors import StoreNotFoundError
@@ -99,7 +99,7 @@ def spark() -> None:
 def spark_rebuild(cmd: StoreCommand, out_dir: str, master: str | None) -> None:
     """Rebuild consume queues and index files from the commitlog with Spark into OUT_DIR (WRITES
     only OUT_DIR; the store is read, never changed). Output is byte-identical to `rmqstore rebuild`."""
-    jobs, sp, cfg = _session(cmd, master)
+    jobs, sp, cfg = open_session(cmd, master)
     with cmd.out.status("Spark rebuild"):
         res = jobs.rebuild(sp, _where(cmd), out_dir, cfg=cfg)
     _show(cmd, f"Spark rebuild of {_label(cmd)} into {out_dir}", res)
@@ -113,7 +113,7 @@ def spark_rebuild(cmd: StoreCommand, out_dir: str, master: str | None) -> None:
 def spark_verify(cmd: StoreCommand, limit: int, master: str | None) -> None:
     """The checks of `rmqstore verify` (CRCs, queue offsets, consume queues, index, checkpoint, tail)
     in parallel with Spark; read-only. Exit 12 when there are findings."""
-    jobs, sp, cfg = _session(cmd, master)
+    jobs, sp, cfg = open_session(cmd, master)
     with cmd.out.status("Spark verify"):
         df, summary = jobs.verify(sp, _where(cmd), cfg=cfg)
         rows = [r.asDict(recursive=True) for r in df.limit(limit).collect()] if limit else []
@@ -140,7 +140,7 @@ def _problem_count(summary, df) -> int:
 def spark_export(cmd: StoreCommand, out_dir: str, include_body: bool, master: str | None) -> None:
     """Export every message (all fields, bodies with --include-body) to Parquet in OUT_DIR with
     Spark (WRITES only OUT_DIR; the store is read, never changed)."""
-    jobs, sp, cfg = _session(cmd, master)
+    jobs, sp, cfg = open_session(cmd, master)
     with cmd.out.status("Spark export"):
         res = jobs.export(sp, _where(cmd), out_dir, cfg=cfg, include_body=include_body)
     _show(cmd, f"Spark export of {_label(cmd)} into {out_dir}", res)
@@ -152,7 +152,7 @@ def spark_export(cmd: StoreCommand, out_dir: str, include_body: bool, master: st
 @store_locations
 def spark_stats(cmd: StoreCommand, top: int, master: str | None) -> None:
     """Full-scan statistics of the commitlog with Spark (topics, tags, sizes, time range); read-only."""
-    jobs, sp, cfg = _session(cmd, master)
+    jobs, sp, cfg = open_session(cmd, master)
     with cmd.out.status("Spark stats"):
         res = jobs.stats(sp, _where(cmd), cfg=cfg, top=top)
     _show(cmd, f"Spark stats of {_label(cmd)}", res)

@@ -60,7 +60,7 @@ def demo(store_dir: str, messages: int, config: str | None, no_spark: bool, mast
         rep = run_demo(store_dir, messages, cfg=cfg, progress=bar.advance)
     spark_stats = None
     if not no_spark:
-        jobs, sp, scfg = commands_spark._session(cmd, master)
+        jobs, sp, scfg = commands_spark.open_session(cmd, master)
         with cmd.out.status("Spark stats"):
             spark_stats = jobs.stats(sp, store_dir, cfg=scfg, top=5)
     d = {"store_dir": rep.store_dir, "messages": rep.messages, "bytes_written": rep.bytes_written,

@@ -305,14 +305,14 @@ class CommitLog:
                 return None
             try:
                 born = parse_host(msg.born_host or _DEFAULT_BORN_HOST)
-                store = parse_host(msg.store_host) if msg.store_host else self._store_host_raw
+                store_raw = parse_host(msg.store_host) if msg.store_host else self._store_host_raw
             except ValueError:
                 return None
-            if len(born) != 8 or len(store) != 8:
+            if len(born) != 8 or len(store_raw) != 8:
                 return None
             tb = topic.encode("ascii")
-            plan = (bytes((len(tb),)) + tb, born[:4], M.I32.unpack_from(born, 4)[0], store[:4],
-                    M.I32.unpack_from(store, 4)[0], 91 + len(tb), store.hex().upper())
+            plan = (bytes((len(tb),)) + tb, born[:4], M.I32.unpack_from(born, 4)[0], store_raw[:4],
+                    M.I32.unpack_from(store_raw, 4)[0], 91 + len(tb), store_raw.hex().upper())
             if len(self._plans) < 4096:
                 self._plans[key] = plan
         return plan

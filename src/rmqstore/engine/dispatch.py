@@ -19,7 +19,7 @@ import numpy as np
 from ..format import hashes as H
 from ..format import message as M
 from ..format.arrays import padded_rows, range_positions, stable_argsort
-from ..types import SCHEDULE_TOPIC, tags_code_of
+from ..format.record import SCHEDULE_TOPIC, tags_code_of
 from .recovery import find_resync
 
 log = logging.getLogger(__name__)

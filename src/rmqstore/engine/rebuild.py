@@ -1,6 +1,7 @@
 """In-process rebuild: consume queues and index files written afresh from a store's commitlog.
 
-The source store is opened read-only and never modified; the output directory receives
+:func:`rebuild_from` takes the recovered commit log (:func:`rmqstore.rebuild.rebuild` opens the
+store read-only for it; the source is never modified); the output directory receives
 ``consumequeue/`` and ``index/`` exactly as the in-process dispatcher writes them (the same
 :func:`~rmqstore.engine.dispatch.dispatch_batch`), so they can be compared byte for byte with the
 Spark rebuild or swapped in for broken ones.
@@ -29,19 +30,19 @@ class RebuildResult:
     seconds: float
 
 
-def rebuild(store_dir: str, out_dir: str, cfg: MessageStoreConfig | None = None, progress=None) -> RebuildResult:
-    """Rebuild ``out_dir/consumequeue`` and ``out_dir/index`` from ``store_dir``'s commitlog.
-
-    ``progress(bytes_done)`` is called after every batch when given."""
-    from ..layout import infer_config
-    from ..message_store import MessageStore
-
-    cfg = infer_config(store_dir, cfg)
+def check_output(store_dir: str, out_dir: str) -> None:
+    """Refuse an output that is the source store or already holds derived files; create it."""
     if os.path.abspath(out_dir) == os.path.abspath(store_dir):
         raise StoreIOError("rebuild output must not be the source store", path=out_dir)
     if os.path.exists(os.path.join(out_dir, "consumequeue")) or os.path.exists(os.path.join(out_dir, "index")):
         raise StoreIOError("output directory already holds consumequeue/ or index/", path=out_dir)
     os.makedirs(out_dir, exist_ok=True)
+
+
+def rebuild_from(cl, out_dir: str, cfg: MessageStoreConfig, progress=None) -> RebuildResult:
+    """Write ``out_dir/consumequeue`` and ``out_dir/index`` from the recovered commit log ``cl``
+    (read up to its confirm offset, the end of valid data; see :func:`rmqstore.rebuild.rebuild`,
+    which opens a store for this). ``progress(bytes_done)`` is called after every batch when given."""
     t0 = time.perf_counter()
     queues: dict[tuple[str, int], ConsumeQueue] = {}
 
@@ -55,20 +56,18 @@ def rebuild(store_dir: str, out_dir: str, cfg: MessageStoreConfig | None = None,
                          checkpoint=StoreCheckpoint(os.path.join(out_dir, "checkpoint"), read_only=True))
     records = 0
     topic_cache: dict[bytes, str] = {}
-    with MessageStore.open(store_dir, cfg, read_only=True, stand_in_derived=False) as src:  # the commitlog only
-        cl = src.commit_log
-        end = cl.confirm_offset
-        try:
-            for mf, batch in iter_record_batches(cl.queue, cl.min_offset, end):
-                dispatch_batch(mf.mm, batch, cq_for=cq_for, index_service=index, delay_levels_ms=cfg.delay_levels_ms,
-                               topic_cache=topic_cache, build_index=cfg.message_index_enable)
-                records += len(batch)
-                if progress is not None:
-                    progress(mf.file_from_offset + int(batch.starts[-1] + batch.total[-1]))
-        finally:
-            n_index = len(index.files)
-            index.close()
-            for cq in queues.values():
-                cq.flush(0)
-                cq.close()
+    end = cl.confirm_offset
+    try:
+        for mf, batch in iter_record_batches(cl.queue, cl.min_offset, end):
+            dispatch_batch(mf.mm, batch, cq_for=cq_for, index_service=index, delay_levels_ms=cfg.delay_levels_ms,
+                           topic_cache=topic_cache, build_index=cfg.message_index_enable)
+            records += len(batch)
+            if progress is not None:
+                progress(mf.file_from_offset + int(batch.starts[-1] + batch.total[-1]))
+    finally:
+        n_index = len(index.files)
+        index.close()
+        for cq in queues.values():
+            cq.flush(0)
+            cq.close()
     return RebuildResult(out_dir, records, len(queues), n_index, end, time.perf_counter() - t0)

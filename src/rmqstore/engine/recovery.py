@@ -140,11 +140,11 @@ def batch_checks(mf, batch: M.RecordBatch, cfg, *, check_crc: bool) -> tuple[np.
                 crc[i] = M.check_record(mf.mm, int(batch.starts[i]), mf.file_size, check_crc=True,
                                         force_verify_prop_crc=True)[1]
         else:
-            crc[idx] = M.body_crc_ok(mf.mm, _take_idx(batch, idx))
+            crc[idx] = M.body_crc_ok(mf.mm, take_idx(batch, idx))
     return ok, crc
 
 
-def _take_idx(batch: M.RecordBatch, idx: np.ndarray) -> M.RecordBatch:
+def take_idx(batch: M.RecordBatch, idx: np.ndarray) -> M.RecordBatch:
     return M.RecordBatch(**{k: v[idx] for k, v in batch.__dict__.items()})
 
 

@@ -25,7 +25,7 @@ upstream's forced deletion wins, and the result says what was lost). A named gro
 committed offset at all keeps everything (its subscriptions are unknown).
 
 Deleted files are unlinked at once; their mappings stay open for a few seconds for readers that
-still hold them (``MessageStore._retire``), so the space is freed shortly after.
+still hold them (``MessageStore.retire``), so the space is freed shortly after.
 """
 from __future__ import annotations
 
@@ -199,7 +199,7 @@ def clean_expired(store, now_ms: int | None = None, dry_run: bool = True, force:
     cfg = store.cfg
     now_ms = int(time.time() * 1000) if now_ms is None else int(now_ms)
     cl = store.commit_log
-    with store._maintenance_lock:
+    with store.maintenance_lock:
         ratio, over, immediate, full = _space(store)
         hour = time.localtime(now_ms / 1000).tm_hour
         time_up = cfg.time_based_retention and hour in delete_hours(cfg.delete_when)
@@ -311,11 +311,11 @@ def _execute(store, plan_cl, plan_cq, plan_ix, new_min: int) -> None:
     cl = store.commit_log
     for mf in plan_cl:
         cl.queue.delete_first(mf, keep_mapped=True)
-        store._retire(mf)
+        store.retire(mf)
     touched = []
     for cq, mf in plan_cq:
         cq.queue.delete_first(mf, keep_mapped=True)
-        store._retire(mf)
+        store.retire(mf)
         touched.append(cq)
     for cq in store.consume_queues.values():
         cq.correct_min_offset(new_min)
@@ -325,7 +325,7 @@ def _execute(store, plan_cl, plan_cq, plan_ix, new_min: int) -> None:
             if f in svc.files and f is not svc.files[-1]:
                 svc.files.remove(f)
                 f.mf.unlink()
-                store._retire(f)
+                store.retire(f)
 
 
 def run_periodic(store) -> None:

@@ -110,7 +110,7 @@ def _segments(files, phys: np.ndarray):
         yield files[s], np.flatnonzero(ok & (seg == s))
 
 
-def _file_pos(files, phy: int) -> tuple[str | None, int]:
+def file_pos(files, phy: int) -> tuple[str | None, int]:
     if files:
         first, size = files[0].file_from_offset, files[0].file_size
         i = (phy - first) // size
@@ -132,7 +132,7 @@ def work_bytes(store) -> int:
     return max(0, cl.confirm_offset - cl.min_offset) + cqs + ix
 
 
-class _Verifier:
+class Verifier:
     def __init__(self, store, progress: Callable[[int], None] | None):
         self.store = store
         self._done_before = 0  # bytes of the phases already finished (progress counts across phases)
@@ -161,7 +161,7 @@ class _Verifier:
             self.cq_hi = {k: cq.max_offset for k, cq in store.consume_queues.items()}
             self.index_counts = None
         else:
-            with store.reput.lock, store._cq_lock:
+            with store.reput.lock, store.cq_lock:
                 self.limit = store.reput.reput_from
                 self.cq_hi = {k: cq.max_offset for k, cq in store.consume_queues.items()}
                 with store.index_service.lock:
@@ -180,23 +180,23 @@ class _Verifier:
         limit = self.limit
         base = start
         prog = (lambda phy: self._advance(max(0, phy - base))) if self.progress else None
-        scan = R.scan_log(files, start, self.cfg, check_crc=True, limit_phy=limit, on_batch=self._on_batch,
+        scan = R.scan_log(files, start, self.cfg, check_crc=True, limit_phy=limit, on_batch=self.on_batch,
                           dispatchable=True, progress=prog)
         self.scan = scan
         self._done_before = max(0, self.cl.confirm_offset - base)
         self._advance(0)
         for s in scan.corrupt:
-            path, pos = _file_pos(files, s.offset)
+            path, pos = file_pos(files, s.offset)
             self.f.add(s.kind, path, pos, f"{s.reason}: {s.length} bytes at commitlog offset {s.offset} (kept, "
                                           "never served)")
         self.data_end = scan.end
         if limit is not None and scan.end < limit:
-            path, pos = _file_pos(files, scan.end)
+            path, pos = file_pos(files, scan.end)
             kind = "record_crc" if "CRC" in scan.reason or "incomplete" in scan.reason else "record_invalid"
             self.f.add(kind, path, pos, f"{scan.reason}: the store holds data up to {limit} but valid records end "
                                         f"at {scan.end}")
 
-    def _on_batch(self, mf, batch: M.RecordBatch) -> None:
+    def on_batch(self, mf, batch: M.RecordBatch) -> None:
         cols = extract_dispatch_columns(mf.u8, batch, self.store.delay_levels_ms, self.topic_cache)
         tx = batch.sys_flag & M.SYSFLAG_TX_MASK
         for topic, qid, grp in queue_groups(batch, cols):
@@ -207,9 +207,9 @@ class _Verifier:
             expect_first = prev[0] + 1 if prev else None
             jumps = np.flatnonzero(np.diff(qo) != 1)
             if expect_first is not None and int(qo[0]) != expect_first:
-                self._gap(qk, prev[0], int(qo[0]), prev[1], int(batch.phy_offset[i0]))
+                self.record_gap(qk, prev[0], int(qo[0]), prev[1], int(batch.phy_offset[i0]))
             for j in jumps.tolist():
-                self._gap(qk, int(qo[j]), int(qo[j + 1]), int(batch.phy_offset[grp[j]]),
+                self.record_gap(qk, int(qo[j]), int(qo[j + 1]), int(batch.phy_offset[grp[j]]),
                           int(batch.phy_offset[grp[j + 1]]))
             self.queue_last[qk] = (int(qo[-1]), int(batch.phy_offset[grp[-1]]))
             if qk not in self.first_beyond:
@@ -222,8 +222,8 @@ class _Verifier:
             self.expected_keys.append((batch.phy_offset[cols.item_rec[keep]].astype(np.int64),
                                        cols.item_hash[keep].astype(np.int64)))
 
-    def _gap(self, qk, a: int, b: int, phy_a: int, phy_b: int) -> None:
-        path, pos = _file_pos(self.files, phy_b)
+    def record_gap(self, qk, a: int, b: int, phy_a: int, phy_b: int) -> None:
+        path, pos = file_pos(self.files, phy_b)
         self.f.add("cq_gap", path, pos, f"queue {qk[0]}/{qk[1]}: queue offset jumps from {a} (record at {phy_a}) "
                                         f"to {b} (record at {phy_b}) in the commitlog")
 
@@ -264,7 +264,7 @@ class _Verifier:
             for key, (q, phy) in sorted(self.first_beyond.items()):
                 last = self.queue_last[key][0]
                 self.rebuild_queues.add(key)
-                path, pos = _file_pos(self.files, phy)
+                path, pos = file_pos(self.files, phy)
                 where = (f"the consume queue ends at {self.cq_hi[key]}" if key in self.cq_hi
                          else "there is no consume queue")
                 self.f.add("cq_gap", path, pos, f"queue {key[0]}/{key[1]}: the record at {phy} has queue offset {q} "
@@ -293,7 +293,7 @@ class _Verifier:
         for f in ifiles:
             self._done_before += max(1, int(f.index_count)) * IF.ITEM_SIZE
             self._advance(0)
-            p, h = self._check_index_file(f)
+            p, h = self.check_index_file(f)
             all_phys.append(p)
             all_hashes.append(h)
         if not self.expected_keys or not self.judge_lag:
@@ -314,11 +314,11 @@ class _Verifier:
             for i in np.flatnonzero(~found).tolist():
                 phy = int(phys[i])
                 self.rebuild_index = True
-                path, pos = _file_pos(self.files, phy)
+                path, pos = file_pos(self.files, phy)
                 self.f.add("index_item", path, pos, f"the record at {phy} has a key (hash {int(hashes[i])}) that no "
                                                     "index item finds")
 
-    def _check_index_file(self, f: IndexFile) -> tuple[np.ndarray, np.ndarray]:
+    def check_index_file(self, f: IndexFile) -> tuple[np.ndarray, np.ndarray]:
         mm = f.mf.mm
         count = max(1, int(f.index_count))
         if self.index_counts is not None:
@@ -373,7 +373,7 @@ class _Verifier:
             ok = batch.valid & (batch.phy_offset == phys[idx]) & (phys[idx] + batch.total <= self.data_end)
             sel = np.flatnonzero(ok)
             if sel.size:
-                sub = R._take_idx(batch, sel)
+                sub = R.take_idx(batch, sel)
                 cols = extract_dispatch_columns(seg.u8, sub, self.store.delay_levels_ms, self.topic_cache)
                 rec_hash_ok = np.zeros(sel.size, dtype=bool)
                 want = hashes[idx[sel]]
@@ -449,9 +449,9 @@ def index_file_problems(store, f: IndexFile) -> list[str]:
     end of the data, its header (the first and last item's offsets) and the bytes after its last
     item (a count cut back by damage hides items there); empty when sound. For the open of a
     store whose index file changed since the last clean close."""
-    v = _Verifier(store, None)
+    v = Verifier(store, None)
     v.data_end = store.commit_log.confirm_offset
-    v._check_index_file(f)
+    v.check_index_file(f)
     out = [x.detail for x in v.f.result()]
     count = int(f.index_count)
     n = count - 1
@@ -481,8 +481,8 @@ def verify_store(store, fix: bool = False, progress: Callable[[int], None] | Non
     else:
         store.refresh()
     t0 = time.monotonic()
-    with store._maintenance_lock:
-        v = _Verifier(store, progress)
+    with store.maintenance_lock:
+        v = Verifier(store, progress)
         lock = store.commit_log.put_lock if not store.read_only else _NoLock()
         v.check_commitlog()
         v.check_consume_queues()
@@ -563,7 +563,7 @@ def build_derived(store, queues: set[tuple[str, int]] | None, index: bool, out_d
 
     def on_batch(mf, batch) -> None:
         if spans:
-            _pad_gaps(store, mf, batch, spans, topic_cache, lambda k: new_cqs.get(k))
+            pad_gaps(store, mf, batch, spans, topic_cache, lambda k: new_cqs.get(k))
         dispatch_batch(mf.u8, batch, cq_for=cq_for, index_service=new_index, delay_levels_ms=store.delay_levels_ms,
                        topic_cache=topic_cache, build_index=index)
 
@@ -691,7 +691,7 @@ def shadow_queue_tails(store, queues: set[tuple[str, int]], out_dir: str, start:
     return own_queues
 
 
-def _pad_gaps(store, mf, batch, spans, topic_cache, cq_of) -> None:
+def pad_gaps(store, mf, batch, spans, topic_cache, cq_of) -> None:
     cols = extract_dispatch_columns(mf.u8, batch, store.delay_levels_ms, topic_cache)
     tx = batch.sys_flag & M.SYSFLAG_TX_MASK
     seen = set()
@@ -715,14 +715,14 @@ def _pad_gaps(store, mf, batch, spans, topic_cache, cq_of) -> None:
 def _swap_queues(store, queues, tmp: str) -> None:
     cfg = store.cfg
     cl = store.commit_log
-    with store._cq_lock:
+    with store.cq_lock:
         for topic, qid in sorted(queues):
             old = store.consume_queues.get((topic, qid))
             qdir = os.path.join(store.path, "consumequeue", topic, str(qid))
             new_dir = os.path.join(tmp, "consumequeue", topic, str(qid))
             if old is not None:
                 for mf in list(old.queue.files):
-                    store._retire(mf)
+                    store.retire(mf)
                 old.queue.files = []
             if os.path.isdir(qdir):
                 for name in os.listdir(qdir):
@@ -746,7 +746,7 @@ def _swap_index(store, tmp: str) -> None:
     with svc.lock:
         for f in list(svc.files):
             f.mf.unlink()
-            store._retire(f)
+            store.retire(f)
         svc.files = []
         os.makedirs(svc.dir, exist_ok=True)
         for name in os.listdir(svc.dir):

@@ -44,7 +44,7 @@ from typing import NamedTuple
 import numpy as np
 
 from ..errors import CorruptRecordError
-from ..types import SCHEDULE_TOPIC, MessageRecord, lazy_v1_record, tags_code_of  # types needs only properties, hashes, msgid
+from .record import SCHEDULE_TOPIC, MessageRecord, lazy_v1_record, tags_code_of
 from . import properties as P
 from .arrays import rows_at
 from .hashes import crc32, java_hash_cached

@@ -59,7 +59,7 @@ def cfg_from_json(d: dict) -> MessageStoreConfig:
     return MessageStoreConfig(**{k: v for k, v in d.items() if k in names})
 
 
-def _spec(options) -> dict:
+def spec_of(options) -> dict:
     raw = options.get("spec")
     if not raw:
         raise ValueError("internal rmqstore data source used without its spec option")
@@ -447,7 +447,7 @@ class KeysSource(DataSource):
         return KEYS_SCHEMA
 
     def reader(self, schema):
-        return KeysReader(_spec(self.options), schema)
+        return KeysReader(spec_of(self.options), schema)
 
 
 class KeysReader(DataSourceReader):
@@ -521,7 +521,7 @@ class IndexProfileSource(DataSource):
         return INDEX_PROFILE_SCHEMA
 
     def reader(self, schema):
-        return IndexProfileReader(_spec(self.options), schema)
+        return IndexProfileReader(spec_of(self.options), schema)
 
 
 class IndexProfileReader(DataSourceReader):

@@ -336,7 +336,7 @@ def rebuild(spark: SparkSession, store_dir, out_dir: str, cfg: MessageStoreConfi
             split_size: int | None = None, index_shards: int | None = None, options: dict | None = None,
             staging_dir: str | None = None) -> dict:
     """Write ``out_dir/consumequeue`` and ``out_dir/index`` from the commitlog of ``store_dir``, in
-    parallel; byte-identical to the in-process rebuild (:func:`rmqstore.engine.rebuild.rebuild`),
+    parallel; byte-identical to the in-process rebuild (:func:`rmqstore.rebuild.rebuild`),
     index file names aside. The store is only read.
 
     Records are dispatched per commitlog byte range (spans of at most ``split_size`` bytes, grouped
@@ -844,7 +844,7 @@ def _verify_store(spark: SparkSession, loc: StoreLoc, split_size: int | None) ->
         return spark.read.format("rmqstore_verify").option("spec", json.dumps(spec)).load()
 
     findings: list = []
-    light = SV._light_files(store_dir, segments, seg_size)
+    light = SV.light_files(store_dir, segments, seg_size)
     with _job_conf(spark, **{"spark.sql.shuffle.partitions": str(P)}):
         # 1. the commitlog, span by span; spans that do not line up are scanned again
         spans = S.plan_spans(segments, seg_size, split_size)
@@ -893,13 +893,13 @@ def _verify_store(spark: SparkSession, loc: StoreLoc, split_size: int | None) ->
         edge_rows = rows_of(SV.QUEUE_EDGE)
         for r in (edge_rows.collect() if edge_rows is not None else []):
             edges.setdefault((r.topic, r.queueId), []).append(r)
-        stub = SV._stub_verifier(store_dir, cfg, light)
+        stub = SV.stub_verifier(store_dir, cfg, light)
         queue_last = {}
         for qk, rs in sorted(edges.items()):
             rs.sort(key=lambda r: order[r.span])
             for prev, nxt in zip(rs, rs[1:]):
                 if nxt.q1 != prev.q2 + 1:
-                    stub._gap(qk, prev.q2, nxt.q1, prev.phy2, nxt.phy1)
+                    stub.record_gap(qk, prev.q2, nxt.q1, prev.phy2, nxt.phy1)
             queue_last[qk] = (rs[-1].q2, rs[-1].phy2)
         findings += stub.f.items
         steps.mark("queue_offsets")
@@ -941,7 +941,7 @@ def _verify_store(spark: SparkSession, loc: StoreLoc, split_size: int | None) ->
                     missing = keys.select("phy", "hash").join(good, ["phy", "hash"], "left_anti")
                     n_missing = missing.count()
                     for r in missing.orderBy("phy").limit(V.MAX_PER_KIND + 1).collect():
-                        path, pos = V._file_pos(light, r.phy)
+                        path, pos = V.file_pos(light, r.phy)
                         findings.append(V.Finding("index_item", path, pos, f"the record at {r.phy} has a key (hash "
                                                                            f"{r.hash}) that no index item finds"))
                     findings += [V.Finding("index_item", None, None, "")] * max(0, n_missing - V.MAX_PER_KIND - 1)

@@ -9,8 +9,8 @@ store path.
 """
 from __future__ import annotations
 
+import inspect
 import logging
-import sys
 import time
 from typing import Iterator
 
@@ -231,15 +231,21 @@ def _iter_spans(opts: ReadOptions, loc, spans, **kw):
             log.warning("%s: skipped a damaged record at %d (%s)", loc.store_dir, off, detail)
 
 
+#: PySpark's worker module that asks a Python data source reader to push filters
+PUSHDOWN_WORKER = "pyspark.sql.worker.data_source_pushdown_filters"
+
+
 def _pushdown_planner_active() -> bool:
     """Whether Spark is planning this read with filter pushdown enabled.
 
     Spark refuses a reader that implements ``pushFilters`` unless
-    ``spark.sql.python.filterPushdown.enabled`` is true, and the reader cannot see that setting;
-    the planning worker that pushes filters is a different module, so look for it on the stack."""
-    f = sys._getframe(1)
+    ``spark.sql.python.filterPushdown.enabled`` is true, and the reader cannot see that setting
+    (PySpark 4.x offers no API for it); the planning worker that pushes filters is a module of its
+    own (:data:`PUSHDOWN_WORKER`), so look for it on the stack. The only use of the call stack in
+    rmqstore; ``tests/spark/test_source.py`` fails when PySpark renames or drops that worker."""
+    f = inspect.currentframe()
     while f is not None:
-        if f.f_code.co_filename.endswith("data_source_pushdown_filters.py"):
+        if f.f_code.co_filename.endswith(PUSHDOWN_WORKER.rsplit(".", 1)[1] + ".py"):
             return True
         f = f.f_back
     return False

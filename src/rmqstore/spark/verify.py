@@ -28,7 +28,7 @@ from pyspark.sql.types import ByteType, IntegerType, LongType, StringType, Struc
 
 from ..format import message as M
 from . import scan as S
-from .internal import _spec, cfg_from_json, open_fs
+from .internal import spec_of, cfg_from_json, open_fs
 
 FINDING, QUEUE_EDGE, KEY, GOOD_ITEM, SPAN = 0, 1, 2, 3, 4
 
@@ -51,27 +51,27 @@ VERIFY_SCHEMA = StructType([
 ])
 
 
-def _light_files(store_dir: str, segments: list[int], seg_size: int):
+def light_files(store_dir: str, segments: list[int], seg_size: int):
     """What the verifier needs to name a commitlog position (no mapping)."""
     return [SimpleNamespace(file_from_offset=s, file_size=seg_size, path=S.segment_path(store_dir, s))
             for s in segments]
 
 
-def _stub_verifier(store_dir: str, cfg, files):
+def stub_verifier(store_dir: str, cfg, files):
     from ..engine import verify as V
 
     store = SimpleNamespace(cfg=cfg, read_only=True, consume_queues={}, path=store_dir,
                             delay_levels_ms=cfg.delay_levels_ms,
                             commit_log=SimpleNamespace(queue=SimpleNamespace(files=files),
                                                        min_offset=files[0].file_from_offset if files else 0))
-    return V._Verifier(store, None)
+    return V.Verifier(store, None)
 
 
 def corrupt_finding(c, files):
     """The verifier's finding for a damaged commitlog region (same path, offset and text)."""
     from ..engine import verify as V
 
-    path, pos = V._file_pos(files, c.offset)
+    path, pos = V.file_pos(files, c.offset)
     return V.Finding(c.kind, path, pos, f"{c.reason}: {c.length} bytes at commitlog offset {c.offset} (kept, never "
                                         "served)")
 
@@ -95,7 +95,7 @@ class VerifySource(DataSource):
         return VERIFY_SCHEMA
 
     def reader(self, schema):
-        return VerifyReader(_spec(self.options), schema)
+        return VerifyReader(spec_of(self.options), schema)
 
 
 class VerifyReader(DataSourceReader):
@@ -143,7 +143,7 @@ def _scan_span(store_dir: str, cfg, segments: list[int], span_id: int, span: S.S
     from .columns import TopicDecoder
 
     seg_size = cfg.mapped_file_size_commit_log
-    light = _light_files(store_dir, segments, seg_size)
+    light = light_files(store_dir, segments, seg_size)
     info = {"span": span_id, "seg": span.seg, "start": span.start, "end": span.end, "first": None, "cross": None,
             "stop": None, "reason": "", "records": 0, "last_valid": -1, "max_ts": 0}
     if start is None:
@@ -168,7 +168,7 @@ def _scan_span(store_dir: str, cfg, segments: list[int], span_id: int, span: S.S
              for s in segments[i:j + 2]]
     for mf in files:
         mf.wrote_position = mf.flushed_position = seg_size
-    v = _stub_verifier(store_dir, cfg, light)
+    v = stub_verifier(store_dir, cfg, light)
     topics = TopicDecoder()
     firsts: dict[tuple[str, int], tuple[int, int]] = {}
     crossing: list[int] = []
@@ -192,7 +192,7 @@ def _scan_span(store_dir: str, cfg, segments: list[int], span_id: int, span: S.S
             key = (topics.names[int(codes[r])], int(batch.queue_id[r]))
             if key not in firsts:
                 firsts[key] = (int(batch.queue_offset[r]), int(batch.phy_offset[r]))
-        v._on_batch(mf, batch)
+        v.on_batch(mf, batch)
         kept.append((mf, batch))
 
     try:
@@ -256,7 +256,7 @@ def _verifier(store_dir: str, cfg, data_end: int):
 
     st = MessageStore.open(store_dir, cfg, read_only=True, stand_in_derived=False)  # judge the files themselves
     try:
-        v = V._Verifier(st, None)
+        v = V.Verifier(st, None)
         v.data_end = data_end
         yield st, v
     finally:
@@ -278,7 +278,7 @@ def _index_rows(store_dir: str, cfg, segments, task: dict):
         for f in st.index_service.files:
             if f.name not in names:
                 continue
-            phys, hashes = v._check_index_file(f)
+            phys, hashes = v.check_index_file(f)
             for p, h in zip(phys.tolist(), hashes.tolist()):
                 yield {"row": GOOD_ITEM, "phy": p, "hash": h}
         yield from map(_finding_row, v.f.items)

@@ -101,7 +101,7 @@ class _Cfg:
 
     def __init__(self, st, **kw):
         self.__dict__.update({k: getattr(st, k) for k in ("path", "commit_log", "consume_queues", "index_service",
-                                                          "read_only", "_maintenance_lock")})
+                                                          "read_only", "maintenance_lock")})
         self.cfg = st.cfg.replace(**kw)
         self.disk_full = st.disk_full
 
