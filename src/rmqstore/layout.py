@@ -12,9 +12,7 @@ import os
 from .config import MessageStoreConfig
 from .errors import ConfigError, StoreNotFoundError
 
-COMMITLOG = "commitlog"
-CONSUMEQUEUE = "consumequeue"
-INDEX = "index"
+from .io.paths import CHECKPOINT, COMMITLOG, CONSUMEQUEUE, INDEX, LOCK  # noqa: F401 - the names, re-exported
 
 
 def _segment_spacing(directory: str) -> int | None:
@@ -49,7 +47,7 @@ def is_store_dir(path: str) -> bool:
     """A directory holding a commitlog, consume queues, a checkpoint or a writer's lock (a store
     just opened by a writer has only its lock)."""
     return os.path.isdir(path) and any(
-        os.path.exists(os.path.join(path, d)) for d in (COMMITLOG, CONSUMEQUEUE, "checkpoint", "lock"))
+        os.path.exists(os.path.join(path, d)) for d in (COMMITLOG, CONSUMEQUEUE, CHECKPOINT, LOCK))
 
 
 def _first_cq_segment_size(store_dir: str) -> int | None:

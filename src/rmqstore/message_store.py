@@ -46,6 +46,7 @@ from .errors import (CorruptRecordError, OffsetError, ReadOnlyStoreError, RmqSto
 from .format.hashes import java_hash_cached
 from .format.javalang import java_trim
 from .format.msgid import decode_offset_msg_id
+from .io import paths
 from .types import (GetMessageResult, GetMessageStatus, Message, MessageRecord, PutMessageResult,
                     PutMessageStatus, QueryMessageResult, SkippedMessage)
 
@@ -60,10 +61,10 @@ MAX_PULL_SIZE = 128 * 1024 * 1024
 LOCATE_UNITS = 64
 LOCATE_BYTES = 16 << 20
 #: every queue's max offset at the last clean close (rmqstore's own file; see _write_queue_extents)
-QUEUE_EXTENTS_FILE = os.path.join("config", "rmqstore-queues.json")
+QUEUE_EXTENTS_FILE = paths.QUEUE_EXTENTS_FILE
 #: beyond upstream: size and mtime of every index file at the last clean close; a file that differs
 #: at the next open was changed by something else, and is checked against the commitlog
-INDEX_STATS_FILE = os.path.join("config", "rmqstore-index.json")
+INDEX_STATS_FILE = paths.INDEX_STATS_FILE
 #: stores open in this process, closed cleanly at normal interpreter exit (no abnormal recovery
 #: next time for a program that forgot ``close()``)
 _OPEN_STORES: "weakref.WeakSet[MessageStore]" = weakref.WeakSet()
@@ -98,7 +99,7 @@ def _lock_holder(lock_path: str) -> int | None:
         if e.errno not in (errno.EACCES, errno.EAGAIN):
             return None
         try:
-            with open(os.path.join(os.path.dirname(lock_path), "abort"), encoding="ascii") as fh:
+            with open(paths.abort_path(os.path.dirname(lock_path)), encoding="ascii") as fh:
                 return int(fh.read().strip() or -1)
         except (OSError, ValueError):
             return -1
@@ -201,7 +202,7 @@ class MessageStore:
         self.read_only = read_only
         self.delay_levels_ms = cfg.delay_levels_ms
         self.commit_log = CommitLog(self.path, cfg, read_only=read_only)
-        self.checkpoint = StoreCheckpoint(os.path.join(self.path, "checkpoint"), read_only=read_only)
+        self.checkpoint = StoreCheckpoint(paths.checkpoint_path(self.path), read_only=read_only)
         self.index_service = IndexService(self.path, cfg, read_only=read_only, checkpoint=self.checkpoint)
         self.consume_queues: dict[tuple[str, int], ConsumeQueue] = {}
         self.cq_lock = threading.Lock()
@@ -284,7 +285,7 @@ class MessageStore:
         return store
 
     def _take_lock(self) -> None:
-        lock_path = os.path.join(self.path, "lock")
+        lock_path = paths.lock_path(self.path)
         with _LOCKED_GUARD:
             if self.path in _LOCKED_PATHS:
                 raise StoreLockedError("store is already open for writing in this process", path=lock_path)
@@ -305,9 +306,9 @@ class MessageStore:
         if not self.read_only:
             self._take_lock()
         else:
-            self.live_writer_pid = _lock_holder(os.path.join(self.path, "lock"))
+            self.live_writer_pid = _lock_holder(paths.lock_path(self.path))
         self._load_consumer_offsets()
-        abort_path = os.path.join(self.path, "abort")
+        abort_path = paths.abort_path(self.path)
         last_exit_ok = not os.path.exists(abort_path)
         self._closed_cleanly = last_exit_ok and self.live_writer_pid is None
         self.commit_log.queue.load()
@@ -545,7 +546,7 @@ class MessageStore:
         fsync_dir(self.path)
 
     def _load_consume_queues(self) -> None:
-        root = os.path.join(self.path, "consumequeue")
+        root = paths.consume_queue_dir(self.path)
         if not os.path.isdir(root):
             return
         for topic in sorted(os.listdir(root)):
@@ -1156,7 +1157,7 @@ class MessageStore:
                         log.exception("%s: the index file stats could not be written (the next open checks less)",
                                       self.path)
                 try:
-                    os.unlink(os.path.join(self.path, "abort"))
+                    os.unlink(paths.abort_path(self.path))
                     fsync_dir(self.path)
                 except FileNotFoundError:
                     pass
@@ -1345,7 +1346,7 @@ class MessageStore:
             # a reader's queue view may lag the commitlog, but not by more records than fit between
             why = f"but that queue ends at {cq.max_offset}, too far back for this record to follow it"
         elif self.read_only and cq is None and self._closed_cleanly and \
-                os.path.isdir(os.path.join(self.path, "consumequeue")):
+                os.path.isdir(paths.consume_queue_dir(self.path)):
             # a cleanly closed store's records were all dispatched: the queue a record names exists
             # (not after a crash, nor while a writer is live: their newest records may have no unit yet)
             why = "but the store has no such queue"

@@ -7,6 +7,7 @@ Every DataFrame is compared with what :class:`~rmqstore.MessageStore` answers fo
 from __future__ import annotations
 
 import gzip
+import hashlib
 import json
 import os
 import sys
@@ -76,6 +77,38 @@ def vector(request) -> VectorSet:
 @pytest.fixture(scope="session")
 def vectors() -> dict[str, VectorSet]:
     return {n: load_vector(n) for n in VECTOR_SETS}
+
+
+def vector_changes(vs: VectorSet) -> list[str]:
+    """How the files of a vector store differ from what RocketMQ wrote (expected.json ``raw.files``:
+    path, size, sha256; index files, named by creation time, compared by content): empty if they do not."""
+    want = {f["path"]: (f["size"], f["sha256"]) for f in vs.expected["raw"]["files"]}
+    got = {}
+    for dp, _, files in os.walk(vs.store):
+        for n in files:
+            p = os.path.join(dp, n)
+            with open(p, "rb") as fh:
+                data = fh.read()
+            got[os.path.relpath(p, vs.store)] = (len(data), hashlib.sha256(data).hexdigest())
+    out = []
+    if sorted(v for k, v in got.items() if k.startswith("index/")) != \
+            sorted(v for k, v in want.items() if k.startswith("index/")):
+        out.append(f"{vs.name}: index/ differs")
+    others_got = {k: v for k, v in got.items() if not k.startswith("index/")}
+    others_want = {k: v for k, v in want.items() if not k.startswith("index/")}
+    out += [f"{vs.name}: {k} {'added' if k not in others_want else 'missing' if k not in others_got else 'changed'}"
+            for k in sorted(set(others_got) | set(others_want)) if others_got.get(k) != others_want.get(k)]
+    return out
+
+
+@pytest.fixture(scope="session", autouse=True)
+def vector_stores_stay_unchanged():
+    """Every Spark test reads the RocketMQ-written vector stores in place: when the session ends every
+    file is still what RocketMQ wrote and nothing was added (a failure shows as this fixture's
+    teardown error, whatever order the tests ran in)."""
+    yield
+    changes = [c for name in VECTOR_SETS for c in vector_changes(load_vector(name))]
+    assert changes == [], f"the Spark tests changed RocketMQ's vector stores: {changes}"
 
 
 @dataclass

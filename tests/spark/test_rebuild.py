@@ -115,7 +115,7 @@ def test_empty_store(spark, tmp_path):
 
 
 def test_index_shards_are_planned_by_weight():
-    from rmqstore.spark.jobs import QUEUE_FIXED_WEIGHT, _makespan, index_shard_weight, plan_index_shards
+    from rmqstore.spark.jobs.rebuild_job import QUEUE_FIXED_WEIGHT, _makespan, index_shard_weight, plan_index_shards
 
     # the benchmark store: 19 queues of ~52k units, a full index file and a small one, 2 cores
     queues = [52_000 + QUEUE_FIXED_WEIGHT] * 19

@@ -13,8 +13,9 @@ import pytest
 
 from rmqstore.rebuild import rebuild as rebuild_in_process
 from rmqstore.format import message as M
-from rmqstore.spark import internal as I
-from rmqstore.spark import jobs as J
+from rmqstore.spark import tasks as I
+from rmqstore.spark.jobs import rebuild_job as J
+from rmqstore.spark.jobs import runtime as JR
 from rmqstore.spark import scan as S
 
 from test_rebuild import same_output
@@ -188,7 +189,7 @@ def test_lost_task_results_are_run_again(spark, tmp_path, monkeypatch, lost, job
     store = str(tmp_path / "store")
     cfg = _three_segment_store(store)
     monkeypatch.setattr(J, "MIN_STEAL_PIECE", 4000)
-    real = J._run_tasks
+    real = JR.run_tasks
     calls, dropped = [], []
 
     def lossy(sp, fn, spec, tasks):
@@ -201,7 +202,7 @@ def test_lost_task_results_are_run_again(spark, tmp_path, monkeypatch, lost, job
             return out[:k] + [[]] + out[k + 1:]  # that task's items came back from nowhere
         return out
 
-    monkeypatch.setattr(J, "_run_tasks", lossy)
+    monkeypatch.setattr(JR, "run_tasks", lossy)
     local = rebuild_in_process(store, str(tmp_path / "local"), cfg)
     res = J.rebuild(spark, store, str(tmp_path / "spark"), cfg, split_size=20_000)
     same_output(str(tmp_path / "local"), str(tmp_path / "spark"))
@@ -226,8 +227,8 @@ def test_rebuild_with_small_pieces_is_byte_identical(spark, tmp_path, monkeypatc
     monkeypatch.setattr(J, "MIN_STEAL_PIECE", 3000)
     monkeypatch.setattr(J, "MAX_STEAL_PIECE", 3000)
     seen = []
-    real = J._run_tasks
-    monkeypatch.setattr(J, "_run_tasks", lambda sp, fn, spec, tasks: seen.append(spec.get("groups")) or
+    real = JR.run_tasks
+    monkeypatch.setattr(JR, "run_tasks", lambda sp, fn, spec, tasks: seen.append(spec.get("groups")) or
                         real(sp, fn, spec, tasks))
     local = rebuild_in_process(store, str(tmp_path / "local"), cfg)
     J.rebuild(spark, store, str(tmp_path / "spark"), cfg, split_size=30_000)

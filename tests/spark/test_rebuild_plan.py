@@ -10,7 +10,8 @@ import pytest
 
 from rmqstore import Message, MessageStore
 from rmqstore.rebuild import rebuild as rebuild_in_process
-from rmqstore.spark import jobs as J
+from rmqstore.spark.jobs import rebuild_job as J
+from rmqstore.spark.jobs import runtime as JR
 from rmqstore.spark import scan as S
 
 from test_rebuild import same_output
@@ -91,7 +92,7 @@ def test_dispatch_tasks_are_a_multiple_of_the_cores(monkeypatch):
 
 
 def test_run_tasks_one_spark_task_each_results_in_order(spark):
-    from rmqstore.spark import internal as I
+    from rmqstore.spark import tasks as I
 
     def echo_partition(spec, task):  # nested: pickled by value (workers cannot import this module)
         from pyspark import TaskContext
@@ -99,11 +100,11 @@ def test_run_tasks_one_spark_task_each_results_in_order(spark):
         return {"n": task["n"] + spec["add"], "partition": TaskContext.get().partitionId()}
 
     tasks = [{"n": n} for n in (5, 0, 3, 9, 1)]
-    out = J._run_tasks(spark, echo_partition, {"add": 100}, tasks)
+    out = JR.run_tasks(spark, echo_partition, {"add": 100}, tasks)
     assert [r["n"] for r in out] == [105, 100, 103, 109, 101]
     assert sorted(r["partition"] for r in out) == list(range(len(tasks)))  # one partition per task
-    assert J._run_tasks(spark, I.write_task, {}, []) == []
-    row = J._Row({"kind": "queue", "count": 3})
+    assert JR.run_tasks(spark, I.write_task, {}, []) == []
+    row = JR.Row({"kind": "queue", "count": 3})
     assert (row.kind, row["count"]) == ("queue", 3)
 
 
@@ -133,8 +134,8 @@ def test_plan_never_changes_the_output(spark, tmp_path, monkeypatch, plan):
     else:
         monkeypatch.setattr(J, "MAX_TASK_BYTES", 20_000)
     calls = []
-    real = J._run_tasks
-    monkeypatch.setattr(J, "_run_tasks", lambda sp, fn, spec, tasks: calls.append(len(tasks)) or real(sp, fn, spec, tasks))
+    real = JR.run_tasks
+    monkeypatch.setattr(JR, "run_tasks", lambda sp, fn, spec, tasks: calls.append(len(tasks)) or real(sp, fn, spec, tasks))
     local = rebuild_in_process(store, str(tmp_path / "local"), cfg)
     res = J.rebuild(spark, store, str(tmp_path / "spark"), cfg, split_size=30_000)
     same_output(str(tmp_path / "local"), str(tmp_path / "spark"))

@@ -169,3 +169,24 @@ def test_arrow_schema_matches_spark_schema():
     assert to_arrow_schema(source_schema(), timezone="UTC").equals(
         C.ARROW_SCHEMA.append(pa.field(BROKER_NAME, pa.string(), nullable=False)))
     assert isinstance(C.ARROW_SCHEMA, pa.Schema)
+
+
+def test_the_vector_check_sees_a_changed_or_added_file(tmp_path):
+    """The session's check that the vector stores stay as RocketMQ wrote them (conftest) notices an
+    added file and a changed one."""
+    import shutil
+
+    from conftest import load_vector, vector_changes
+
+    vs = load_vector("basic")
+    assert vector_changes(vs) == []
+    copy = tmp_path / "store"
+    shutil.copytree(vs.store, copy)
+    (copy / "extra").write_bytes(b"x")
+    seg = copy / "commitlog" / "00000000000000000000"
+    seg.chmod(0o644)
+    data = bytearray(seg.read_bytes())
+    data[100] ^= 1
+    seg.write_bytes(bytes(data))
+    moved = type(vs)(vs.name, str(copy), vs.config, vs.expected)
+    assert vector_changes(moved) == ["basic: commitlog/00000000000000000000 changed", "basic: extra added"]

@@ -9,7 +9,7 @@ import pytest
 
 PROBE = """
 import resource, sys, numpy as np
-from rmqstore.spark.internal import tune_worker_malloc
+from rmqstore.spark.tasks import tune_worker_malloc
 if sys.argv[1] == "tune":
     tune_worker_malloc()
 a = np.ones(3 << 18); del a  # 6 MiB, once to warm up

@@ -119,6 +119,24 @@ def outside_contract(tree: ast.Module, module: str) -> list[str]:
     return bad
 
 
+#: the store's file and directory names: spelled only in rmqstore/io/paths.py
+STORE_NAMES = {"commitlog", "consumequeue", "index", "checkpoint", "abort", "lock", "config", "broker.conf",
+               "consumerOffset.json", "topics.json", "subscriptionGroup.json", "delayOffset.json", "timerState.json"}
+
+
+def store_names_spelled(tree: ast.Module, module: str) -> list[str]:
+    """A store file name given as a literal to ``os.path.join`` outside ``io/paths.py``."""
+    if module == "rmqstore.io.paths":
+        return []
+    bad = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call) and ast.unparse(node.func) in ("os.path.join", "join"):
+            for a in node.args:
+                if isinstance(a, ast.Constant) and a.value in STORE_NAMES:
+                    bad.append(f"{module}:{node.lineno} spells {a.value!r} (use rmqstore.io.paths)")
+    return bad
+
+
 def modules():
     for path in sorted((SRC / "rmqstore").rglob("*.py")):
         if "messaging/proto" in str(path):
@@ -141,6 +159,11 @@ def test_the_engine_uses_of_a_store_only_the_contract():
     assert bad == []
 
 
+def test_one_module_names_the_store_files():
+    bad = [b for m, _, tree in modules() for b in store_names_spelled(tree, m)]
+    assert bad == []
+
+
 def test_every_top_level_part_has_a_layer():
     tops = {p.stem if p.is_file() else p.name for p in (SRC / "rmqstore").iterdir()
             if (p.suffix == ".py" or (p.is_dir() and (p / "__init__.py").exists())) and p.name != "__init__.py"}
@@ -151,8 +174,9 @@ def test_every_top_level_part_has_a_layer():
     ("from ..message_store import MessageStore", "rmqstore.engine.x", upward_imports, "a layer above"),
     ("from rmqstore.cli import main", "rmqstore.spark.x", upward_imports, "a layer above"),
     ("def f(store):\n    store._retire(1)", "rmqstore.engine.x", foreign_private_uses, "private name"),
-    ("from .internal import _spec", "rmqstore.spark.x", foreign_private_uses, "private name"),
+    ("from .tasks import _spec", "rmqstore.spark.x", foreign_private_uses, "private name"),
     ("def f(store):\n    store.open_write()", "rmqstore.engine.x", outside_contract, "does not name"),
+    ("import os\np = os.path.join(d, 'consumequeue', t)", "rmqstore.spark.x", store_names_spelled, "use rmqstore.io.paths"),
     ("class A:\n    def f(self):\n        self.store.put_message(1)", "rmqstore.engine.x", outside_contract,
      "does not name"),
 ])

@@ -28,6 +28,7 @@ from .send import SendProcessor
 from .server import RemotingServer
 from .timer import TimerService
 from .transaction import TransactionProcessor
+from ..io import paths
 
 log = logging.getLogger("rmqstore.broker")
 
@@ -78,17 +79,17 @@ class Broker:
         self.cfg = config or BrokerConfig()
         self.read_only = store.read_only
         self.listen_host, self.listen_port = parse_listen(listen)
-        cfg_dir = os.path.join(store.path, "config")
-        self.topics = TopicConfigManager(os.path.join(cfg_dir, "topics.json"), read_only=self.read_only,
+        root = store.path
+        self.topics = TopicConfigManager(os.path.join(root, paths.TOPICS_FILE), read_only=self.read_only,
                                          broker_name=self.cfg.broker_name,
                                          cluster_name=self.cfg.broker_cluster_name,
                                          auto_create=self.cfg.auto_create_topic_enable,
                                          default_queue_nums=self.cfg.default_topic_queue_nums)
         self.topics.adopt(store.topics())
-        self.groups = SubscriptionGroupManager(os.path.join(cfg_dir, "subscriptionGroup.json"),
+        self.groups = SubscriptionGroupManager(os.path.join(root, paths.SUBSCRIPTION_GROUP_FILE),
                                                read_only=self.read_only,
                                                auto_create=self.cfg.auto_create_subscription_group)
-        self.delay_offsets = DelayOffsets(os.path.join(cfg_dir, "delayOffset.json"), read_only=self.read_only)
+        self.delay_offsets = DelayOffsets(os.path.join(root, paths.DELAY_OFFSET_FILE), read_only=self.read_only)
         self.delay_levels_ms = store.cfg.delay_levels_ms
         self.clients = ClientManager()
         self.locks = RebalanceLocks()

@@ -23,6 +23,7 @@ from ..format.javalang import parse_long
 from ..types import Message
 from . import messages as M
 from .metadata import PERM_READ, PERM_WRITE, TIMER_TOPIC, JsonStateFile
+from ..io import paths
 
 log = logging.getLogger("rmqstore.broker")
 
@@ -78,7 +79,7 @@ def timer_message(msg: Message, props: dict[str, str], now_ms: int) -> Message:
 class TimerService:
     def __init__(self, broker):
         self.broker = broker
-        path = None if broker.store.path is None else os.path.join(broker.store.path, "config", "timerState.json")
+        path = None if broker.store.path is None else os.path.join(broker.store.path, paths.TIMER_STATE_FILE)
         self.file = JsonStateFile(path, read_only=broker.read_only)
         doc = self.file.load() or {}
         self.done_below = int(doc.get("offset", 0))

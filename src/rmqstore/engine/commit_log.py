@@ -11,12 +11,10 @@ import collections
 import functools
 import logging
 import operator
-import os
 import re
 import struct
 import threading
 import time
-import zlib
 from dataclasses import dataclass
 
 import numpy as np
@@ -26,9 +24,11 @@ from ..errors import CorruptRecordError, OffsetError, StoreIOError
 from ..format import message as M
 from ..format import properties as P
 from ..format import javalang as J
+from ..format.hashes import crc32_raw
 from ..format.msgid import encode_offset_msg_id, encode_offset_msg_ids, parse_host
 from ..io.mapped_file_queue import MappedFileQueue
 from ..types import SCHEDULE_TOPIC, Message, PutMessageResult, PutMessageStatus
+from ..io import paths
 
 log = logging.getLogger(__name__)
 
@@ -46,7 +46,7 @@ _PACK_V4 = M.FIXED_V4.pack
 _I16_PACK = M.I16.pack
 _MAGIC_V1 = M.MAGIC_V1
 _PUT_OK = PutMessageStatus.PUT_OK
-_crc32 = zlib.crc32
+_crc32 = crc32_raw
 _time_ns = time.time_ns
 _sleep = time.sleep
 
@@ -180,7 +180,7 @@ class CommitLog:
     def __init__(self, store_dir: str, cfg: MessageStoreConfig, *, read_only: bool):
         self.cfg = cfg
         self.read_only = read_only
-        self.queue = MappedFileQueue(os.path.join(store_dir, "commitlog"), cfg.mapped_file_size_commit_log,
+        self.queue = MappedFileQueue(paths.commitlog_dir(store_dir), cfg.mapped_file_size_commit_log,
                                      read_only=read_only)
         self.put_lock = AppendLock()
         #: (topic, queue_id) -> next queue offset (upstream ``topicQueueTable``)

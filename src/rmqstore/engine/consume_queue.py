@@ -8,7 +8,6 @@ with one numpy copy.
 from __future__ import annotations
 
 import logging
-import os
 from typing import Callable
 
 import numpy as np
@@ -16,6 +15,7 @@ import numpy as np
 from ..config import MessageStoreConfig
 from ..format import consume_queue as F
 from ..io.mapped_file_queue import MappedFileQueue
+from ..io import paths
 
 log = logging.getLogger(__name__)
 
@@ -28,7 +28,7 @@ class ConsumeQueue:
         self.queue_id = queue_id
         self.file_size = cfg.cq_file_size
         self.read_only = read_only
-        self.queue = MappedFileQueue(os.path.join(store_dir, "consumequeue", topic, str(queue_id)),
+        self.queue = MappedFileQueue(paths.consume_queue_dir(store_dir, topic, queue_id),
                                      self.file_size, read_only=read_only)
         self.max_physic_offset = -1
         self.min_logic_offset = 0

@@ -25,17 +25,17 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import threading
 import time
 
 from ..errors import CorruptRecordError, ReadOnlyStoreError, StoreIOError
 from ..io.mapped_file import atomic_write_text
+from ..io import paths
 
 log = logging.getLogger(__name__)
 
 #: where the broker keeps the file, relative to the store directory
-CONSUMER_OFFSET_FILE = os.path.join("config", "consumerOffset.json")
+CONSUMER_OFFSET_FILE = paths.CONSUMER_OFFSET_FILE
 #: RocketMQ's ``ConsumerOffsetManager.TOPIC_GROUP_SEPARATOR``
 TOPIC_GROUP_SEPARATOR = "@"
 

@@ -24,6 +24,7 @@ from ..format import index_file as F
 from ..format.arrays import stable_argsort
 from ..format.hashes import abs_key_hash_many, index_key_hash, java_hash_many
 from ..io.mapped_file import MappedFile
+from ..io import paths
 
 log = logging.getLogger(__name__)
 
@@ -299,7 +300,7 @@ class IndexService:
     """All index files of a store (mirrors ``IndexService``)."""
 
     def __init__(self, store_dir: str, cfg: MessageStoreConfig, *, read_only: bool, checkpoint=None):
-        self.dir = os.path.join(store_dir, "index")
+        self.dir = paths.index_dir(store_dir)
         self.cfg = cfg
         self.read_only = read_only
         self.checkpoint = checkpoint

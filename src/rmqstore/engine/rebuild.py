@@ -18,6 +18,7 @@ from .checkpoint import StoreCheckpoint
 from .consume_queue import ConsumeQueue
 from .dispatch import dispatch_batch, iter_record_batches
 from .index import IndexService
+from ..io import paths
 
 
 @dataclass
@@ -34,7 +35,7 @@ def check_output(store_dir: str, out_dir: str) -> None:
     """Refuse an output that is the source store or already holds derived files; create it."""
     if os.path.abspath(out_dir) == os.path.abspath(store_dir):
         raise StoreIOError("rebuild output must not be the source store", path=out_dir)
-    if os.path.exists(os.path.join(out_dir, "consumequeue")) or os.path.exists(os.path.join(out_dir, "index")):
+    if os.path.exists(paths.consume_queue_dir(out_dir)) or os.path.exists(paths.index_dir(out_dir)):
         raise StoreIOError("output directory already holds consumequeue/ or index/", path=out_dir)
     os.makedirs(out_dir, exist_ok=True)
 
@@ -53,7 +54,7 @@ def rebuild_from(cl, out_dir: str, cfg: MessageStoreConfig, progress=None) -> Re
         return cq
 
     index = IndexService(out_dir, cfg, read_only=False,
-                         checkpoint=StoreCheckpoint(os.path.join(out_dir, "checkpoint"), read_only=True))
+                         checkpoint=StoreCheckpoint(paths.checkpoint_path(out_dir), read_only=True))
     records = 0
     topic_cache: dict[bytes, str] = {}
     end = cl.confirm_offset

@@ -39,6 +39,7 @@ from ..config import EMBEDDED
 from .consumer_offsets import CONSUMER_OFFSET_FILE, parse_broker_json, read_offset_file  # noqa: F401 - re-exported
 from ..errors import ConfigError, CorruptRecordError, ReadOnlyStoreError
 from ..format import consume_queue as CQF
+from ..io import paths
 
 log = logging.getLogger(__name__)
 
@@ -174,12 +175,12 @@ def _space(store) -> tuple[float, bool, bool, bool]:
     full only when the free bytes would not hold the next commitlog segment, consume-queue file
     and index file."""
     cfg = store.cfg
-    paths = [os.path.join(store.path, "commitlog"), os.path.join(store.path, "consumequeue")]
-    ratios = [disk_used_ratio(p) for p in paths]
+    dirs = [paths.commitlog_dir(store.path), paths.consume_queue_dir(store.path)]
+    ratios = [disk_used_ratio(p) for p in dirs]
     ratio = max(ratios)
     if cfg.disk_policy == EMBEDDED:
         need = cfg.mapped_file_size_commit_log + cfg.cq_file_size + cfg.index_file_size
-        free = min(disk_free_bytes(p) for p in paths)
+        free = min(disk_free_bytes(p) for p in dirs)
         return ratio, False, False, 0 <= free < need
     warning = _clamp(cfg.disk_space_warning_level_ratio / 100, 0.35, 0.90)
     forcibly = _clamp(cfg.disk_space_clean_forcibly_ratio / 100, 0.30, 0.85)

@@ -58,6 +58,7 @@ from .checkpoint import StoreCheckpoint
 from .consume_queue import ConsumeQueue
 from .dispatch import dispatch_batch, extract_dispatch_columns, queue_groups
 from .index import IndexFile, IndexService
+from ..io import paths
 
 log = logging.getLogger(__name__)
 
@@ -153,7 +154,7 @@ class Verifier:
         self.data_end = 0
         # consume queues / index behind the commitlog are damage only when no recovery is due: a
         # writer has dispatched everything; a reader of a crashed or live store has not
-        self.judge_lag = not store.read_only or not os.path.exists(os.path.join(store.path, "abort"))
+        self.judge_lag = not store.read_only or not os.path.exists(paths.abort_path(store.path))
         # A consistent snapshot: for a writer, dispatch is paused while the end of dispatched data,
         # every queue's end and every index file's item count are taken together.
         if store.read_only:
@@ -400,7 +401,7 @@ class Verifier:
     def check_checkpoint(self) -> dict[str, int]:
         """Findings for values ahead of the data; returns the corrections a fix would write."""
         store = self.store
-        path = os.path.join(store.path, "checkpoint")
+        path = paths.checkpoint_path(store.path)
         if not os.path.exists(path):
             return {}
         cp = StoreCheckpoint.read_file(path)
@@ -623,7 +624,7 @@ def shadow_derived(store, queues: set[tuple[str, int]] | None, index: bool, out_
                           start=index_from)
     except OSError as e:
         raise StoreIOError(f"building the reader's stand-in queues and index failed: {e}", path=out_dir) from e
-    root = os.path.join(out_dir, "consumequeue")
+    root = paths.consume_queue_dir(out_dir)
     built = {(t, int(q)) for t in (os.listdir(root) if os.path.isdir(root) else ())
              for q in os.listdir(os.path.join(root, t)) if q.isdigit()}
     own_queues: dict = {}
@@ -718,8 +719,8 @@ def _swap_queues(store, queues, tmp: str) -> None:
     with store.cq_lock:
         for topic, qid in sorted(queues):
             old = store.consume_queues.get((topic, qid))
-            qdir = os.path.join(store.path, "consumequeue", topic, str(qid))
-            new_dir = os.path.join(tmp, "consumequeue", topic, str(qid))
+            qdir = paths.consume_queue_dir(store.path, topic, qid)
+            new_dir = paths.consume_queue_dir(tmp, topic, qid)
             if old is not None:
                 for mf in list(old.queue.files):
                     store.retire(mf)
@@ -742,7 +743,7 @@ def _swap_queues(store, queues, tmp: str) -> None:
 
 def _swap_index(store, tmp: str) -> None:
     svc = store.index_service
-    new_dir = os.path.join(tmp, "index")
+    new_dir = paths.index_dir(tmp)
     with svc.lock:
         for f in list(svc.files):
             f.mf.unlink()

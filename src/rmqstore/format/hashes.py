@@ -23,9 +23,15 @@ _MASK32 = 0xFFFFFFFF
 INT_MIN = -(1 << 31)
 
 
+try:  # ISA-L's CRC-32 (SIMD): the same value as zlib's, 3-4 times faster on 1 KiB bodies here
+    from isal.isal_zlib import crc32 as crc32_raw
+except ImportError:  # pragma: no cover - a platform without isal wheels
+    crc32_raw = zlib.crc32
+
+
 def crc32(data) -> int:
     """CRC-32 (IEEE, as ``zlib.crc32``) masked with ``0x7FFFFFFF``."""
-    return zlib.crc32(data) & 0x7FFFFFFF
+    return crc32_raw(data) & 0x7FFFFFFF
 
 
 def _to_i32(h: int) -> int:

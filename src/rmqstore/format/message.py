@@ -36,7 +36,6 @@ from __future__ import annotations
 
 import functools
 import struct
-import zlib
 from dataclasses import dataclass
 from itertools import chain
 from typing import NamedTuple
@@ -47,7 +46,7 @@ from ..errors import CorruptRecordError
 from .record import SCHEDULE_TOPIC, MessageRecord, lazy_v1_record, tags_code_of
 from . import properties as P
 from .arrays import rows_at
-from .hashes import crc32, java_hash_cached
+from .hashes import crc32, crc32_raw, java_hash_cached
 from .msgid import encode_offset_msg_id, format_host
 
 MAGIC_V1 = -626843481  # 0xDAA320A7
@@ -643,7 +642,7 @@ def encode_batch_v4(topic_tail: bytes, bodies: list[bytes], props: list[bytes], 
     starts = np.cumsum(totals) - totals
     hdr = np.repeat(row, n)
     hdr["total"] = totals
-    hdr["body_crc"] = np.fromiter(map(zlib.crc32, bodies), dtype=np.int64, count=n) & 0x7FFFFFFF
+    hdr["body_crc"] = np.fromiter(map(crc32_raw, bodies), dtype=np.int64, count=n) & 0x7FFFFFFF
     hdr["body_len"] = blen
     for name, values in (("flag", flags), ("sys_flag", sys_flags), ("born_timestamp", born_timestamps),
                          ("reconsume_times", reconsume_times), ("prepared_transaction_offset", prepared_offsets)):
@@ -658,11 +657,10 @@ def encode_batch_v4(topic_tail: bytes, bodies: list[bytes], props: list[bytes], 
 def body_crc_ok(buf, batch: RecordBatch) -> np.ndarray:
     """Per-record BODYCRC check (records with no body pass)."""
     mv = memoryview(buf)
-    out = np.ones(len(batch), dtype=bool)
-    for i, (bp, bl, c) in enumerate(zip(batch.body_pos.tolist(), batch.body_len.tolist(), batch.body_crc.tolist())):
-        if bl > 0 and crc32(mv[bp:bp + bl]) != c:
-            out[i] = False
-    return out
+    ends = (batch.body_pos + np.maximum(batch.body_len, 0)).tolist()
+    got = np.fromiter([crc32_raw(mv[a:b]) for a, b in zip(batch.body_pos.tolist(), ends)], dtype=np.int64,
+                      count=len(batch))
+    return ((got & 0x7FFFFFFF) == batch.body_crc) | (batch.body_len <= 0)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -743,9 +741,9 @@ def decode_v1_ipv4(buf, pos, limit, check_crc, check_torn, delay_levels_ms, base
     if props_len < 0 or pp + 2 + props_len != end:
         return None
     body = bytes(buf[pos + 88:tp])
-    if check_crc and body_len and (zlib.crc32(body) & 0x7FFFFFFF) != body_crc:
+    if check_crc and body_len and (crc32_raw(body) & 0x7FFFFFFF) != body_crc:
         raise CorruptRecordError(f"invalid commitlog record: body CRC {body_crc} != computed "
-                                 f"{zlib.crc32(body) & 0x7FFFFFFF}", path=path, offset=base_offset + pos)
+                                 f"{crc32_raw(body) & 0x7FFFFFFF}", path=path, offset=base_offset + pos)
     raw_props = bytes(buf[pp + 2:end])
     if check_torn and ((props_len and raw_props[-1] == 0) or (not props_len and topic_len and buf[pp - 1] == 0)):
         raise CorruptRecordError("incomplete commitlog record (its end is zero-filled: a torn write)",

@@ -28,6 +28,7 @@ import threading
 import numpy as np
 
 from ..errors import CorruptRecordError, ReadOnlyStoreError, StoreIOError
+from . import paths
 
 log = logging.getLogger(__name__)
 
@@ -102,7 +103,7 @@ def fsync_dirty_dirs() -> None:
 
 def _syncs_at_once(path: str) -> bool:
     """Commitlog segments: their directory is fsync'd before any record in them is acknowledged."""
-    return os.path.basename(os.path.dirname(path)) == "commitlog"
+    return os.path.basename(os.path.dirname(path)) == paths.COMMITLOG
 
 
 def temp_path_for(path: str) -> str:

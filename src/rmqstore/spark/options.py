@@ -24,6 +24,7 @@ from . import fs as RFS
 from ..errors import StoreNotFoundError
 from .paths import expand, parse_paths
 from .scan import DEFAULT_SPLIT_SIZE
+from ..io import paths
 
 EARLIEST, LATEST = "earliest", "latest"
 
@@ -59,7 +60,7 @@ class StoreLoc:
 def broker_name_of(store_dir: str) -> str:
     """``brokerName`` from the store's ``broker.conf`` (in the store directory or its ``config/``),
     else the directory's name."""
-    for conf in (os.path.join(store_dir, "broker.conf"), os.path.join(store_dir, "config", "broker.conf")):
+    for conf in (os.path.join(store_dir, paths.BROKER_CONF), os.path.join(paths.config_dir(store_dir), paths.BROKER_CONF)):
         if os.path.isfile(conf):
             try:
                 name = str(read_properties_file(conf).get("brokerName", "")).strip()
@@ -221,7 +222,7 @@ def resolve_config(store_dir: str, config_path: str | None, keys: Mapping[str, s
 def _remote_segment_size(location: str, cfg: MessageStoreConfig) -> MessageStoreConfig:
     """``infer_config`` for a remote store: the commitlog segment size from its objects (the largest;
     RocketMQ preallocates every segment to full size)."""
-    files = RFS.list_files(location, RFS.settings_for(location), "commitlog")
+    files = RFS.list_files(location, RFS.settings_for(location), paths.COMMITLOG)
     segs = [size for name, size in files if name.isdigit() and len(name) == 20]
     if not segs:
         raise StoreNotFoundError("not a store: no commitlog segment files", path=location)

@@ -31,8 +31,9 @@ from ..format import properties as P
 from ..format.hashes import crc32
 from ..io.mapped_file import MappedFile
 from . import fs as RFS
+from ..io import paths
 
-COMMITLOG = "commitlog"
+COMMITLOG = paths.COMMITLOG
 DEFAULT_SPLIT_SIZE = 64 << 20
 DEFAULT_BATCH_RECORDS = 4096
 #: A batch is also cut when its records exceed this many bytes (bodies can be 4 MiB each).

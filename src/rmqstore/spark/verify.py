@@ -28,7 +28,7 @@ from pyspark.sql.types import ByteType, IntegerType, LongType, StringType, Struc
 
 from ..format import message as M
 from . import scan as S
-from .internal import spec_of, cfg_from_json, open_fs
+from .tasks import spec_of, cfg_from_json, open_fs
 
 FINDING, QUEUE_EDGE, KEY, GOOD_ITEM, SPAN = 0, 1, 2, 3, 4
 

@@ -2,7 +2,7 @@
 :func:`.jobs.register`; not for users).
 
 Rebuild runs two stages as plain RDD jobs (``parallelize(tasks).mapPartitions``, see
-:func:`.jobs._run_tasks`): a task gets its part of a JSON-able spec the driver wrote, does its
+:func:`.jobs.runtime.run_tasks`): a task gets its part of a JSON-able spec the driver wrote, does its
 work on files and returns a small summary. Launching an RDD job costs less than a Python data
 source read (which plans its partitions in a Python worker of its own), and no row of data crosses
 the JVM in either stage.
@@ -46,6 +46,7 @@ from ..format import message as M
 from ..format.arrays import stable_argsort
 from . import fs as RFS
 from . import scan as S
+from ..io import paths
 
 TMP_DIR = ".rmqstore-spark-tmp"
 
@@ -168,7 +169,7 @@ def claim_span(claims_dir: str, span_id: int) -> bool:
     (``O_CREAT | O_EXCL`` is atomic on local filesystems and NFSv3+), False for every other.
     A claim is never released: a claimed span whose result is lost (a failed or a losing
     speculative task attempt) is found missing by the driver and run again without claims
-    (:func:`.jobs._run_claimed`). Also used for the writer tasks' items."""
+    (:func:`.jobs.runtime.run_claimed`). Also used for the writer tasks' items."""
     try:
         fd = os.open(os.path.join(claims_dir, str(span_id)), os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
     except FileExistsError:
@@ -349,8 +350,8 @@ def write_queue(cfg: MessageStoreConfig, tmp_root: str, out_dir: str, topic: str
         files = len(cq.queue.files)
     finally:
         cq.close()
-    src = os.path.join(tmp_root, "consumequeue", topic, str(qid))
-    dst = os.path.join(out_dir, "consumequeue", topic, str(qid))
+    src = paths.consume_queue_dir(tmp_root, topic, qid)
+    dst = paths.consume_queue_dir(out_dir, topic, qid)
     os.makedirs(os.path.dirname(dst), exist_ok=True)
     if os.path.exists(dst):  # left by an earlier attempt of this task
         shutil.rmtree(dst)
