@@ -57,7 +57,7 @@ def test_console_script_in_a_pipe(vectors):
 
 
 def test_the_core_needs_neither_pyarrow_nor_pyspark(tmp_path):
-    """The core install is numpy, click, rich and javaproperties (broker.conf as Java reads it): the
+    """The core install is numpy, isal (CRC-32), click, rich and javaproperties (broker.conf as Java reads it): the
     store, a consumer and the CLI work with pyarrow and pyspark made unimportable (pyproject's
     dependencies say the same)."""
     import subprocess
@@ -67,11 +67,12 @@ def test_the_core_needs_neither_pyarrow_nor_pyspark(tmp_path):
 
     meta = tomllib.loads((Path(__file__).resolve().parents[2] / "pyproject.toml").read_text())["project"]
     names = {d.split(">")[0].split("=")[0].split("[")[0].strip() for d in meta["dependencies"]}
-    assert names == {"numpy", "click", "rich", "javaproperties"}
+    assert names == {"numpy", "isal", "click", "rich", "javaproperties"}
     assert {"pyarrow", "pyspark"} <= {d.split(">")[0] for d in meta["optional-dependencies"]["spark"]}
     code = (
         "import sys\n"
         "sys.modules['pyarrow'] = None; sys.modules['pyspark'] = None\n"
+        "sys.modules['isal'] = None  # without isal's wheels CRCs fall back to zlib\n"
         "from rmqstore import Message, MessageStore\n"
         "from rmqstore.cli.main import main\n"
         "with MessageStore.open(sys.argv[1]) as st:\n"

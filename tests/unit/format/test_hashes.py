@@ -185,3 +185,15 @@ def test_java_hash_ranges_ignores_bytes_outside_the_ranges():
     assert ok.all()
     want = [reference_hash("abc"), reference_hash("defgh"), 0, reference_hash("k" * 300)] + [reference_hash("k")] * 300
     assert H.to_int32(h).tolist() == want
+
+
+@given(st.binary(max_size=5000), st.integers(0, 16))
+def test_the_fast_crc32_is_zlibs(data, cut):
+    """format.hashes uses ISA-L's CRC-32 when isal is installed: the same value as zlib's, on whole
+    buffers and on memoryview slices (how the record checks call it)."""
+    import zlib
+
+    from rmqstore.format.hashes import crc32_raw
+
+    assert crc32_raw(data) == zlib.crc32(data)
+    assert crc32_raw(memoryview(data)[cut:]) == zlib.crc32(data[cut:])
