@@ -237,9 +237,8 @@ class _CsvWriter:
         import pyarrow as pa
         import pyarrow.compute as pc
 
-        quote = pa.scalar(b'"', pa.binary())
-        fields = []
-        for name in self.names:
+        pieces: list = []  # one join builds every line: literal separators and quotes between columns
+        for k, name in enumerate(self.names):
             col = rb.column(name)
             if name == "keys":
                 col = pc.binary_join(col.cast(pa.list_(pa.string())), " ")
@@ -252,18 +251,29 @@ class _CsvWriter:
                 col = pa.array(text, pa.string())
             elif name == "body":
                 col = pa.array(_body_texts(col), pa.string()) if not _utf8_rows(col).all() else col.cast(pa.string())
+            sep = "," if k else ""
             if pa.types.is_string(col.type):
                 col = col.cast(pa.binary())
                 if _has_byte(col, 0x22):
                     col = pc.replace_substring(col, b'"', b'""')
-                col = pc.binary_join_element_wise(quote, col, quote, pa.scalar(b"", pa.binary()))
-            elif pa.types.is_timestamp(col.type):
-                col = _time_text(col)
+                if col.null_count:  # null: an empty field, unquoted
+                    quote, empty = pa.scalar(b'"', pa.binary()), pa.scalar(b"", pa.binary())
+                    pieces += [sep, pc.binary_join_element_wise(quote, col, quote, empty).fill_null(b"")]
+                else:
+                    pieces += [sep + '"', col, '"']
             else:
-                col = col.cast(pa.string()).cast(pa.binary())
-            fields.append(col.fill_null(b""))
-        fields[-1] = pc.binary_join_element_wise(fields[-1], pa.scalar(b"\n", pa.binary()), pa.scalar(b"", pa.binary()))
-        _write_values(self.fh, pc.binary_join_element_wise(*fields, pa.scalar(b",", pa.binary())))
+                col = _time_text(col) if pa.types.is_timestamp(col.type) else col.cast(pa.string()).cast(pa.binary())
+                pieces += [sep, col.fill_null(b"") if col.null_count else col]
+        pieces.append("\n")
+        merged: list = []
+        for p in pieces:  # adjacent literals as one
+            if isinstance(p, str) and merged and isinstance(merged[-1], str):
+                merged[-1] += p
+            else:
+                merged.append(p)
+        _write_values(self.fh, pc.binary_join_element_wise(
+            *[pa.scalar(p.encode(), pa.binary()) if isinstance(p, str) else p for p in merged if not isinstance(p, str) or p],
+            pa.scalar(b"", pa.binary())))
 
     def close(self) -> None:
         if self.owned:

@@ -246,17 +246,31 @@ class TopicDecoder:
         self.names: list[str] = []
 
     def codes(self, mm, batch: M.RecordBatch) -> np.ndarray:
-        mv = memoryview(mm)
+        """The code of each record's topic: the batch's distinct topic byte strings are found with
+        numpy (one row of bytes per record, ``np.unique``), so Python sees each distinct topic once."""
+        n = len(batch)
+        if n == 0:
+            return np.empty(0, dtype=np.int32)
+        u8 = np.frombuffer(mm, dtype=np.uint8)
+        lens = np.maximum(batch.topic_len.astype(np.int64), 0)
+        width = int(lens.max())
+        cols = np.arange(width, dtype=np.int64)
+        mat = u8[np.minimum(batch.topic_pos.astype(np.int64)[:, None] + cols, u8.size - 1)]
+        mat[cols[None, :] >= lens[:, None]] = 0
+        rows = np.empty((n, width + 2), dtype=np.uint8)  # the length first: "a" and "a\0" differ
+        rows[:, 0], rows[:, 1], rows[:, 2:] = lens & 0xFF, lens >> 8, mat
+        uniq, first, inv = np.unique(rows.view(np.dtype((np.void, width + 2))).ravel(), return_index=True,
+                                     return_inverse=True)
         ids, names = self.ids, self.names
-        out = np.empty(len(batch), dtype=np.int32)
-        for j, (p, n) in enumerate(zip(batch.topic_pos.tolist(), batch.topic_len.tolist())):
-            tb = bytes(mv[p:p + n])
+        code_of = np.empty(len(uniq), dtype=np.int32)
+        for j, i in enumerate(first.tolist()):
+            tb = bytes(mat[i, :lens[i]])
             c = ids.get(tb)
             if c is None:
                 c = ids[tb] = len(names)
                 names.append(tb.decode("utf-8", "replace"))
-            out[j] = c
-        return out
+            code_of[j] = c
+        return code_of[inv.ravel()]
 
     def array(self, codes: np.ndarray) -> pa.Array:
         return pa.DictionaryArray.from_arrays(pa.array(codes), pa.array(self.names, pa.string())).dictionary_decode()
