@@ -158,7 +158,9 @@ def _escapes(col) -> np.ndarray:
         return out
     offs = np.frombuffer(bufs[1], dtype=np.int32, count=n + 1, offset=col.offset * 4)
     data = np.frombuffer(bufs[2], dtype=np.uint8)[offs[0]:offs[-1]]
-    bad = (data < 0x20) | (data == 0x22) | (data == 0x5C)
+    bad = np.less(data, 0x20)  # in place: one temporary for the three tests
+    np.logical_or(bad, np.equal(data, 0x22), out=bad)
+    np.logical_or(bad, np.equal(data, 0x5C), out=bad)
     if bad.any():
         out[np.searchsorted(offs, np.flatnonzero(bad) + offs[0], side="right") - 1] = True
     return out
