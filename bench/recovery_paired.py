@@ -1,0 +1,70 @@
+"""Abnormal recovery, old tree against new tree, in paired alternating rounds.
+
+Not collected by pytest. Usage::
+
+    .venv/bin/python bench/recovery_paired.py --old /tmp/old-tree [--mib 256] [--rounds 5] [--store DIR]
+
+A store of one ``--mib`` MiB commitlog segment of 1 KiB keyed messages is built once
+(``bench/durability.py: build_store``). Each measurement is one process of the given tree opening it
+as after the worst crash (``abort`` file, zeroed checkpoint: every record scanned with its CRC and
+re-dispatched into consume queues and index); MB/s is recovered commitlog bytes over the open's wall
+time. Rounds alternate the order (old first, then new first); ratios are new over old per round.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+_CHILD = r"""
+import json, os, sys
+tree, store, seg = sys.argv[1], sys.argv[2], int(sys.argv[3])
+sys.path.insert(0, os.path.join(tree, "src")); sys.path.insert(0, os.path.join(tree, "bench"))
+import durability
+with open(os.path.join(store, "abort"), "w") as fh:
+    fh.write("0")
+with open(os.path.join(store, "checkpoint"), "r+b") as fh:
+    fh.write(bytes(4096))
+print(json.dumps(durability.bench_recover(store, seg)))
+"""
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--old", required=True, help="a checkout of the tree to compare with")
+    ap.add_argument("--mib", type=int, default=256)
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--store", default="/tmp/rmqstore-recovery-bench")
+    args = ap.parse_args()
+    seg = args.mib << 20
+    if not os.path.exists(os.path.join(args.store, ".complete")):
+        sys.path.insert(0, str(ROOT / "src"))
+        sys.path.insert(0, str(ROOT / "bench"))
+        import durability
+
+        durability.build_store(args.store, seg)
+        open(os.path.join(args.store, ".complete"), "w").close()
+    res: dict[str, list[float]] = {"old": [], "new": []}
+    for r in range(args.rounds):
+        order = [("old", args.old), ("new", str(ROOT))]
+        for name, tree in (order if r % 2 == 0 else order[::-1]):
+            out = subprocess.run([sys.executable, "-c", _CHILD, tree, args.store, str(seg)], capture_output=True,
+                                 text=True, check=True)
+            got = json.loads(out.stdout.strip().splitlines()[-1])
+            assert got["mode"] == "abnormal", got
+            res[name].append(got["bytes"] / got["seconds"] / 1e6)
+            print(f"round {r + 1} {name}: {res[name][-1]:.1f} MB/s", file=sys.stderr)
+    ratios = [n / o for n, o in zip(res["new"], res["old"])]
+    print(f"abnormal recovery of {args.mib} MiB: old {statistics.median(res['old']):.0f} MB/s, "
+          f"new {statistics.median(res['new']):.0f} MB/s (medians); new/old per round "
+          f"{', '.join(f'{x:.2f}' for x in ratios)}, median {statistics.median(ratios):.2f}x")
+
+
+if __name__ == "__main__":
+    main()
