@@ -133,14 +133,18 @@ def work_bytes(store) -> int:
     return max(0, cl.confirm_offset - cl.min_offset) + cqs + ix
 
 
-class Verifier:
-    def __init__(self, store, progress: Callable[[int], None] | None):
-        self.store = store
-        self._done_before = 0  # bytes of the phases already finished (progress counts across phases)
-        self.cfg = store.cfg
-        self.cl = store.commit_log
-        self.files = list(self.cl.queue.files)
-        self.progress = progress
+class LogChecks:
+    """The checks made on every batch of commitlog records, on their own (no store needed): queue
+    offsets run on without a gap per queue (``cq_gap`` findings), the first record at or beyond each
+    queue's end (``cq_hi``), and the index keys each record must be found by. :class:`Verifier` runs
+    them over the whole log; the Spark verify over one span per task (``files`` only name positions:
+    objects with ``file_from_offset``, ``file_size`` and ``path``)."""
+
+    def __init__(self, files, cfg, delay_levels_ms, cq_hi: dict | None = None):
+        self.files = files
+        self.cfg = cfg
+        self.delay_levels_ms = delay_levels_ms
+        self.cq_hi: dict[tuple[str, int], int] = cq_hi if cq_hi is not None else {}
         self.f = _Findings()
         self.topic_cache: dict[bytes, str] = {}
         # per (topic, queue id): last queue offset seen in the commitlog, and its phy offset
@@ -148,6 +152,46 @@ class Verifier:
         # per queue: the first record (queue offset, phy offset) at or beyond the queue's end
         self.first_beyond: dict[tuple[str, int], tuple[int, int]] = {}
         self.expected_keys: list[tuple[np.ndarray, np.ndarray]] = []   # (phys, hashes) of keyed records
+
+    def on_batch(self, mf, batch: M.RecordBatch) -> None:
+        cols = extract_dispatch_columns(mf.u8, batch, self.delay_levels_ms, self.topic_cache)
+        tx = batch.sys_flag & M.SYSFLAG_TX_MASK
+        for topic, qid, grp in queue_groups(batch, cols):
+            i0 = int(grp[0])
+            qk = (topic, qid)
+            qo = batch.queue_offset[grp]
+            prev = self.queue_last.get(qk)
+            expect_first = prev[0] + 1 if prev else None
+            jumps = np.flatnonzero(np.diff(qo) != 1)
+            if expect_first is not None and int(qo[0]) != expect_first:
+                self.record_gap(qk, prev[0], int(qo[0]), prev[1], int(batch.phy_offset[i0]))
+            for j in jumps.tolist():
+                self.record_gap(qk, int(qo[j]), int(qo[j + 1]), int(batch.phy_offset[grp[j]]),
+                                int(batch.phy_offset[grp[j + 1]]))
+            self.queue_last[qk] = (int(qo[-1]), int(batch.phy_offset[grp[-1]]))
+            if qk not in self.first_beyond:
+                beyond = np.flatnonzero(qo >= self.cq_hi.get(qk, 0))
+                if beyond.size:
+                    j = int(beyond[0])
+                    self.first_beyond[qk] = (int(qo[j]), int(batch.phy_offset[grp[j]]))
+        if self.cfg.message_index_enable and cols.item_rec.size:
+            keep = (tx[cols.item_rec] != M.TX_ROLLBACK)
+            self.expected_keys.append((batch.phy_offset[cols.item_rec[keep]].astype(np.int64),
+                                       cols.item_hash[keep].astype(np.int64)))
+
+    def record_gap(self, qk, a: int, b: int, phy_a: int, phy_b: int) -> None:
+        path, pos = file_pos(self.files, phy_b)
+        self.f.add("cq_gap", path, pos, f"queue {qk[0]}/{qk[1]}: queue offset jumps from {a} (record at {phy_a}) "
+                                        f"to {b} (record at {phy_b}) in the commitlog")
+
+
+class Verifier(LogChecks):
+    def __init__(self, store, progress: Callable[[int], None] | None):
+        super().__init__(list(store.commit_log.queue.files), store.cfg, store.delay_levels_ms)
+        self.store = store
+        self._done_before = 0  # bytes of the phases already finished (progress counts across phases)
+        self.cl = store.commit_log
+        self.progress = progress
         self.rebuild_queues: set[tuple[str, int]] = set()
         self.rebuild_index = False
         self.scan: R.ScanResult | None = None
@@ -196,37 +240,6 @@ class Verifier:
             kind = "record_crc" if "CRC" in scan.reason or "incomplete" in scan.reason else "record_invalid"
             self.f.add(kind, path, pos, f"{scan.reason}: the store holds data up to {limit} but valid records end "
                                         f"at {scan.end}")
-
-    def on_batch(self, mf, batch: M.RecordBatch) -> None:
-        cols = extract_dispatch_columns(mf.u8, batch, self.store.delay_levels_ms, self.topic_cache)
-        tx = batch.sys_flag & M.SYSFLAG_TX_MASK
-        for topic, qid, grp in queue_groups(batch, cols):
-            i0 = int(grp[0])
-            qk = (topic, qid)
-            qo = batch.queue_offset[grp]
-            prev = self.queue_last.get(qk)
-            expect_first = prev[0] + 1 if prev else None
-            jumps = np.flatnonzero(np.diff(qo) != 1)
-            if expect_first is not None and int(qo[0]) != expect_first:
-                self.record_gap(qk, prev[0], int(qo[0]), prev[1], int(batch.phy_offset[i0]))
-            for j in jumps.tolist():
-                self.record_gap(qk, int(qo[j]), int(qo[j + 1]), int(batch.phy_offset[grp[j]]),
-                          int(batch.phy_offset[grp[j + 1]]))
-            self.queue_last[qk] = (int(qo[-1]), int(batch.phy_offset[grp[-1]]))
-            if qk not in self.first_beyond:
-                beyond = np.flatnonzero(qo >= self.cq_hi.get(qk, 0))
-                if beyond.size:
-                    j = int(beyond[0])
-                    self.first_beyond[qk] = (int(qo[j]), int(batch.phy_offset[grp[j]]))
-        if self.cfg.message_index_enable and cols.item_rec.size:
-            keep = (tx[cols.item_rec] != M.TX_ROLLBACK)
-            self.expected_keys.append((batch.phy_offset[cols.item_rec[keep]].astype(np.int64),
-                                       cols.item_hash[keep].astype(np.int64)))
-
-    def record_gap(self, qk, a: int, b: int, phy_a: int, phy_b: int) -> None:
-        path, pos = file_pos(self.files, phy_b)
-        self.f.add("cq_gap", path, pos, f"queue {qk[0]}/{qk[1]}: queue offset jumps from {a} (record at {phy_a}) "
-                                        f"to {b} (record at {phy_b}) in the commitlog")
 
     # --- consume queues ----------------------------------------------------------------------
     def check_consume_queues(self) -> None:

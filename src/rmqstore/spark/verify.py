@@ -10,8 +10,9 @@ one crossed (a span boundary inside a damaged region) is scanned again from the 
 Consume queues (a group of queues per task) and index files (a group of files per task) are checked
 by the verifier's own per-queue and per-file checks on a read-only view of the store opened in the
 task; the check that every key of every record is in the index is a Spark anti-join; the checkpoint
-and the tail after the end of valid data are one small task. Only this module imports the
-verifier's internals, so a change there shows up in one place (and in the comparison test).
+and the tail after the end of valid data are one small task. The commitlog checks are the
+verifier's own :class:`~rmqstore.engine.verify.LogChecks`, run per span; the per-queue and per-file
+checks run on a read-only store opened in the task.
 """
 from __future__ import annotations
 
@@ -19,7 +20,6 @@ import contextlib
 
 import json
 from dataclasses import dataclass
-from types import SimpleNamespace
 
 import numpy as np
 import pyarrow as pa
@@ -51,20 +51,25 @@ VERIFY_SCHEMA = StructType([
 ])
 
 
-def light_files(store_dir: str, segments: list[int], seg_size: int):
-    """What the verifier needs to name a commitlog position (no mapping)."""
-    return [SimpleNamespace(file_from_offset=s, file_size=seg_size, path=S.segment_path(store_dir, s))
-            for s in segments]
+@dataclass(frozen=True)
+class SegmentName:
+    """What the verifier's checks need to name a commitlog position: a segment's start, size and path."""
+
+    file_from_offset: int
+    file_size: int
+    path: str
 
 
-def stub_verifier(store_dir: str, cfg, files):
-    from ..engine import verify as V
+def light_files(store_dir: str, segments: list[int], seg_size: int) -> list[SegmentName]:
+    """The segments, to name positions by (nothing is mapped)."""
+    return [SegmentName(s, seg_size, S.segment_path(store_dir, s)) for s in segments]
 
-    store = SimpleNamespace(cfg=cfg, read_only=True, consume_queues={}, path=store_dir,
-                            delay_levels_ms=cfg.delay_levels_ms,
-                            commit_log=SimpleNamespace(queue=SimpleNamespace(files=files),
-                                                       min_offset=files[0].file_from_offset if files else 0))
-    return V.Verifier(store, None)
+
+def log_checks(cfg, files):
+    """The verifier's per-batch commitlog checks (:class:`rmqstore.engine.verify.LogChecks`) for a span."""
+    from ..engine.verify import LogChecks
+
+    return LogChecks(files, cfg, cfg.delay_levels_ms)
 
 
 def corrupt_finding(c, files):
@@ -168,7 +173,7 @@ def _scan_span(store_dir: str, cfg, segments: list[int], span_id: int, span: S.S
              for s in segments[i:j + 2]]
     for mf in files:
         mf.wrote_position = mf.flushed_position = seg_size
-    v = stub_verifier(store_dir, cfg, light)
+    v = log_checks(cfg, light)
     topics = TopicDecoder()
     firsts: dict[tuple[str, int], tuple[int, int]] = {}
     crossing: list[int] = []

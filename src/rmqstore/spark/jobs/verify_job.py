@@ -127,7 +127,7 @@ def _verify_store(spark: SparkSession, loc: StoreLoc, split_size: int | None) ->
         edge_rows = rows_of(SV.QUEUE_EDGE)
         for r in (edge_rows.collect() if edge_rows is not None else []):
             edges.setdefault((r.topic, r.queueId), []).append(r)
-        stub = SV.stub_verifier(store_dir, cfg, light)
+        stub = SV.log_checks(cfg, light)
         queue_last = {}
         for qk, rs in sorted(edges.items()):
             rs.sort(key=lambda r: order[r.span])
