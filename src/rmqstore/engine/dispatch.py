@@ -16,6 +16,7 @@ from typing import Callable
 
 import numpy as np
 
+from ..format import cursor as C
 from ..format import hashes as H
 from ..format import message as M
 from ..format.arrays import padded_rows, range_positions, stable_argsort
@@ -320,37 +321,32 @@ def dispatch_batch(buf, batch: M.RecordBatch, *, cq_for: Callable, index_service
 
 def iter_record_batches(queue, start: int, end: int, batch_records: int = BATCH_RECORDS):
     """Yield ``(mapped_file, RecordBatch)`` for the valid records in ``[start, end)`` of a commitlog
-    segment queue, in order, following blank records to the next segment.
+    segment queue, in order, following blank records to the next segment (the commitlog cursor,
+    :mod:`rmqstore.format.cursor`, segment by segment).
 
     Stops at the end of data, at ``end``, or before the first invalid record; the generator's
-    return value (``StopIteration.value``) is ``(offset, reason)`` where it stopped."""
+    return value (``StopIteration.value``) is ``(offset, Stop)``: where it stopped and why
+    (:attr:`~rmqstore.format.cursor.Stop.END` for the end of data or ``end``)."""
     pos_phy = start
     while pos_phy < end:
         mf = queue.find(pos_phy)
         if mf is None:
-            return pos_phy, "no segment"
-        pos = pos_phy - mf.file_from_offset
-        starts, stop, stop_pos = M.walk_records(mf.mm, pos, min(mf.file_size, end - mf.file_from_offset), batch_records)
-        batch = M.decode_batch(mf.u8, starts)
-        k = batch.first_invalid()
-        if k < len(batch):
-            batch = batch.take(k)
-        if len(batch):
-            yield mf, batch
-            pos_phy = mf.file_from_offset + int(batch.starts[-1] + batch.total[-1])
-        if k < len(starts):
-            return pos_phy, "invalid record"
-        if stop == "blank":
-            pos_phy = mf.file_from_offset + stop_pos
-            pos_phy += mf.file_size - stop_pos
+            return pos_phy, C.Stop.END
+        base = mf.file_from_offset
+        step = C.read_batch(mf.mm, mf.u8, pos_phy - base, min(mf.file_size, end - base), batch_records)
+        if len(step.batch):
+            yield mf, step.batch
+            pos_phy = base + step.end
+        halt = step.halt
+        if halt.stop is C.Stop.BLANK:
+            pos_phy = base + mf.file_size
+        elif halt.stop is C.Stop.FULL:
             continue
-        if stop == "limit" and len(starts) == batch_records:
-            continue
-        if stop == "end" and mf.stand_in and queue.find(mf.file_from_offset + mf.file_size) is not None:
-            pos_phy = mf.file_from_offset + mf.file_size  # the rest of a missing or short segment: a gap
-            continue
-        return pos_phy, "end" if stop in ("end", "limit") else stop
-    return pos_phy, "end"
+        elif halt.stop is C.Stop.END and mf.stand_in and queue.find(base + mf.file_size) is not None:
+            pos_phy = base + mf.file_size  # the rest of a missing or short segment: a gap
+        else:
+            return pos_phy, C.Stop.END if halt.stop in (C.Stop.END, C.Stop.LIMIT) else halt.stop
+    return pos_phy, C.Stop.END
 
 
 def _contiguous(batch: M.RecordBatch, end_pos: int) -> bool:
@@ -433,9 +429,9 @@ class ReputMessageService:
                 return
 
     # --- work --------------------------------------------------------------------------------
-    def hinted_starts(self, mf, pos: int, seg_end: int) -> tuple[tuple[np.ndarray, str, int] | None, int]:
+    def hinted_starts(self, mf, pos: int, seg_end: int) -> tuple[tuple[np.ndarray, C.Halt] | None, int]:
         """Record starts for ``mf`` from ``pos`` out of the ones the producer's batch path left in
-        ``commit_log.batch_starts``: ``(walk_records' answer, seg_end)`` when they begin exactly at
+        ``commit_log.batch_starts``: ``((starts, halt), seg_end)`` as a walk answers, when they begin exactly at
         ``pos`` (consecutive batches up to ``BATCH_RECORDS`` records, none past ``seg_end``),
         otherwise ``(None, where the walk should stop)``: the next handed-over batch, so that
         only records put one at a time are walked. Batches already behind ``pos`` are dropped."""
@@ -454,7 +450,7 @@ class ReputMessageService:
             at = end
             hints.popleft()
         if parts:
-            return ((parts[0] if len(parts) == 1 else np.concatenate(parts)), "limit", at - base), seg_end
+            return ((parts[0] if len(parts) == 1 else np.concatenate(parts)), C.Halt(C.Stop.LIMIT, at - base)), seg_end
         if hints and at < hints[0][0] < limit:
             return None, hints[0][0] - base
         return None, seg_end
@@ -518,54 +514,7 @@ class ReputMessageService:
                 mf = cl.queue.find(self.reput_from)
                 if mf is None:
                     break
-                pos = self.reput_from - mf.file_from_offset
-                seg_end = min(mf.file_size, end - mf.file_from_offset)
-                hinted, walk_end = self.hinted_starts(mf, pos, seg_end)
-                if hinted is not None:
-                    starts, stop, stop_pos = hinted
-                else:
-                    starts, stop, stop_pos = M.walk_records(mf.mm, pos, walk_end, BATCH_RECORDS)
-                    if not len(starts) and walk_end < seg_end:  # no record ends where a batch was said to start
-                        starts, stop, stop_pos = M.walk_records(mf.mm, pos, seg_end, BATCH_RECORDS)
-                if hinted is None and len(starts) == 1:  # a broker's usual round: one record, no numpy
-                    one = self._dispatch_one(mf, int(starts[0]))
-                    if one is not None:
-                        new, touched = one
-                        if new is None:  # invalid: resync as the batch path does
-                            new = self._resync(mf, mf.file_from_offset + int(starts[0]), end)
-                        if new <= self.reput_from:
-                            break
-                        with self._progress:
-                            self.reput_from = new
-                            self._progress.notify_all()
-                        if touched:
-                            store.notify_dispatched(touched)
-                        continue
-                batch = M.decode_batch(mf.u8, starts)
-                if hinted is not None and not _contiguous(batch, stop_pos):
-                    log.warning("dispatch: record starts handed over for [%d, %d) do not match the records; walking them",
-                                self.reput_from, mf.file_from_offset + stop_pos)
-                    starts, stop, stop_pos = M.walk_records(mf.mm, pos, seg_end, BATCH_RECORDS)
-                    batch = M.decode_batch(mf.u8, starts)
-                k = batch.first_invalid()
-                if k < len(batch):
-                    batch = batch.take(k)
-                touched: set[tuple[str, int]] = set()
-                if len(batch):
-                    touched = dispatch_batch(mf.u8, batch, cq_for=store.find_consume_queue,
-                                             index_service=store.index_service, delay_levels_ms=store.delay_levels_ms,
-                                             topic_cache=self._topic_cache, build_index=store.cfg.message_index_enable)
-                    store.on_dispatched(int(batch.store_timestamp[-1]))
-                    new = mf.file_from_offset + int(batch.starts[-1] + batch.total[-1])
-                else:
-                    new = self.reput_from
-                if k < len(starts) or (stop in ("invalid", "end") and not len(batch)
-                                       and mf.file_from_offset + stop_pos < end):
-                    # (zeros before the readable end are damage, or a stand-in's gap: resync past them)
-                    bad = mf.file_from_offset + (int(starts[k]) if k < len(starts) else stop_pos)
-                    new = self._resync(mf, bad, end)
-                elif stop == "blank" and (not len(batch) or new == mf.file_from_offset + stop_pos):
-                    new = cl.roll_next_file(mf.file_from_offset + stop_pos)
+                new, touched = self._reput_round(mf, end)
                 if new <= self.reput_from:
                     break  # nothing complete to dispatch yet
                 with self._progress:
@@ -573,3 +522,51 @@ class ReputMessageService:
                     self._progress.notify_all()
                 if touched:
                     store.notify_dispatched(touched)
+
+    def _walk_from(self, mf, pos: int, seg_end: int) -> tuple[np.ndarray, C.Halt, bool]:
+        """Record starts from ``pos`` (the producer's hints, else a walk) and whether they are hints."""
+        hinted, walk_end = self.hinted_starts(mf, pos, seg_end)
+        if hinted is not None:
+            return hinted[0], hinted[1], True
+        starts, halt = C.walk_starts(mf.mm, pos, walk_end, BATCH_RECORDS)
+        if not len(starts) and walk_end < seg_end:  # no record ends where a batch was said to start
+            starts, halt = C.walk_starts(mf.mm, pos, seg_end, BATCH_RECORDS)
+        return starts, halt, False
+
+    def _reput_round(self, mf, end: int) -> tuple[int, set[tuple[str, int]]]:
+        """One batch of ``mf`` from ``reput_from``: where dispatch goes on, and the touched queues."""
+        store = self.store
+        base = mf.file_from_offset
+        pos = self.reput_from - base
+        seg_end = min(mf.file_size, end - base)
+        starts, halt, hinted = self._walk_from(mf, pos, seg_end)
+        if not hinted and len(starts) == 1:  # a broker's usual round: one record, no numpy
+            one = self._dispatch_one(mf, int(starts[0]))
+            if one is not None:
+                new, touched = one
+                if new is None:  # invalid: resync as the batch path does
+                    new = self._resync(mf, base + int(starts[0]), end)
+                return new, touched
+        batch = M.decode_batch(mf.u8, starts)
+        if hinted and not _contiguous(batch, halt.pos):
+            log.warning("dispatch: record starts handed over for [%d, %d) do not match the records; walking them",
+                        self.reput_from, base + halt.pos)
+            starts, halt = C.walk_starts(mf.mm, pos, seg_end, BATCH_RECORDS)
+            batch = M.decode_batch(mf.u8, starts)
+        step = C.check_framing(mf.mm, mf.u8, batch, halt, None)
+        batch = step.batch
+        touched: set[tuple[str, int]] = set()
+        new = self.reput_from
+        if len(batch):
+            touched = dispatch_batch(mf.u8, batch, cq_for=store.find_consume_queue,
+                                     index_service=store.index_service, delay_levels_ms=store.delay_levels_ms,
+                                     topic_cache=self._topic_cache, build_index=store.cfg.message_index_enable)
+            store.on_dispatched(int(batch.store_timestamp[-1]))
+            new = base + step.end
+        stop, at = step.halt.stop, base + step.halt.pos
+        if len(batch) < len(starts) or (stop in (C.Stop.INVALID, C.Stop.END) and not len(batch) and at < end):
+            # (zeros before the readable end are damage, or a stand-in's gap: resync past them)
+            new = self._resync(mf, at, end)
+        elif stop is C.Stop.BLANK and (not len(batch) or new == at):
+            new = store.commit_log.roll_next_file(at)
+        return new, touched

@@ -8,9 +8,9 @@ the framing (length formula) holds, then follows TOTALSIZE as the store does. Th
 span may end past ``end``; the next span finds the record after it the same way.
 
 Only the segment's mmap is touched (read-only), records are decoded in batches of a few thousand
-with the numpy codecs (:func:`~rmqstore.format.message.walk_records`,
-:func:`~rmqstore.format.message.decode_batch`), and nothing here imports pyspark, so the code is
-shared by the data source, the jobs, the tests and the benchmark.
+through the commitlog cursor (:mod:`rmqstore.format.cursor`: the walk, the resynchronisation rule
+and the record checks that recovery, verify and dispatch use too), and nothing here imports
+pyspark, so the code is shared by the data source, the jobs, the tests and the benchmark.
 
 Besides the records, a scan reports where its run of consecutive records (the *chain*) stops and
 why (:class:`SpanSummary`); the driver stitches the summaries of all spans into the end of valid
@@ -26,8 +26,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..errors import CorruptRecordError, StoreNotFoundError
+from ..format import cursor as C
 from ..format import message as M
-from ..format import properties as P
 from ..format.hashes import crc32
 from ..io.mapped_file import MappedFile
 from . import fs as RFS
@@ -42,13 +42,11 @@ DEFAULT_BATCH_BYTES = 32 << 20
 #: (RocketMQ's default maxMessageSize is 4 MiB, plus properties and header)
 REMOTE_TAIL = 5 << 20
 
-_MAGIC_BYTES = (struct.pack(">i", M.MAGIC_V1), struct.pack(">i", M.MAGIC_V2))
-_I32 = struct.Struct(">i")
-_I64 = struct.Struct(">q")
 _TOTAL_MAGIC = struct.Struct(">ii")
 
-# what is found at a position of the chain (SpanSummary.stop_kind / head_kind)
-RECORD, BLANK, END, INVALID, CRC, TORN, SEGMENT_END = "record", "blank", "end", "invalid", "crc", "torn", "segment_end"
+# what is found at a position of the chain (SpanSummary.stop_kind / head_kind): the cursor's Stop
+RECORD, BLANK, END, INVALID, CRC, TORN, SEGMENT_END = (C.Stop.RECORD, C.Stop.BLANK, C.Stop.END, C.Stop.INVALID,
+                                                       C.Stop.CORRUPT, C.Stop.TORN, C.Stop.SEGMENT_END)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -289,80 +287,17 @@ class Segment:
 
     # --- positions (relative to the segment start) ----------------------------------------------
     def is_record_at(self, p: int) -> bool:
-        """A record that resynchronisation accepts starts at ``p``: V1/V2 magic, PHYSICALOFFSET
-        equal to its own position, TOTALSIZE inside the segment, length formula satisfied."""
-        if p < 0 or p + M.HEAD_SIZE > self.size:
-            return False
-        total, magic = _TOTAL_MAGIC.unpack_from(self.mm, p)
-        if magic != M.MAGIC_V1 and magic != M.MAGIC_V2:
-            return False
-        if total < 91 or p + total > self.size:
-            return False
-        if _I64.unpack_from(self.mm, p + M.PHY_OFFSET_POS)[0] != self.start + p:
-            return False
-        return bool(M.decode_batch(self.u8, np.array([p], dtype=np.int64)).valid[0])
-
-    def _skip_zeros(self, lo: int, stop: int) -> int:
-        """First position in ``[lo, stop)`` of a non-zero byte, else ``stop``: numpy over growing
-        chunks (the zero-filled end of a preallocated segment is skipped at memory speed, several
-        times faster than searching it for the magic)."""
-        u8 = self.u8
-        step = 1 << 12
-        while lo < stop:
-            hi = min(stop, lo + step)
-            chunk = u8[lo:hi]
-            if chunk.any():
-                return lo + int(np.argmax(chunk != 0))
-            lo = hi
-            step = min(step * 2, 1 << 24)
-        return stop
+        """A record that resynchronisation accepts starts at ``p`` (:func:`rmqstore.format.cursor.is_record_at`)."""
+        return C.is_record_at(self.mm, self.u8, self.size, self.start, p)
 
     def find_record_start(self, pos: int, limit: int) -> int:
         """First ``p`` in ``[pos, limit)`` where :meth:`is_record_at` holds, or -1."""
-        limit = min(limit, self.size)
-        if pos >= limit:
-            return -1
-        if self.is_record_at(pos):
-            return pos
-        mm = self.mm
-        stop = min(limit + 8, self.size)
-        window = 1 << 16
-        lo = pos + 5  # magic candidates at p + 4 for p > pos
-        while lo < stop:  # search window by window, so a magic that never occurs costs one window
-            lo = self._skip_zeros(lo, stop)  # a magic starts with a non-zero byte
-            hi = min(stop, lo + window + 3)
-            cands = []
-            for m in _MAGIC_BYTES:
-                c = mm.find(m, lo, hi)
-                while c >= 0:
-                    cands.append(c)
-                    c = mm.find(m, c + 1, hi)
-            for c in sorted(cands):
-                p = c - 4
-                if p >= limit:
-                    return -1
-                if self.is_record_at(p):
-                    return p
-            if hi >= stop:
-                return -1
-            lo = hi - 3  # a magic code straddling the window edge is found by the next window
-            window = min(window * 2, 1 << 22)
-        return -1
+        p = C.find_record_start(self.mm, self.u8, self.size, self.start, pos, limit)
+        return -1 if p is None else p
 
     def kind_at(self, p: int) -> str:
         """What the chain finds at ``p``: a record header, a blank, the zero end of data, or junk."""
-        if p >= self.size:
-            return SEGMENT_END
-        if self.size - p < 8:
-            return TORN
-        total, magic = _TOTAL_MAGIC.unpack_from(self.mm, p)
-        if magic == M.BLANK_MAGIC:
-            return BLANK
-        if total == 0 and magic == 0:
-            return END
-        if magic in (M.MAGIC_V1, M.MAGIC_V2):
-            return RECORD if total >= 91 and p + total <= self.size else TORN
-        return INVALID
+        return C.kind_at(self.mm, self.size, p)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -370,37 +305,25 @@ class Segment:
 # ------------------------------------------------------------------------------------------------
 
 def complete(seg: Segment, batch: M.RecordBatch) -> np.ndarray:
-    """Per record: its last TOPIC byte and last PROPERTIES byte (writers end properties with 0x02)
-    are not zero. A write torn by a crash keeps the header but leaves zeros at the end, which the
-    body CRC does not see when the tear falls after the body."""
-    u8 = seg.u8
-    tl, pl = batch.topic_len, batch.props_len
-    last_t = u8[np.where(tl > 0, batch.topic_pos + tl - 1, 0)]
-    last_p = u8[np.where(pl > 0, batch.props_pos + pl - 1, 0)]
-    return ((tl <= 0) | (last_t != 0)) & ((pl <= 0) | (last_p != 0))
+    """Per record: not torn (:func:`rmqstore.format.cursor.complete`)."""
+    return C.complete(seg.u8, batch)
 
 
 def crc_ok(seg: Segment, batch: M.RecordBatch, prop_crc: bool) -> np.ndarray:
-    """Per record: complete (:func:`complete`) and its body CRC (or, with ``prop_crc``, the
-    ``__CRC32#`` property) holds, as recovery checks it."""
-    whole = complete(seg, batch)
-    if not prop_crc:
-        return whole & M.body_crc_ok(seg.mm, batch)
+    """Per record: complete and its body CRC (or, with ``prop_crc``, the ``__CRC32#`` property)
+    holds, as recovery checks it."""
+    whole = C.complete(seg.u8, batch)
+    if not whole.any():
+        return whole
+    if whole.all():
+        return C.crc_ok(seg.mm, batch, prop_crc)
     out = whole.copy()
-    mv = memoryview(seg.mm)
-    for i, (s, pp, pl, tot) in enumerate(zip(batch.starts.tolist(), batch.props_pos.tolist(),
-                                             batch.props_len.tolist(), batch.total.tolist())):
-        if not out[i]:
-            continue
-        value = P.parse_properties(mv[pp:pp + max(pl, 0)]).get(P.CRC32_KEY) if pl > 0 else None
-        want = P.parse_crc_digits(value) if value is not None else None
-        out[i] = want is not None and want == crc32(mv[s:s + tot - P.CRC32_RESERVED_LEN])
+    idx = np.flatnonzero(whole)
+    out[idx] = C.crc_ok(seg.mm, C.take(batch, idx), prop_crc)
     return out
 
 
-def take(batch: M.RecordBatch, idx: np.ndarray) -> M.RecordBatch:
-    """Rows ``idx`` of a batch (any index array or boolean mask)."""
-    return M.RecordBatch(**{k: v[idx] for k, v in batch.__dict__.items()})
+take = C.take
 
 
 # ------------------------------------------------------------------------------------------------
@@ -486,17 +409,16 @@ def scan_span(seg: Segment, span: Span, summary: SpanSummary | None = None, *, c
         stop(pos, kind, detail)
 
     while 0 <= p < b:
-        starts, _, _ = M.walk_records(seg.mm, p, seg.size, _walk_limit(s, p, b, batch_records))
+        starts, halt = C.walk_starts(seg.mm, p, seg.size, _walk_limit(s, p, b, batch_records))
         starts = starts[:int(np.searchsorted(starts, b))]  # only records that start in the span
         batch = M.decode_batch(seg.u8, starts)
         if len(batch) > 1 and batch_bytes:
             cut = max(1, int(np.searchsorted(np.cumsum(batch.total), batch_bytes, side="right")))
             if cut < len(batch):
                 batch = batch.take(cut)
-        k = batch.first_invalid()
-        kind, detail = INVALID, ""
-        if k < len(batch):
-            detail = f"invalid record: {M.check_record(seg.mm, int(batch.starts[k]), seg.size, check_crc=False)[2]}"
+        step = C.check_framing(seg.mm, seg.u8, batch, halt, None)
+        k = len(step.batch)
+        kind, detail = INVALID, step.halt.reason if k < len(batch) else ""
         after = int(batch.starts[k - 1] + batch.total[k - 1]) if k else p
         after_kind = seg.kind_at(after) if k == len(batch) else INVALID
         if k and (check_crc or after_kind in (END, INVALID, TORN)):
@@ -641,18 +563,10 @@ def _sealed(store_dir: str, segments: list[int], i: int, seg_size: int) -> bool:
 def _walk_live(seg: Segment, p: int) -> tuple[np.ndarray, np.ndarray, str]:
     """Record starts and sizes from ``p`` while the framing holds, and why the walk stopped."""
     starts_all, totals_all = [], []
-    while True:
-        starts, why, _ = M.walk_records(seg.mm, p, seg.size, 65536)
-        batch = M.decode_batch(seg.u8, starts)
-        k = batch.first_invalid()
-        starts_all.append(starts[:k])
-        totals_all.append(batch.total[:k])
-        if k < starts.size:
-            why = INVALID
-        elif why == "limit" and starts.size == 65536:
-            p = int(starts[-1] + batch.total[-1])
-            continue
-        return np.concatenate(starts_all), np.concatenate(totals_all), why
+    for step in C.walk(seg.mm, seg.u8, p, seg.size, 65536):
+        starts_all.append(step.batch.starts)
+        totals_all.append(step.batch.total)
+    return np.concatenate(starts_all), np.concatenate(totals_all), step.halt.stop
 
 
 def end_after_records(store_dir: str, seg_size: int, start: int, end: int, n: int) -> int:
@@ -668,7 +582,7 @@ def end_after_records(store_dir: str, seg_size: int, start: int, end: int, n: in
         with Segment(store_dir, seg0, seg_size) as seg:
             p = seg.find_record_start(max(cur, seg0) - seg0, min(end - seg0, seg_size))
             while 0 <= p < end - seg0:
-                starts, _, _ = M.walk_records(seg.mm, p, seg.size, 65536)
+                starts, _ = C.walk_starts(seg.mm, p, seg.size, 65536)
                 starts = starts[:int(np.searchsorted(starts, end - seg0))]
                 if not starts.size:
                     break
