@@ -20,7 +20,7 @@ LAYERS = {
     "config": 2, "types": 2,
     "layout": 3,
     "engine": 4,
-    "message_store": 5, "rebuild": 5, "consumer": 5,
+    "message_store": 5, "store_reads": 5, "rebuild": 5, "consumer": 5,
     "export": 6, "spark": 6, "broker": 6, "demo": 6,
     "cli": 7, "__main__": 7,
 }
