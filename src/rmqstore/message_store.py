@@ -1082,22 +1082,7 @@ class MessageStore(StoreReads):
         if self.reput is not None:
             self.reput.shutdown()
         if not self.read_only and self._lock_fd is not None:
-            try:
-                self.consumer_offsets.persist()
-            except StoreIOError:
-                log.exception("consumer offsets could not be written at close")
-            try:
-                self.commit_log.flush(0)
-                for cq in self.consume_queues.values():
-                    cq.flush(0)
-                self.checkpoint.values.physic_msg_timestamp = self.commit_log.flushed_store_timestamp or \
-                    self.checkpoint.values.physic_msg_timestamp
-                self.index_service.flush()
-                fsync_dirty_dirs()
-                self.checkpoint.flush()
-            except Exception:  # noqa: BLE001 - the next open recovers
-                log.exception("final flush failed; the next open will recover")
-                abort_clean = False
+            abort_clean = self._final_flush() and abort_clean
         index_paths = [f.path for f in self.index_service.files]
         index_counts = self._index_counts()
         self.index_service.close()
@@ -1106,6 +1091,38 @@ class MessageStore(StoreReads):
             cq.close()
         self.commit_log.close()
         self._close_retired(force=True)
+        self._close_own_derived()
+        if self._lock_fd is not None:
+            if abort_clean:
+                self._mark_clean_close(extents, index_paths, index_counts)
+            with _LOCKED_GUARD:
+                _LOCKED_PATHS.discard(self.path)
+            os.close(self._lock_fd)
+            self._lock_fd = None
+
+    def _final_flush(self) -> bool:
+        """A writer's last flush of offsets, commitlog, queues, index and checkpoint; False when it
+        failed (the next open then recovers)."""
+        try:
+            self.consumer_offsets.persist()
+        except StoreIOError:
+            log.exception("consumer offsets could not be written at close")
+        try:
+            self.commit_log.flush(0)
+            for cq in self.consume_queues.values():
+                cq.flush(0)
+            self.checkpoint.values.physic_msg_timestamp = self.commit_log.flushed_store_timestamp or \
+                self.checkpoint.values.physic_msg_timestamp
+            self.index_service.flush()
+            fsync_dirty_dirs()
+            self.checkpoint.flush()
+        except Exception:  # noqa: BLE001 - the next open recovers
+            log.exception("final flush failed; the next open will recover")
+            return False
+        return True
+
+    def _close_own_derived(self) -> None:
+        """Close the store's own queues and index a reader's shadow copies stood in for; remove the copies."""
         if self._own_derived is not None:
             own_queues, own_index = self._own_derived
             for cq in own_queues.values():
@@ -1115,29 +1132,25 @@ class MessageStore(StoreReads):
                 own_index.close()
         if self._shadow_dir is not None:
             shutil.rmtree(self._shadow_dir, ignore_errors=True)
-        if self._lock_fd is not None:
-            if abort_clean:
-                if extents != self._extents_at_open or os.path.exists(os.path.join(self.path, QUEUE_EXTENTS_FILE)):
-                    self._write_queue_extents(extents)
-                stats = self._index_stats(index_paths)
-                # (a close that indexed nothing leaves a broker's store without the file: mtimes move
-                # when a writer merely maps and flushes, the counts do not)
-                if index_counts != self._index_counts_at_open or os.path.exists(os.path.join(self.path,
-                                                                                            INDEX_STATS_FILE)):
-                    try:
-                        atomic_write_text(os.path.join(self.path, INDEX_STATS_FILE), json.dumps(stats, indent=0) + "\n")
-                    except OSError:
-                        log.exception("%s: the index file stats could not be written (the next open checks less)",
-                                      self.path)
-                try:
-                    os.unlink(paths.abort_path(self.path))
-                    fsync_dir(self.path)
-                except FileNotFoundError:
-                    pass
-            with _LOCKED_GUARD:
-                _LOCKED_PATHS.discard(self.path)
-            os.close(self._lock_fd)
-            self._lock_fd = None
+
+    def _mark_clean_close(self, extents: dict[str, int], index_paths: list[str], index_counts: dict[str, int]) -> None:
+        """A clean close: the queue extents and index stats files (when they changed), then no abort file."""
+        if extents != self._extents_at_open or os.path.exists(os.path.join(self.path, QUEUE_EXTENTS_FILE)):
+            self._write_queue_extents(extents)
+        stats = self._index_stats(index_paths)
+        # (a close that indexed nothing leaves a broker's store without the file: mtimes move
+        # when a writer merely maps and flushes, the counts do not)
+        if index_counts != self._index_counts_at_open or os.path.exists(os.path.join(self.path, INDEX_STATS_FILE)):
+            try:
+                atomic_write_text(os.path.join(self.path, INDEX_STATS_FILE), json.dumps(stats, indent=0) + "\n")
+            except OSError:
+                log.exception("%s: the index file stats could not be written (the next open checks less)",
+                              self.path)
+        try:
+            os.unlink(paths.abort_path(self.path))
+            fsync_dir(self.path)
+        except FileNotFoundError:
+            pass
 
     def __enter__(self) -> "MessageStore":
         return self

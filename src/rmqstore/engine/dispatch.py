@@ -197,18 +197,27 @@ def _columns_of_fields(batch: M.RecordBatch, u8: np.ndarray, delay_levels_ms, to
 def extract_dispatch_columns(u8: np.ndarray, batch: M.RecordBatch, delay_levels_ms, topic_cache: dict
                              ) -> DispatchColumns:
     """Vectorised counterpart of :func:`extract_dispatch_fields` (same answers, as columns)."""
-    n = len(batch)
-    if n <= SMALL_BATCH:
+    if len(batch) <= SMALL_BATCH:
         return _columns_of_fields(batch, u8, delay_levels_ms, topic_cache)
-    # topics: fixed-width rows (length byte + padded bytes), unique rows decoded once
+    topic_ids, topics = _topic_column(u8, batch, topic_cache)
+    # properties: one buffer, values located by byte patterns
+    props = _Props(*_gather_ranges(u8, batch.props_pos, batch.props_len))
+    tags_codes = _tags_codes(props, batch, topic_ids, topics, delay_levels_ms)
+    item_rec, item_hash = _index_items(props, topic_ids, topics)
+    return DispatchColumns(topic_ids, topics, tags_codes, item_rec, item_hash)
+
+
+def _topic_column(u8: np.ndarray, batch: M.RecordBatch, topic_cache: dict) -> tuple[np.ndarray, list[str]]:
+    """Per record the index of its topic in the batch's distinct topics, and those topics: topics as
+    fixed-width rows (length byte + padded bytes), the distinct rows decoded once."""
     tl = batch.topic_len
-    width = int(tl.max()) if n else 0
+    width = int(tl.max()) if len(batch) else 0
     cols = np.arange(width, dtype=np.int64)
     idx = batch.topic_pos[:, None] + np.minimum(cols, np.maximum(tl[:, None] - 1, 0))
     mat = np.where(cols < tl[:, None], u8[idx], 0).astype(np.uint8)
     rows = np.concatenate([tl.astype(np.uint8)[:, None], mat], axis=1)
-    uniq, first, topic_ids = np.unique(np.ascontiguousarray(rows).view(np.dtype((np.void, rows.shape[1]))).ravel(),
-                                       return_index=True, return_inverse=True)
+    _, first, topic_ids = np.unique(np.ascontiguousarray(rows).view(np.dtype((np.void, rows.shape[1]))).ravel(),
+                                    return_index=True, return_inverse=True)
     topics = []
     for i in first.tolist():
         tb = u8[int(batch.topic_pos[i]):int(batch.topic_pos[i] + tl[i])].tobytes()
@@ -216,58 +225,85 @@ def extract_dispatch_columns(u8: np.ndarray, batch: M.RecordBatch, delay_levels_
         if t is None:
             t = topic_cache[tb] = tb.decode("utf-8", "replace")
         topics.append(t)
-    topic_ids = topic_ids.ravel()
-    # properties: one buffer, values located by byte patterns
-    buf, slot = _gather_ranges(u8, batch.props_pos, batch.props_len)
-    seps = np.flatnonzero(buf == 2)
-    tags_codes = np.zeros(n, dtype=np.int64)
-    trec, ts_, te_ = _property_values(buf, slot, seps, b"TAGS")
+    return topic_ids.ravel(), topics
+
+
+@dataclass
+class _Props:
+    """A batch's properties gathered into one buffer (:func:`_gather_ranges`), with the positions
+    of its 0x02 separators."""
+
+    buf: np.ndarray
+    slot: np.ndarray
+
+    def __post_init__(self) -> None:
+        self.seps = np.flatnonzero(self.buf == 2)
+
+    def values(self, name: bytes):
+        return _property_values(self.buf, self.slot, self.seps, name)
+
+
+def _tags_codes(props: _Props, batch: M.RecordBatch, topic_ids: np.ndarray, topics: list[str], delay_levels_ms
+                ) -> np.ndarray:
+    """Per record the consume-queue tagsCode: the TAGS hash; for the schedule topic, the delivery
+    time its DELAY level says."""
+    buf = props.buf
+    tags_codes = np.zeros(len(batch), dtype=np.int64)
+    trec, ts_, te_ = props.values(b"TAGS")
     if trec.size:
         h, ok = H.java_hash_ranges(buf, ts_, te_)
         tags_codes[trec] = H.to_int32(h).astype(np.int64)
         for j in np.flatnonzero(~ok).tolist():
             tags_codes[trec[j]] = H.java_hash_cached(_text(buf, int(ts_[j]), int(te_[j])))
     if SCHEDULE_TOPIC in topics:
-        drec, ds, de = _property_values(buf, slot, seps, b"DELAY")
+        drec, ds, de = props.values(b"DELAY")
         sched = topics.index(SCHEDULE_TOPIC)
         for r, a, b in zip(drec.tolist(), ds.tolist(), de.tolist()):
             if topic_ids[r] == sched:
-                props = {"DELAY": _text(buf, a, b)}
+                found = {"DELAY": _text(buf, a, b)}
                 tr = np.flatnonzero(trec == r)
                 if tr.size:
-                    props["TAGS"] = _text(buf, int(ts_[tr[0]]), int(te_[tr[0]]))
-                tags_codes[r] = tags_code_of(SCHEDULE_TOPIC, props, int(batch.store_timestamp[r]), delay_levels_ms)
-    # index keys: UNIQ_KEY, then KEYS split on single spaces (empty tokens dropped)
-    urec, us, ue = _property_values(buf, slot, seps, b"UNIQ_KEY")
-    krec, ks, ke = _property_values(buf, slot, seps, b"KEYS")
-    if krec.size:
-        inside = np.zeros(buf.size + 1, dtype=np.int8)
-        inside[ks] = 1  # value ranges never touch (a 0x02 ends each), so no position repeats
-        inside[ke] = -1
-        inside = np.cumsum(inside[:-1], dtype=np.int8) > 0
-        tok = inside & (buf != 0x20)
-        prev = np.concatenate([[False], tok[:-1]])
-        nxt = np.concatenate([tok[1:], [False]])
-        tstart = np.flatnonzero(tok & ~prev)
-        tend = np.flatnonzero(tok & ~nxt) + 1
-        tok_rec = krec[np.searchsorted(ks, tstart, side="right") - 1]
-    else:
-        tstart = tend = tok_rec = np.zeros(0, dtype=np.int64)
+                    found["TAGS"] = _text(buf, int(ts_[tr[0]]), int(te_[tr[0]]))
+                tags_codes[r] = tags_code_of(SCHEDULE_TOPIC, found, int(batch.store_timestamp[r]), delay_levels_ms)
+    return tags_codes
+
+
+def _key_tokens(buf: np.ndarray, krec: np.ndarray, ks: np.ndarray, ke: np.ndarray):
+    """The KEYS values split on single spaces (empty tokens dropped): (token start, end, record)."""
+    if not krec.size:
+        z = np.zeros(0, dtype=np.int64)
+        return z, z, z
+    inside = np.zeros(buf.size + 1, dtype=np.int8)
+    inside[ks] = 1  # value ranges never touch (a 0x02 ends each), so no position repeats
+    inside[ke] = -1
+    inside = np.cumsum(inside[:-1], dtype=np.int8) > 0
+    tok = inside & (buf != 0x20)
+    prev = np.concatenate([[False], tok[:-1]])
+    nxt = np.concatenate([tok[1:], [False]])
+    tstart = np.flatnonzero(tok & ~prev)
+    tend = np.flatnonzero(tok & ~nxt) + 1
+    return tstart, tend, krec[np.searchsorted(ks, tstart, side="right") - 1]
+
+
+def _index_items(props: _Props, topic_ids: np.ndarray, topics: list[str]) -> tuple[np.ndarray, np.ndarray]:
+    """The index items in dispatch order (per record UNIQ_KEY, then each KEYS token): the record of
+    each and ``abs(hash("topic#key"))``."""
+    buf = props.buf
+    urec, us, ue = props.values(b"UNIQ_KEY")
+    tstart, tend, tok_rec = _key_tokens(buf, *props.values(b"KEYS"))
     item_rec = np.concatenate([urec, tok_rec]).astype(np.int64)
     starts = np.concatenate([us, tstart]).astype(np.int64)
     ends = np.concatenate([ue, tend]).astype(np.int64)
     order = stable_argsort(item_rec)  # uniq keys sort before the KEYS tokens of a record
     item_rec, starts, ends = item_rec[order], starts[order], ends[order]
-    if item_rec.size:
-        prefix = np.array([H.java_hash(t + "#") & 0xFFFFFFFF for t in topics], dtype=np.uint64)
-        kh, ok = H.java_hash_ranges(buf, starts, ends)
-        full = H.to_int32(H.combine_hash(prefix[topic_ids[item_rec]], kh, ends - starts)).astype(np.int64)
-        for j in np.flatnonzero(~ok).tolist():
-            full[j] = H.java_hash(f"{topics[topic_ids[item_rec[j]]]}#{_text(buf, int(starts[j]), int(ends[j]))}")
-        item_hash = np.where(full == H.INT_MIN, 0, np.abs(full))
-    else:
-        item_hash = np.zeros(0, dtype=np.int64)
-    return DispatchColumns(topic_ids, topics, tags_codes, item_rec, item_hash)
+    if not item_rec.size:
+        return item_rec, np.zeros(0, dtype=np.int64)
+    prefix = np.array([H.java_hash(t + "#") & 0xFFFFFFFF for t in topics], dtype=np.uint64)
+    kh, ok = H.java_hash_ranges(buf, starts, ends)
+    full = H.to_int32(H.combine_hash(prefix[topic_ids[item_rec]], kh, ends - starts)).astype(np.int64)
+    for j in np.flatnonzero(~ok).tolist():
+        full[j] = H.java_hash(f"{topics[topic_ids[item_rec[j]]]}#{_text(buf, int(starts[j]), int(ends[j]))}")
+    return item_rec, np.where(full == H.INT_MIN, 0, np.abs(full))
 
 
 def queue_groups(batch: M.RecordBatch, cols: DispatchColumns):
