@@ -267,6 +267,10 @@ def table(res: dict, p: dict) -> list[str]:
         lines.append(f"| {names[row]} | {UNITS.get(row, 'msgs/s')} | {o:,.0f} | {n:,.0f} | "
                      f"{statistics.median(ratios):.2f} | {min(ratios):.2f}–{max(ratios):.2f} | "
                      f"{max(x['rss_mb'] for x in old):,.0f} / {max(x['rss_mb'] for x in new):,.0f} |")
+    rec = statistics.median(x["rate"] for x in res["recovery"]["new"])
+    size = "" if p["recovery_mib"] >= 1024 else f" (measured on {p['recovery_mib']} MiB, not the target's 1 GiB)"
+    lines += ["", f"Recovery target (abnormal recovery of 1 GiB of 1 KiB records at >= 500 MB/s): new tree "
+                  f"{rec:,.0f} MB/s, {'met' if rec >= 500 else 'not met'}{size}."]
     return lines
 
 
