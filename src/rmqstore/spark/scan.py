@@ -378,42 +378,83 @@ def _walk_limit(s: SpanSummary, p: int, b: int, batch_records: int) -> int:
     return max(16, min(batch_records, int((b - p) / mean * 1.25) + 16))
 
 
-def scan_span(seg: Segment, span: Span, summary: SpanSummary | None = None, *, check_crc: bool = False,
-              prop_crc: bool = False, salvage: bool = True, batch_records: int = DEFAULT_BATCH_RECORDS,
-              batch_bytes: int = DEFAULT_BATCH_BYTES):
+@dataclass(frozen=True)
+class ScanOptions:
+    """How a span is scanned: ``check_crc`` verifies every record's CRC (the body CRC, or the
+    ``__CRC32#`` property with ``prop_crc``) and a mismatch breaks the run like an invalid record;
+    ``salvage`` goes on past a break (resynchronising); batches hold at most ``batch_records``
+    records and ``batch_bytes`` bytes."""
+
+    check_crc: bool = False
+    prop_crc: bool = False
+    salvage: bool = True
+    batch_records: int = DEFAULT_BATCH_RECORDS
+    batch_bytes: int = DEFAULT_BATCH_BYTES
+
+
+def scan_span(seg: Segment, span: Span, summary: SpanSummary | None = None, opts: ScanOptions | None = None, **kw):
     """Yield :class:`~rmqstore.format.message.RecordBatch` es (positions relative to the segment)
     of the valid records that start in ``span``, in commitlog order, filling ``summary``.
 
-    With ``check_crc`` every record's CRC is verified (the body CRC, or the ``__CRC32#`` property
-    with ``prop_crc``) and a mismatch breaks the run like an invalid record. Without it, the last
-    record before the end of data is still checked, so a torn tail (a header on disk without all
-    of its bytes) is never returned. After a break the scan resynchronises and goes on, noting the
-    break in the summary (``salvage``), or stops there (only the run of records from ``first``)."""
-    s = summary if summary is not None else SpanSummary(span)
-    a, b = span.start - seg.start, span.end - seg.start
-    s.head_kind = seg.kind_at(a)
-    p = seg.find_record_start(a, b)
-    if p < 0:
-        return
-    s.first = seg.start + p
-    in_chain = True  # still on the run of records that started at `first`
+    Options (:class:`ScanOptions`, or its fields as keywords): with ``check_crc`` every record's CRC
+    is verified. Without it, the last record before the end of data is still checked, so a torn tail
+    (a header on disk without all of its bytes) is never returned. After a break the scan
+    resynchronises and goes on, noting the break in the summary (``salvage``), or stops there (only
+    the run of records from ``first``)."""
+    yield from _SpanScan(seg, span, summary if summary is not None else SpanSummary(span),
+                         opts if opts is not None else ScanOptions(**kw)).run()
 
-    def stop(pos: int, kind: str, detail: str = "") -> None:
-        nonlocal in_chain
-        if in_chain:
-            s.chain_end, s.stop_kind, s.stop_detail = seg.start + pos, kind, detail
-            in_chain = False
 
-    def brk(pos: int, kind: str, detail: str) -> None:
-        s.breaks.append((seg.start + pos, kind, detail))
-        stop(pos, kind, detail)
+class _SpanScan:
+    """One :func:`scan_span`: the cursor over the span, the chain it follows, the breaks it notes."""
 
-    while 0 <= p < b:
-        starts, halt = C.walk_starts(seg.mm, p, seg.size, _walk_limit(s, p, b, batch_records))
-        starts = starts[:int(np.searchsorted(starts, b))]  # only records that start in the span
+    def __init__(self, seg: Segment, span: Span, summary: SpanSummary, opts: ScanOptions):
+        self.seg, self.s, self.o = seg, summary, opts
+        self.a, self.b = span.start - seg.start, span.end - seg.start
+        self.in_chain = True  # still on the run of records that started at `first`
+
+    def stop(self, pos: int, kind: str, detail: str = "") -> None:
+        if self.in_chain:
+            s = self.s
+            s.chain_end, s.stop_kind, s.stop_detail = self.seg.start + pos, kind, detail
+            self.in_chain = False
+
+    def brk(self, pos: int, kind: str, detail: str) -> None:
+        self.s.breaks.append((self.seg.start + pos, kind, detail))
+        self.stop(pos, kind, detail)
+
+    def run(self):
+        seg, s, b = self.seg, self.s, self.b
+        s.head_kind = seg.kind_at(self.a)
+        p = seg.find_record_start(self.a, b)
+        if p < 0:
+            return
+        s.first = seg.start + p
+        while 0 <= p < b:
+            batch, k, kind, detail = self._next_batch(p)
+            if k:
+                out = batch.take(k) if k < len(batch) else batch
+                s.records += k
+                s.bytes += int(out.total.sum())
+                yield out
+                p = int(out.starts[-1] + out.total[-1])
+            if k < len(batch):
+                self.brk(int(batch.starts[k]), kind, detail)
+                if not self.o.salvage:
+                    return
+                p = seg.find_record_start(int(batch.starts[k]) + 1, b)
+                continue
+            p = self._after_run(p)
+
+    def _next_batch(self, p: int):
+        """The next batch from ``p`` (records starting in the span, at most the options' size), how
+        many of its records are good, and what the first bad one is."""
+        seg, o = self.seg, self.o
+        starts, halt = C.walk_starts(seg.mm, p, seg.size, _walk_limit(self.s, p, self.b, o.batch_records))
+        starts = starts[:int(np.searchsorted(starts, self.b))]  # only records that start in the span
         batch = M.decode_batch(seg.u8, starts)
-        if len(batch) > 1 and batch_bytes:
-            cut = max(1, int(np.searchsorted(np.cumsum(batch.total), batch_bytes, side="right")))
+        if len(batch) > 1 and o.batch_bytes:
+            cut = max(1, int(np.searchsorted(np.cumsum(batch.total), o.batch_bytes, side="right")))
             if cut < len(batch):
                 batch = batch.take(cut)
         step = C.check_framing(seg.mm, seg.u8, batch, halt, None)
@@ -421,44 +462,37 @@ def scan_span(seg: Segment, span: Span, summary: SpanSummary | None = None, *, c
         kind, detail = INVALID, step.halt.reason if k < len(batch) else ""
         after = int(batch.starts[k - 1] + batch.total[k - 1]) if k else p
         after_kind = seg.kind_at(after) if k == len(batch) else INVALID
-        if k and (check_crc or after_kind in (END, INVALID, TORN)):
-            lo = 0 if check_crc else k - 1  # every record, or just the tail record
-            ok = crc_ok(seg, take(batch, np.arange(lo, k)), prop_crc)
+        if k and (o.check_crc or after_kind in (END, INVALID, TORN)):
+            lo = 0 if o.check_crc else k - 1  # every record, or just the tail record
+            ok = crc_ok(seg, take(batch, np.arange(lo, k)), o.prop_crc)
             bad = np.flatnonzero(~ok)
             if bad.size:
                 k = lo + int(bad[0])
                 whole = bool(complete(seg, take(batch, np.array([k])))[0])
                 kind, detail = CRC, ("record is incomplete (its end is zero-filled)" if not whole else
-                                     "properties CRC mismatch" if prop_crc else "body CRC mismatch")
-        if k:
-            out = batch.take(k) if k < len(batch) else batch
-            s.records += k
-            s.bytes += int(out.total.sum())
-            yield out
-            p = int(out.starts[-1] + out.total[-1])
-        if k < len(batch):
-            brk(int(batch.starts[k]), kind, detail)
-            if not salvage:
-                return
-            p = seg.find_record_start(int(batch.starts[k]) + 1, b)
-            continue
+                                     "properties CRC mismatch" if o.prop_crc else "body CRC mismatch")
+        return batch, k, kind, detail
+
+    def _after_run(self, p: int) -> int:
+        """Where the scan goes on after a run of good records ending at ``p`` (-1: it ends)."""
+        seg, b = self.seg, self.b
         if p >= b:
-            stop(p, seg.kind_at(p))
-            return
+            self.stop(p, seg.kind_at(p))
+            return -1
         kind = seg.kind_at(p)
         if kind == RECORD:
-            continue
+            return p
         if kind in (BLANK, SEGMENT_END):
-            stop(p, kind)
-            return
+            self.stop(p, kind)
+            return -1
         if kind == END:
-            stop(p, END)
+            self.stop(p, END)
         else:
-            brk(p, kind, "record runs past the segment end" if kind == TORN else
-                f"invalid record: {M.check_record(seg.mm, p, seg.size, check_crc=False)[2]}")
-        if not salvage:
-            return
-        p = seg.find_record_start(p + 1, b)  # salvage whatever follows (normally nothing)
+            self.brk(p, kind, "record runs past the segment end" if kind == TORN else
+                     f"invalid record: {M.check_record(seg.mm, p, seg.size, check_crc=False)[2]}")
+        if not self.o.salvage:
+            return -1
+        return seg.find_record_start(p + 1, b)  # salvage whatever follows (normally nothing)
 
 
 def iter_span_batches(store_dir: str, seg_size: int, span: Span, summary: SpanSummary | None = None, **kw):
