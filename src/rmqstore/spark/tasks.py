@@ -156,8 +156,8 @@ def dispatch_task(spec: dict, spans) -> list[tuple[int, dict]]:
     open_fs(spec)
     cfg = cfg_from_json(spec["cfg"])
     os.makedirs(spec["tmp"], exist_ok=True)
-    return [(span_id, dispatch_span(spec["store"], cfg, span_id, S.Span(seg0, a, b), spec["tmp"],
-                                    check_crc=spec["check_crc"], prop_crc=spec["prop_crc"]))
+    opts = S.ScanOptions(check_crc=spec["check_crc"], prop_crc=spec["prop_crc"])
+    return [(span_id, dispatch_span(spec["store"], cfg, span_id, S.Span(seg0, a, b), spec["tmp"], opts))
             for span_id, seg0, a, b in spans]
 
 
@@ -199,24 +199,39 @@ def dispatch_claimed(spec: dict, home: int) -> list[tuple[int, dict]]:
 
 
 def dispatch_span(store_dir: str, cfg: MessageStoreConfig, span_id: int, span: S.Span, tmp: str,
-                  check_crc: bool, prop_crc: bool) -> dict:
-    """Dispatch the run of valid records starting in ``span`` (up to its first break) with the
-    in-process dispatcher's batch codec: consume-queue units (NOT_TYPE and COMMIT records) and
-    index items (UNIQ_KEY then KEYS tokens per record; none for ROLLBACK) go to the span's two
-    files. Returns the span summary with ``dispatch``: counts, the files, and per queue where its
-    units are (``[topic, queueId, first, n]``)."""
-    from ..engine.dispatch import extract_dispatch_columns
-
+                  opts: S.ScanOptions) -> dict:
+    """Dispatch the run of valid records starting in ``span`` (up to its first break; ``opts`` says
+    which CRC to check) with the in-process dispatcher's batch codec: consume-queue units
+    (NOT_TYPE and COMMIT records) and index items (UNIQ_KEY then KEYS tokens per record; none for
+    ROLLBACK) go to the span's two files. Returns the span summary with ``dispatch``: counts, the
+    files, and per queue where its units are (``[topic, queueId, first, n]``)."""
     summary = S.SpanSummary(span)
-    topic_cache: dict[bytes, str] = {}
-    delay = cfg.delay_levels_ms
-    qnames: dict[tuple[str, int], int] = {}
-    units, unit_q, items = [], [], []
-    records = 0
-    last = last_keyed = -1
-    for seg, batch in S.iter_span_batches(store_dir, cfg.mapped_file_size_commit_log, span, summary,
-                                          check_crc=check_crc, prop_crc=prop_crc, salvage=False):
-        cols = extract_dispatch_columns(seg.u8, batch, delay, topic_cache)
+    out = _SpanDispatch(cfg)
+    opts = dataclasses.replace(opts, salvage=False)
+    for seg, batch in S.iter_span_batches(store_dir, cfg.mapped_file_size_commit_log, span, summary, opts=opts):
+        out.add(seg, batch)
+    info = summary.to_dict()
+    info["dispatch"] = out.save(tmp, span_id)
+    return info
+
+
+class _SpanDispatch:
+    """The consume-queue units and index items of one span's records, collected batch by batch."""
+
+    def __init__(self, cfg: MessageStoreConfig):
+        self.delay = cfg.delay_levels_ms
+        self.topic_cache: dict[bytes, str] = {}
+        self.qnames: dict[tuple[str, int], int] = {}
+        self.units: list[np.ndarray] = []
+        self.unit_q: list[np.ndarray] = []
+        self.items: list[np.ndarray] = []
+        self.records = 0
+        self.last = self.last_keyed = -1
+
+    def add(self, seg, batch) -> None:
+        from ..engine.dispatch import extract_dispatch_columns
+
+        cols = extract_dispatch_columns(seg.u8, batch, self.delay, self.topic_cache)
         pos = batch.starts + seg.start
         topic_ids = np.asarray(cols.topic_ids, dtype=np.int64)
         tx = batch.sys_flag & M.SYSFLAG_TX_MASK
@@ -224,13 +239,13 @@ def dispatch_span(store_dir: str, cfg: MessageStoreConfig, span_id: int, span: S
         if sel.size:
             keys = topic_ids[sel] * (1 << 32) + batch.queue_id[sel].astype(np.int64)
             uk, inv = np.unique(keys, return_inverse=True)
-            ids = np.array([qnames.setdefault((cols.topics[k >> 32], k & 0xFFFFFFFF), len(qnames))
+            ids = np.array([self.qnames.setdefault((cols.topics[k >> 32], k & 0xFFFFFFFF), len(self.qnames))
                             for k in uk.tolist()], dtype=np.int64)
             u = np.empty(sel.size, dtype=CQ_UNIT_DTYPE)
             u["queue_offset"], u["phy"], u["size"] = batch.queue_offset[sel], batch.phy_offset[sel], batch.total[sel]
             u["tags"] = np.asarray(cols.tags_codes, dtype=np.int64)[sel]
-            units.append(u)
-            unit_q.append(ids[inv.ravel()])
+            self.units.append(u)
+            self.unit_q.append(ids[inv.ravel()])
         rec = np.asarray(cols.item_rec, dtype=np.int64)
         keep = tx[rec] != M.TX_ROLLBACK  # ROLLBACK records are never indexed
         rec = rec[keep]
@@ -238,34 +253,35 @@ def dispatch_span(store_dir: str, cfg: MessageStoreConfig, span_id: int, span: S
             it = np.empty(rec.size, dtype=ITEM_DTYPE)
             it["hash"] = np.asarray(cols.item_hash, dtype=np.int64)[keep]
             it["phy"], it["ts"] = batch.phy_offset[rec], batch.store_timestamp[rec]
-            items.append(it)
-            last_keyed = int(pos[rec[-1]])
-        records += len(batch)
-        last = int(pos[-1])
-    queues: list[list] = []
-    cq_path = idx_path = None
-    if units:
-        u = np.concatenate(units)
-        q = np.concatenate(unit_q)
-        order = stable_argsort(q)  # grouped by queue, commitlog order inside a queue
-        u, q = u[order], q[order]
-        cq_path = os.path.join(tmp, f"span-{span_id}.cq")
-        _save(cq_path, u)
-        bounds = np.flatnonzero(np.diff(q)) + 1
-        names = {v: k for k, v in qnames.items()}
-        for a, b in zip(np.concatenate([[0], bounds]).tolist(), np.concatenate([bounds, [q.size]]).tolist()):
-            topic, qid = names[int(q[a])]
-            queues.append([topic, qid, a, b - a])
-    n_items = 0
-    if items:
-        it = np.concatenate(items)
-        n_items = int(it.size)
-        idx_path = os.path.join(tmp, f"span-{span_id}.idx")
-        _save(idx_path, it)
-    info = summary.to_dict()
-    info["dispatch"] = {"records": records, "items": n_items, "last": last, "last_keyed": last_keyed,
-                        "queues": queues, "cq_path": cq_path, "idx_path": idx_path}
-    return info
+            self.items.append(it)
+            self.last_keyed = int(pos[rec[-1]])
+        self.records += len(batch)
+        self.last = int(pos[-1])
+
+    def save(self, tmp: str, span_id: int) -> dict:
+        """Write the span's units (grouped by queue, commitlog order inside a queue) and items."""
+        queues: list[list] = []
+        cq_path = idx_path = None
+        if self.units:
+            u = np.concatenate(self.units)
+            q = np.concatenate(self.unit_q)
+            order = stable_argsort(q)
+            u, q = u[order], q[order]
+            cq_path = os.path.join(tmp, f"span-{span_id}.cq")
+            _save(cq_path, u)
+            bounds = np.flatnonzero(np.diff(q)) + 1
+            names = {v: k for k, v in self.qnames.items()}
+            for a, b in zip(np.concatenate([[0], bounds]).tolist(), np.concatenate([bounds, [q.size]]).tolist()):
+                topic, qid = names[int(q[a])]
+                queues.append([topic, qid, a, b - a])
+        n_items = 0
+        if self.items:
+            it = np.concatenate(self.items)
+            n_items = int(it.size)
+            idx_path = os.path.join(tmp, f"span-{span_id}.idx")
+            _save(idx_path, it)
+        return {"records": self.records, "items": n_items, "last": self.last, "last_keyed": self.last_keyed,
+                "queues": queues, "cq_path": cq_path, "idx_path": idx_path}
 
 
 # ================================================================================================
