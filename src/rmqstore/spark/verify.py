@@ -1,18 +1,20 @@
 """Spark verify: the findings of ``MessageStore.verify`` (:mod:`rmqstore.engine.verify`), computed
-in parallel.
+in parallel by the verifier's own public checks.
 
 The store's verifier walks the commitlog once from its start. Here the walk is cut into byte ranges
-(spans): each task runs the same scan (:func:`rmqstore.engine.recovery.scan_log`, CRC checks, bad
-bytes skipped when an intact record follows) from the first record of its span to the first
-position past its end, and reports what it found and where it crossed the span end. The driver
-follows the chain from span to span; a span whose start does not line up with where the previous
-one crossed (a span boundary inside a damaged region) is scanned again from the right position.
-Consume queues (a group of queues per task) and index files (a group of files per task) are checked
-by the verifier's own per-queue and per-file checks on a read-only view of the store opened in the
-task; the check that every key of every record is in the index is a Spark anti-join; the checkpoint
-and the tail after the end of valid data are one small task. The commitlog checks are the
-verifier's own :class:`~rmqstore.engine.verify.LogChecks`, run per span; the per-queue and per-file
-checks run on a read-only store opened in the task.
+(spans): each task runs the same walk (:func:`rmqstore.engine.verify.walk_commitlog`, CRC checks,
+bad bytes skipped when an intact record follows) with the same per-batch checks
+(:class:`~rmqstore.engine.verify.LogChecks`) from the first record of its span to the first position
+past its end, and reports what it found and where it crossed the span end. The driver follows the
+chain from span to span; a span whose start does not line up with where the previous one crossed
+(a span boundary inside a damaged region) is scanned again from the right position. Consume queues
+(a group of queues per task) and index files (a group of files per task) are checked by
+:func:`~rmqstore.engine.verify.check_consume_queues` and
+:func:`~rmqstore.engine.verify.check_index_file` over a read-only store opened in the task (a
+:class:`~rmqstore.engine.verify.VerifyContext` with the driver's :class:`~rmqstore.engine.verify.LogFacts`);
+the check that every key of every record is in the index is a Spark anti-join; the checkpoint and
+the tail after the end of valid data are one small task (:func:`~rmqstore.engine.verify.check_checkpoint`,
+:func:`~rmqstore.engine.verify.check_tail`).
 """
 from __future__ import annotations
 
@@ -143,6 +145,7 @@ def _log_rows(store_dir: str, cfg, segments: list[int], task: dict):
 def _scan_span(store_dir: str, cfg, segments: list[int], span_id: int, span: S.Span, start: int | None):
     """Scan one span like the verifier scans the log; rows: findings, queue edges, keys, summary."""
     from ..engine import recovery as R
+    from ..engine.verify import walk_commitlog
 
     seg_size = cfg.mapped_file_size_commit_log
     light = light_files(store_dir, segments, seg_size)
@@ -158,7 +161,7 @@ def _scan_span(store_dir: str, cfg, segments: list[int], span_id: int, span: S.S
     files = _span_files(store_dir, seg_size, segments, span, limit)
     scan = _SpanScan(log_checks(cfg, light), span.end)
     try:
-        res = R.scan_log(files, start, cfg, check_crc=True, limit_phy=limit, on_batch=scan.on_batch, dispatchable=True)
+        res = walk_commitlog(files, start, cfg, limit, scan.on_batch)  # the verifier's walk
         scan.count(res, info)
     finally:
         for mf in files:
