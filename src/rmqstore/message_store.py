@@ -1294,12 +1294,25 @@ class MessageStore(StoreReads):
     def verify(self, fix: bool = False, progress=None) -> list[V.Finding]:
         """Check the store (every record's CRC, consume queues and index against the commitlog,
         checkpoint, tail) and return what is wrong as :class:`~rmqstore.engine.verify.Finding`
-        objects (empty when sound); never raises for damage found. ``fix=True`` (writers only)
-        rebuilds what the commitlog can regenerate and marks those findings ``fixed``.
-        ``progress(bytes_done)`` is called while the commitlog is scanned."""
+        objects (empty when sound); never raises for damage found, and writes nothing.
+        ``fix=True`` (writers only) then applies :meth:`repair` to them: it rebuilds what the
+        commitlog can regenerate and marks those findings ``fixed``. ``progress(bytes_done)`` is
+        called while the store is checked."""
         self._check_open()
+        if fix and self.read_only:
+            raise ReadOnlyStoreError("verify(fix=True) needs the store opened for writing", path=self.path)
         with self._own_derived_files():
-            return V.verify_store(self, fix=fix, progress=progress)
+            findings = V.verify(self, progress=progress)
+        return self.repair(findings) if fix else findings
+
+    def repair(self, findings: list[V.Finding]) -> list[V.Finding]:
+        """Apply the repairs that ``findings`` (from :meth:`verify`) carry (writers only): cut
+        the bytes after the end of valid data (saved under ``recovery/``), lower checkpoint
+        values that are ahead, rebuild the named consume queues and the index from the commitlog.
+        Returns the findings, those repaired marked ``fixed``; damaged records cannot be repaired
+        and stay unfixed. Raises :class:`ReadOnlyStoreError` on a reader."""
+        self._check_open()
+        return V.repair(self, findings)
 
     @contextlib.contextmanager
     def _own_derived_files(self):

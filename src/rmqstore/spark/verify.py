@@ -1,18 +1,20 @@
 """Spark verify: the findings of ``MessageStore.verify`` (:mod:`rmqstore.engine.verify`), computed
-in parallel.
+in parallel by the verifier's own public checks.
 
 The store's verifier walks the commitlog once from its start. Here the walk is cut into byte ranges
-(spans): each task runs the same scan (:func:`rmqstore.engine.recovery.scan_log`, CRC checks, bad
-bytes skipped when an intact record follows) from the first record of its span to the first
-position past its end, and reports what it found and where it crossed the span end. The driver
-follows the chain from span to span; a span whose start does not line up with where the previous
-one crossed (a span boundary inside a damaged region) is scanned again from the right position.
-Consume queues (a group of queues per task) and index files (a group of files per task) are checked
-by the verifier's own per-queue and per-file checks on a read-only view of the store opened in the
-task; the check that every key of every record is in the index is a Spark anti-join; the checkpoint
-and the tail after the end of valid data are one small task. The commitlog checks are the
-verifier's own :class:`~rmqstore.engine.verify.LogChecks`, run per span; the per-queue and per-file
-checks run on a read-only store opened in the task.
+(spans): each task runs the same walk (:func:`rmqstore.engine.verify.walk_commitlog`, CRC checks,
+bad bytes skipped when an intact record follows) with the same per-batch checks
+(:class:`~rmqstore.engine.verify.LogChecks`) from the first record of its span to the first position
+past its end, and reports what it found and where it crossed the span end. The driver follows the
+chain from span to span; a span whose start does not line up with where the previous one crossed
+(a span boundary inside a damaged region) is scanned again from the right position. Consume queues
+(a group of queues per task) and index files (a group of files per task) are checked by
+:func:`~rmqstore.engine.verify.check_consume_queues` and
+:func:`~rmqstore.engine.verify.check_index_file` over a read-only store opened in the task (a
+:class:`~rmqstore.engine.verify.VerifyContext` with the driver's :class:`~rmqstore.engine.verify.LogFacts`);
+the check that every key of every record is in the index is a Spark anti-join; the checkpoint and
+the tail after the end of valid data are one small task (:func:`~rmqstore.engine.verify.check_checkpoint`,
+:func:`~rmqstore.engine.verify.check_tail`).
 """
 from __future__ import annotations
 
@@ -74,11 +76,9 @@ def log_checks(cfg, files):
 
 def corrupt_finding(c, files):
     """The verifier's finding for a damaged commitlog region (same path, offset and text)."""
-    from ..engine import verify as V
+    from ..engine.verify import corrupt_finding as finding
 
-    path, pos = V.file_pos(files, c.offset)
-    return V.Finding(c.kind, path, pos, f"{c.reason}: {c.length} bytes at commitlog offset {c.offset} (kept, never "
-                                        "served)")
+    return finding(files, c)
 
 
 # ================================================================================================
@@ -145,26 +145,43 @@ def _log_rows(store_dir: str, cfg, segments: list[int], task: dict):
 def _scan_span(store_dir: str, cfg, segments: list[int], span_id: int, span: S.Span, start: int | None):
     """Scan one span like the verifier scans the log; rows: findings, queue edges, keys, summary."""
     from ..engine import recovery as R
-    from .columns import TopicDecoder
+    from ..engine.verify import walk_commitlog
 
     seg_size = cfg.mapped_file_size_commit_log
     light = light_files(store_dir, segments, seg_size)
     info = {"span": span_id, "seg": span.seg, "start": span.start, "end": span.end, "first": None, "cross": None,
             "stop": None, "reason": "", "records": 0, "last_valid": -1, "max_ts": 0}
     if start is None:
-        if span.start == span.seg:
-            start = span.seg
-        else:
-            window = (span.start - span.seg, min(seg_size, span.end - span.seg + 8))
-            with S.Segment(store_dir, span.seg, seg_size, window) as seg:
-                p = _framing_start(seg, span.start - seg.start, span.end - seg.start)
-            start = None if p < 0 else span.seg + p
+        start = _span_start(store_dir, seg_size, span)
     if start is None:
         yield {"row": SPAN, "span": span_id, "info": json.dumps(info)}
         return
     info["first"] = start
-    maxrec = R.max_record_size(cfg)
-    limit = span.end + maxrec + 8
+    limit = span.end + R.max_record_size(cfg) + 8
+    files = _span_files(store_dir, seg_size, segments, span, limit)
+    scan = _SpanScan(log_checks(cfg, light), span.end)
+    try:
+        res = walk_commitlog(files, start, cfg, limit, scan.on_batch)  # the verifier's walk
+        scan.count(res, info)
+    finally:
+        for mf in files:
+            mf.close()
+    yield from scan.rows(span_id, res, light, info)
+
+
+def _span_start(store_dir: str, seg_size: int, span: S.Span) -> int | None:
+    """Where the scan of a span starts: its segment's start, or the first record (or closing
+    blank) in the span; None when there is none."""
+    if span.start == span.seg:
+        return span.seg
+    window = (span.start - span.seg, min(seg_size, span.end - span.seg + 8))
+    with S.Segment(store_dir, span.seg, seg_size, window) as seg:
+        p = _framing_start(seg, span.start - seg.start, span.end - seg.start)
+    return None if p < 0 else span.seg + p
+
+
+def _span_files(store_dir: str, seg_size: int, segments: list[int], span: S.Span, limit: int) -> list:
+    """The segments a span's scan reads up to ``limit``, mapped over the part it reads."""
     i = segments.index(span.seg)
     j = i
     while j + 1 < len(segments) and segments[j + 1] < limit:
@@ -173,67 +190,77 @@ def _scan_span(store_dir: str, cfg, segments: list[int], span_id: int, span: S.S
              for s in segments[i:j + 2]]
     for mf in files:
         mf.wrote_position = mf.flushed_position = seg_size
-    v = log_checks(cfg, light)
-    topics = TopicDecoder()
-    firsts: dict[tuple[str, int], tuple[int, int]] = {}
-    crossing: list[int] = []
-    kept: list[tuple[object, M.RecordBatch]] = []
-    b = span.end
+    return files
 
-    def on_batch(mf, batch):
+
+class _SpanScan:
+    """What one span's scan gathers: the verifier's :class:`LogChecks` over the records that start
+    before the span's ``end``, each queue's first record in the span (its edge), the positions where
+    the scan crossed the end, and the batches (for the counters)."""
+
+    def __init__(self, checks, end: int):
+        from .columns import TopicDecoder
+
+        self.checks, self.end = checks, end
+        self.topics = TopicDecoder()
+        self.firsts: dict[tuple[str, int], tuple[int, int]] = {}
+        self.crossing: list[int] = []
+        self.kept: list[tuple[object, M.RecordBatch]] = []
+
+    def on_batch(self, mf, batch) -> None:
         abs_starts = batch.starts + mf.file_from_offset
-        beyond = abs_starts[abs_starts >= b]
+        beyond = abs_starts[abs_starts >= self.end]
         if beyond.size:
-            crossing.append(int(beyond[0]))
-        k = int(np.searchsorted(abs_starts, b))
+            self.crossing.append(int(beyond[0]))
+        k = int(np.searchsorted(abs_starts, self.end))
         if k == 0:
             return
         if k < len(batch):
             batch = batch.take(k)
-        codes = topics.codes(mf.mm, batch)
+        codes = self.topics.codes(mf.mm, batch)
         tx = batch.sys_flag & M.SYSFLAG_TX_MASK
-        sel = np.flatnonzero((tx != M.TX_PREPARED) & (tx != M.TX_ROLLBACK))
-        for r in sel.tolist():
-            key = (topics.names[int(codes[r])], int(batch.queue_id[r]))
-            if key not in firsts:
-                firsts[key] = (int(batch.queue_offset[r]), int(batch.phy_offset[r]))
-        v.on_batch(mf, batch)
-        kept.append((mf, batch))
+        for r in np.flatnonzero((tx != M.TX_PREPARED) & (tx != M.TX_ROLLBACK)).tolist():
+            key = (self.topics.names[int(codes[r])], int(batch.queue_id[r]))
+            if key not in self.firsts:
+                self.firsts[key] = (int(batch.queue_offset[r]), int(batch.phy_offset[r]))
+        self.checks.on_batch(mf, batch)
+        self.kept.append((mf, batch))
 
-    try:
-        res = R.scan_log(files, start, cfg, check_crc=True, limit_phy=limit, on_batch=on_batch, dispatchable=True)
+    def count(self, res, info: dict) -> None:
+        """The verifier's counters, for the valid records of this span only (``res``: the scan's result)."""
         bad = {c.offset for c in res.corrupt}
-        for mf, batch in kept:  # the verifier's counters, for the records of this span only
+        for mf, batch in self.kept:
             abs_starts = batch.starts + mf.file_from_offset
             good = ~np.isin(abs_starts, np.fromiter(bad, dtype=np.int64, count=len(bad)))
             if good.any():
                 info["records"] += int(good.sum())
                 info["last_valid"] = max(info["last_valid"], int(abs_starts[good][-1]))
                 info["max_ts"] = max(info["max_ts"], int(batch.store_timestamp[good].max()))
-    finally:
-        for mf in files:
-            mf.close()
-    for c in res.corrupt:
-        if c.offset < b:
-            yield _finding_row(corrupt_finding(c, light), span_id)
-            crossing.append(c.offset + c.length)
-        else:
-            crossing.append(c.offset)
-    for f in v.f.items:  # queue offset jumps inside the span
-        yield _finding_row(f, span_id)
-    if res.reason != "limit":
-        info["stop"], info["reason"] = res.end, res.reason
-    crossing.append(res.end)
-    past = [c for c in crossing if c >= b]
-    info["cross"] = min(past) if past else None
-    for (t, q), (qo, phy) in firsts.items():
-        last_qo, last_phy = v.queue_last[(t, q)]
-        yield {"row": QUEUE_EDGE, "span": span_id, "topic": t, "queueId": q, "q1": qo, "phy1": phy, "q2": last_qo,
-               "phy2": last_phy}
-    for phys, hashes in v.expected_keys:
-        for p, h in zip(phys.tolist(), hashes.tolist()):
-            yield {"row": KEY, "span": span_id, "phy": p, "hash": h}
-    yield {"row": SPAN, "span": span_id, "info": json.dumps(info)}
+
+    def rows(self, span_id: int, res, light: list, info: dict):
+        """Findings, queue edges, keys and the span summary (where the chain crosses the end)."""
+        crossing, b, checks = self.crossing, self.end, self.checks
+        for c in res.corrupt:
+            if c.offset < b:
+                yield _finding_row(corrupt_finding(c, light), span_id)
+                crossing.append(c.offset + c.length)
+            else:
+                crossing.append(c.offset)
+        for f in checks.found.items:  # queue offset jumps inside the span
+            yield _finding_row(f, span_id)
+        if res.reason != "limit":
+            info["stop"], info["reason"] = res.end, res.reason
+        crossing.append(res.end)
+        past = [c for c in crossing if c >= b]
+        info["cross"] = min(past) if past else None
+        for (t, q), (qo, phy) in self.firsts.items():
+            last_qo, last_phy = checks.queue_last[(t, q)]
+            yield {"row": QUEUE_EDGE, "span": span_id, "topic": t, "queueId": q, "q1": qo, "phy1": phy,
+                   "q2": last_qo, "phy2": last_phy}
+        for phys, hashes in checks.expected_keys:
+            for p, h in zip(phys.tolist(), hashes.tolist()):
+                yield {"row": KEY, "span": span_id, "phy": p, "hash": h}
+        yield {"row": SPAN, "span": span_id, "info": json.dumps(info)}
 
 
 def _framing_start(seg: S.Segment, a: int, b: int) -> int:
@@ -254,51 +281,53 @@ def _framing_start(seg: S.Segment, a: int, b: int) -> int:
 # --- consume queues, index files, checkpoint and tail (a read-only store per task) ----------------
 
 @contextlib.contextmanager
-def _verifier(store_dir: str, cfg, data_end: int):
-    """A read-only store and a verifier of its data below ``data_end`` for one task, closed after."""
-    from ..engine import verify as V
+def _checks(store_dir: str, cfg, queues=None):
+    """A read-only store for one task and a verify context over it (the verifier's own checks
+    judge its files: no stand-ins), judging only ``queues`` when given; closed after."""
+    from ..engine.verify import Snapshot, VerifyContext
     from ..message_store import MessageStore
 
     st = MessageStore.open(store_dir, cfg, read_only=True, stand_in_derived=False)  # judge the files themselves
     try:
-        v = V.Verifier(st, None)
-        v.data_end = data_end
-        yield st, v
+        snap = Snapshot.take(st)
+        yield st, VerifyContext.of(st, snapshot=snap if queues is None else snap.for_queues(queues))
     finally:
         st.close()
 
 
 def _queue_rows(store_dir: str, cfg, segments, task: dict):
-    with _verifier(store_dir, cfg, task["end"]) as (_, v):
-        mine = {(t, q) for t, q in task["queues"]}
-        v.queue_last = {(t, q): (qo, phy) for t, q, qo, phy in task["queue_last"]}
-        v.cq_hi = {k: hi for k, hi in v.cq_hi.items() if k in mine}
-        v.check_consume_queues()
-        yield from map(_finding_row, v.f.items)
+    from ..engine import verify as V
+
+    with _checks(store_dir, cfg, [(t, q) for t, q in task["queues"]]) as (_, ctx):
+        facts = V.LogFacts(end=task["end"], queue_last={(t, q): (qo, phy) for t, q, qo, phy in task["queue_last"]})
+        V.check_consume_queues(ctx, facts)
+        yield from map(_finding_row, ctx.found.items)
 
 
 def _index_rows(store_dir: str, cfg, segments, task: dict):
-    with _verifier(store_dir, cfg, task["end"]) as (st, v):
+    from ..engine import verify as V
+
+    with _checks(store_dir, cfg) as (st, ctx):
         names = set(task["files"])
         for f in st.index_service.files:
             if f.name not in names:
                 continue
-            phys, hashes = v.check_index_file(f)
+            phys, hashes = V.check_index_file(ctx, f, task["end"])
             for p, h in zip(phys.tolist(), hashes.tolist()):
                 yield {"row": GOOD_ITEM, "phy": p, "hash": h}
-        yield from map(_finding_row, v.f.items)
+        yield from map(_finding_row, ctx.found.items)
 
 
 def _misc_rows(store_dir: str, cfg, segments, task: dict):
     from ..engine import recovery as R
+    from ..engine import verify as V
 
-    with _verifier(store_dir, cfg, task["end"]) as (st, v):
-        v.scan = R.ScanResult(end=task["end"], last_valid=task["last_valid"], records=task["records"],
-                              reason=task["reason"], max_store_timestamp=task["max_ts"])
-        v.check_checkpoint()
-        v.check_tail()
-        yield from map(_finding_row, v.f.items)
-        yield {"row": SPAN, "info": json.dumps({"judge_lag": bool(v.judge_lag),
+    with _checks(store_dir, cfg) as (st, ctx):
+        V.check_checkpoint(ctx, R.ScanResult(end=task["end"], last_valid=task["last_valid"], records=task["records"],
+                                             reason=task["reason"], max_store_timestamp=task["max_ts"]))
+        V.check_tail(ctx, task["end"])
+        yield from map(_finding_row, ctx.found.items)
+        yield {"row": SPAN, "info": json.dumps({"judge_lag": bool(ctx.snapshot.judge_lag),
                                                 "index_files": len(st.index_service.files)})}
 
 

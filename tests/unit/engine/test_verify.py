@@ -35,7 +35,7 @@ def test_finding_shape():
     fields = [(f.name, f.type, f.default) for f in dataclasses.fields(Finding)]
     assert fields == [("kind", "str", dataclasses.MISSING), ("path", "str | None", dataclasses.MISSING),
                       ("offset", "int | None", dataclasses.MISSING), ("detail", "str", dataclasses.MISSING),
-                      ("fixed", "bool", False)]
+                      ("fixed", "bool", False), ("repairs", "tuple[Repair, ...]", ())]
     f = Finding("record_crc", "/x", 3, "d")
     with pytest.raises(dataclasses.FrozenInstanceError):
         f.fixed = True  # type: ignore[misc]
