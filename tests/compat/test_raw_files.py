@@ -12,6 +12,7 @@ import os
 import numpy as np
 import pytest
 
+from rmqstore.engine.commit_log import apply_delay_levels
 from rmqstore.engine.dispatch import extract_dispatch_fields
 from rmqstore.format import consume_queue as CQ
 from rmqstore.format import index_file as IX
@@ -45,7 +46,7 @@ def _scalar_walk(segments, cfg):
                                               force_verify_prop_crc=cfg.enabled_append_prop_crc)
             base = {"file": name, "filePos": pos, "phyOffset": start + pos}
             if ok and size > 0:
-                rec = M.decode_message(buf, pos, len(buf), check_crc=True, delay_levels_ms=cfg.delay_levels_ms)
+                rec = apply_delay_levels(M.decode_message(buf, pos, len(buf), check_crc=True), cfg.delay_levels_ms)
                 out.append(dict(base, totalSize=size, magic=_hex32(rec.magic), kind="MSG", topic=rec.topic,
                                 queueId=rec.queue_id, queueOffset=rec.queue_offset, tagsCode=rec.tags_code,
                                 storeTimestamp=rec.store_timestamp, sysFlag=rec.sys_flag,
@@ -150,8 +151,9 @@ def test_messages_scalar_decode(vset, segments):
         for pos in starts.tolist():
             m = exp[start + pos]
             seen += 1
-            rec = M.decode_message(buf, pos, len(buf), check_crc=True, delay_levels_ms=cfg.delay_levels_ms,
-                                   force_verify_prop_crc=cfg.enabled_append_prop_crc)
+            rec = apply_delay_levels(M.decode_message(buf, pos, len(buf), check_crc=True,
+                                                      force_verify_prop_crc=cfg.enabled_append_prop_crc),
+                                     cfg.delay_levels_ms)
             lay = M.read_layout(buf, pos, len(buf))
             got = {
                 "phyOffset": rec.phy_offset, "storeSize": rec.store_size, "magic": _hex32(rec.magic),

@@ -24,10 +24,13 @@ from ..errors import CorruptRecordError, OffsetError, StoreIOError
 from ..format import message as M
 from ..format import properties as P
 from ..format import javalang as J
-from ..format.hashes import crc32_raw
+from ..format.encode import RecordFields, V4Shape, write_record
+from ..format.encode_batch import BatchFields, encode_batch
+from ..format.record import tags_code_of
+from ..format.record_layout import STORE_TIMESTAMP_END_V4, stamp_record, stamp_v4_head, store_timestamp_at
 from ..format.msgid import encode_offset_msg_id, encode_offset_msg_ids, parse_host
 from ..io.mapped_file_queue import MappedFileQueue
-from ..types import SCHEDULE_TOPIC, Message, PutMessageResult, PutMessageStatus
+from ..types import SCHEDULE_TOPIC, Message, MessageRecord, PutMessageResult, PutMessageStatus
 from ..io import paths
 
 log = logging.getLogger(__name__)
@@ -42,11 +45,7 @@ _SLOW_SYSFLAGS = M.SYSFLAG_TX_MASK | _INNER_BATCH_FLAG | M.SYSFLAG_BORNHOST_V6 |
 _MAX_PROPS = P.MAX_PROPERTIES_SIZE
 #: batches whose record starts wait for the dispatcher at most (of 256 records: 8 MiB of starts)
 START_HINTS_MAX = 4096
-_PACK_V4 = M.FIXED_V4.pack
-_I16_PACK = M.I16.pack
-_MAGIC_V1 = M.MAGIC_V1
 _PUT_OK = PutMessageStatus.PUT_OK
-_crc32 = crc32_raw
 _time_ns = time.time_ns
 _sleep = time.sleep
 
@@ -96,7 +95,6 @@ class _Encoded:
     total: int
     key: tuple[str, int]
     tx_type: int
-    store_ts_pos: int
     store_timestamp: int | None
     born_unset: bool
     store_host_raw: bytes
@@ -252,23 +250,21 @@ class CommitLog:
             store_raw = parse_host(msg.store_host) if msg.store_host else self._store_host_raw
         except ValueError as e:
             return _illegal(f"bad host: {e}")
-        sys_flag = (msg.sys_flag & ~(M.SYSFLAG_BORNHOST_V6 | M.SYSFLAG_STOREHOST_V6)
-                    | (M.SYSFLAG_BORNHOST_V6 if len(born_raw) == 20 else 0)
-                    | (M.SYSFLAG_STOREHOST_V6 if len(store_raw) == 20 else 0))
+        sys_flag = M.host_sys_flag(msg.sys_flag, len(born_raw), len(store_raw))
         total = M.record_length(len(body), len(topic_b), len(props), sys_flag, v2)
         if total > cfg.max_message_size + _MAX_TOTAL_EXTRA:
             return _illegal(f"record is {total} bytes, the limit is maxMessageSize + 65536")
         if total + M.END_FILE_MIN_BLANK_LENGTH > cfg.mapped_file_size_commit_log:
             return _illegal(f"record of {total} bytes cannot fit a {cfg.mapped_file_size_commit_log}-byte segment")
         born_unset = msg.born_timestamp is None
-        rec = M.encode_record(
+        rec = M.encode_record(RecordFields(
             topic=topic_b, body=body, props=props, queue_id=msg.queue_id, flag=msg.flag, sys_flag=sys_flag,
             born_timestamp=0 if born_unset else msg.born_timestamp, born_host=born_raw,
             store_timestamp=msg.store_timestamp or 0, store_host=store_raw,
-            reconsume_times=msg.reconsume_times, prepared_transaction_offset=msg.prepared_transaction_offset, v2=v2)
+            reconsume_times=msg.reconsume_times, prepared_transaction_offset=msg.prepared_transaction_offset, v2=v2))
         wait = b"WAIT\x01false\x02" not in props
-        return _Encoded(rec, total, (topic, msg.queue_id), sys_flag & M.SYSFLAG_TX_MASK,
-                        M.store_timestamp_pos(sys_flag), msg.store_timestamp, born_unset, store_raw, wait)
+        return _Encoded(rec, total, (topic, msg.queue_id), sys_flag & M.SYSFLAG_TX_MASK, msg.store_timestamp,
+                        born_unset, store_raw, wait)
 
     # ------------------------------------------------------------------------------------------
     # Appending (under the lock)
@@ -284,10 +280,7 @@ class CommitLog:
         return mf
 
     def _stamp(self, e: _Encoded, rec: bytearray, pos: int, store_ts: int, queue_offset: int, phy: int) -> None:
-        M.I64.pack_into(rec, pos + e.store_ts_pos, store_ts)
-        if e.born_unset:
-            M.I64.pack_into(rec, pos + 40, store_ts)
-        M.patch_offsets(rec, pos, queue_offset, phy)
+        stamp_record(rec, pos, queue_offset, phy, store_ts, e.born_unset)
         if self.cfg.enabled_append_prop_crc:
             M.fill_prop_crc(rec, pos, e.total)
 
@@ -310,9 +303,7 @@ class CommitLog:
                 return None
             if len(born) != 8 or len(store_raw) != 8:
                 return None
-            tb = topic.encode("ascii")
-            plan = (bytes((len(tb),)) + tb, born[:4], M.I32.unpack_from(born, 4)[0], store_raw[:4],
-                    M.I32.unpack_from(store_raw, 4)[0], 91 + len(tb), store_raw.hex().upper())
+            plan = (V4Shape(topic.encode("ascii"), False, born, store_raw), store_raw.hex().upper())
             if len(self._plans) < 4096:
                 self._plans[key] = plan
         return plan
@@ -320,24 +311,23 @@ class CommitLog:
     @_range_checked
     def put_message(self, msg: Message) -> PutMessageResult:
         """Append one message. The common shape (IPv4 hosts, V1 topic, no properties CRC, not
-        transactional) takes a fast path: everything but the 88-byte header is built outside the
-        lock, the header is packed under it with the final offsets, and both go straight into the
-        mapped segment. Anything else goes through :meth:`_put_general` (same bytes, more checks)."""
+        transactional) takes a fast path: the record is encoded outside the lock, its header is
+        stamped under it with the final offsets and time, and both go straight into the mapped
+        segment. Anything else goes through :meth:`_put_general` (same bytes, more checks)."""
         plan = self._plans.get((msg.topic, msg.born_host, msg.store_host)) or self._fast_plan(msg)
         body = msg.body
         if plan is None or msg.sys_flag & _SLOW_SYSFLAGS or type(body) is not bytes or msg.queue_id < 0:
             return self._put_general(msg)
         props = _props_bytes(msg)
-        topic_tail, born_a, born_p, store_a, store_p, overhead, store_hex = plan
+        shape, store_hex = plan
         blen, plen = len(body), len(props)
-        total = overhead + blen + plen
+        total = shape.overhead + blen + plen
         if plen > _MAX_PROPS or blen > self._max_body or total > self._max_record or b"INNER_NUM\x01" in props:
             return self._put_general(msg)
-        tail = b"".join((body, topic_tail, _I16_PACK(plen), props))
-        crc = _crc32(body) & 0x7FFFFFFF
+        head, tail = shape.encode(msg, body, props)
         key = (msg.topic, msg.queue_id)
         fixed_ts = msg.store_timestamp
-        born_ts = msg.born_timestamp
+        born_unset = msg.born_timestamp is None
         try:
             with self.put_lock:
                 store_ts = fixed_ts if fixed_ts is not None else _time_ns() // 1_000_000
@@ -347,14 +337,8 @@ class CommitLog:
                     mf = self._segment_for(total)
                 pos = mf.wrote_position
                 phy = mf.file_from_offset + pos
-                mm = mf.mm
-                head = _PACK_V4(
-                    total, _MAGIC_V1, crc, msg.queue_id, msg.flag, qoff, phy, msg.sys_flag,
-                    store_ts if born_ts is None else born_ts, born_a, born_p,
-                    store_ts, store_a, store_p, msg.reconsume_times, msg.prepared_transaction_offset, blen)
-                mm[pos + 88:pos + total] = tail
-                mm[pos + 8:pos + 88] = head[8:]
-                mm[pos:pos + 8] = head[:8]  # TOTALSIZE+MAGIC last: a crash or a reader sees all or nothing
+                stamp_v4_head(head, qoff, phy, store_ts, born_unset)
+                write_record(mf.mm, pos, head, tail)  # TOTALSIZE+MAGIC last: all or nothing
                 end = self._publish(mf, pos + total, store_ts, key, qoff + 1)
         except (OSError, StoreIOError) as ex:
             return _append_failed(ex)
@@ -492,7 +476,7 @@ class CommitLog:
             return None
         if sum(map(len, bodies)) > self._max_body:
             return _illegal("message body size exceeded")
-        topic_tail, born_a, born_p, store_a, store_p, overhead, store_hex = plan
+        shape = plan[0]
         unset = born.count(None)
         if unset == 0:
             born_ts, born_unset = np.asarray(born, dtype=np.int64), None
@@ -501,10 +485,10 @@ class CommitLog:
         else:
             born_unset = np.fromiter(map(_is_none, born), dtype=bool, count=len(born))
             born_ts = np.asarray([0 if b is None else b for b in born], dtype=np.int64)
-        batch = M.encode_batch_v4(
-            topic_tail, bodies, pbytes, queue_id=first.queue_id, flags=flags, sys_flags=sys_flags,
-            born_timestamps=born_ts, born_host=born_a + M.I32.pack(born_p), store_host=store_a + M.I32.pack(store_p),
-            reconsume_times=reconsume, prepared_offsets=prepared)
+        batch = encode_batch(BatchFields(
+            shape.topic_tail, bodies, pbytes, queue_id=first.queue_id, flags=flags, sys_flags=sys_flags,
+            born_timestamps=born_ts, born_host=shape.born_host, store_host=shape.store_host,
+            reconsume_times=reconsume, prepared_offsets=prepared))
         if batch.props_max > _MAX_PROPS or int(batch.totals.max()) > self._max_record:
             return None
         total = batch.size
@@ -526,7 +510,7 @@ class CommitLog:
         except (OSError, StoreIOError) as ex:
             return _append_failed(ex)
         status = self._after_append(end, pbytes[0])
-        ids = functools.partial(encode_offset_msg_ids, store_a + M.I32.pack(store_p), batch.starts + phy0)
+        ids = functools.partial(encode_offset_msg_ids, shape.store_host, batch.starts + phy0)
         return PutMessageResult(status, ids, phy0, total, qoff0, store_ts, len(msgs))  # ids formatted when read
 
     # ------------------------------------------------------------------------------------------
@@ -607,14 +591,13 @@ class CommitLog:
         rec = None
         if limit - pos >= M.MIN_RECORD_SIZE and not (check_crc and self.cfg.force_verify_prop_crc):
             # the usual record (V1 topic, IPv4 hosts), one call: a pull reads every message through here
-            rec = M.decode_v1_ipv4(mf.mm, pos, limit, check_crc, check_torn, self._delay_levels, base, mf.path)
+            rec = M.decode_v1_ipv4(mf.mm, pos, limit, check_crc, check_torn, (base, mf.path))
         if rec is None:
             rec = M.decode_message(mf.mm, pos, limit, base_offset=base, path=mf.path, check_crc=check_crc,
-                                   delay_levels_ms=self._delay_levels,
                                    force_verify_prop_crc=self.cfg.force_verify_prop_crc, check_torn=check_torn)
         if rec.phy_offset != phy:
             raise CorruptRecordError(f"record at {phy} says PHYSICALOFFSET {rec.phy_offset}", path=mf.path, offset=pos)
-        return rec
+        return apply_delay_levels(rec, self._delay_levels)
 
     def read_pulled(self, phy: int, size: int, topic: str, queue_id: int, queue_offset: int, end_phy: int):
         """The fast path of a pull: the record at ``phy`` when it is exactly the consume-queue unit's
@@ -632,13 +615,13 @@ class CommitLog:
         if size < M.MIN_RECORD_SIZE or pos + size > limit:
             return None
         try:
-            rec = M.decode_v1_ipv4(mf.mm, pos, limit, True, True, self._delay_levels, base, mf.path)
+            rec = M.decode_v1_ipv4(mf.mm, pos, limit, True, True, (base, mf.path))
         except CorruptRecordError:
             return None
         if rec is None or rec.phy_offset != phy or rec.store_size != size or rec.queue_offset != queue_offset or \
                 rec.queue_id != queue_id or rec.topic != topic:
             return None
-        return rec
+        return apply_delay_levels(rec, self._delay_levels) if topic == SCHEDULE_TOPIC else rec
 
     def pickup_store_timestamp(self, phy: int, size: int) -> int:
         """STORETIMESTAMP of the record at ``phy`` or -1 (FORMAT.md §11.6)."""
@@ -648,10 +631,9 @@ class CommitLog:
         if mf is None:
             return -1
         pos = phy - mf.file_from_offset
-        if pos + 64 > mf.file_size:
+        if pos + STORE_TIMESTAMP_END_V4 > mf.file_size:
             return -1
-        sys_flag = M.I32.unpack_from(mf.mm, pos + M.SYSFLAG_POS)[0]
-        return M.I64.unpack_from(mf.mm, pos + M.store_timestamp_pos(sys_flag))[0]
+        return store_timestamp_at(mf.mm, pos)
 
     def roll_next_file(self, phy: int) -> int:
         size = self.cfg.mapped_file_size_commit_log
@@ -659,6 +641,14 @@ class CommitLog:
 
     def close(self) -> None:
         self.queue.close()
+
+
+def apply_delay_levels(rec: MessageRecord, delay_levels_ms) -> MessageRecord:
+    """``rec`` with the tagsCode the store gives it: a SCHEDULE_TOPIC_XXXX record's is its delivery
+    time by the broker's delay levels (the codec, knowing no broker policy, gives the TAGS hash)."""
+    if rec.topic == SCHEDULE_TOPIC:
+        rec.tags_code = tags_code_of(rec.topic, rec.properties, rec.store_timestamp, delay_levels_ms)
+    return rec
 
 
 def _append_failed(ex: Exception) -> PutMessageResult:

@@ -1,285 +1,49 @@
-"""CommitLog message record codec (FORMAT.md §2).
+"""CommitLog record codec (FORMAT.md §2): decoding, and the names of the codec's modules.
 
-Record layout, big-endian; ``B``/``S`` = 8 (IPv4) or 20 (IPv6) per SYSFLAG bits 0x10/0x20,
-``T`` = topic-length width, 1 (V1 magic) or 2 (V2 magic)::
-
-    off        size  field
-    0          4     TOTALSIZE                 whole record, this field included
-    4          4     MAGICCODE                 V1 0xDAA320A7, V2 0xDAA320AB, BLANK 0xCBD43194
-    8          4     BODYCRC                   crc32(body) & 0x7FFFFFFF
-    12         4     QUEUEID
-    16         4     FLAG
-    20         8     QUEUEOFFSET
-    28         8     PHYSICALOFFSET
-    36         4     SYSFLAG
-    40         8     BORNTIMESTAMP
-    48         B     BORNHOST                  addr(4|16) + port i32
-    48+B       8     STORETIMESTAMP
-    56+B       S     STOREHOST
-    56+B+S     4     RECONSUMETIMES
-    60+B+S     8     PREPAREDTRANSACTIONOFFSET
-    68+B+S     4     BODYLENGTH                <= 0: no body
-    72+B+S     n     BODY
-    ...        T     TOPICLENGTH               signed i8 (V1) / i16 (V2)
-    ...        t     TOPIC                     UTF-8
-    ...        2     PROPERTIESLENGTH          signed i16, <= 0: none
-    ...        p     PROPERTIES
-
-``TOTALSIZE == 72 + B + S + max(n,0) + T + t + 2 + max(p,0)`` for a valid record; 91 bytes of
-overhead for V1 IPv4/IPv4. A segment ends with an 8-byte blank header ``[i32 remaining][i32 BLANK]``
-when the next record does not fit (``L + 8 > remaining``); all-zero bytes mark the end of data.
-
-Two forms: scalar (``struct`` on ``memoryview``/``mmap``) for single records and the write path,
-and batch (numpy gathers over a ``uint8`` view) for dispatch, recovery, verify and Spark.
+The record's fixed fields, their offsets and the stamps of the append path are in
+:mod:`.record_layout` (one annotated field list), encoding in :mod:`.encode` (one record) and
+:mod:`.encode_batch` (numpy headers), framing and CRC checks in :mod:`.frame`; this module decodes,
+in two forms: scalar (``struct`` on ``memoryview``/``mmap``) into a
+:class:`~rmqstore.format.record.MessageRecord`, and batch (numpy gathers over a ``uint8`` view)
+into :class:`RecordBatch` columns for dispatch, recovery, verify and Spark. It re-exports the names
+of the other modules, so ``from rmqstore.format import message as M`` reaches the whole codec.
 """
 from __future__ import annotations
 
-import functools
 import struct
 from dataclasses import dataclass
-from itertools import chain
 from typing import NamedTuple
 
 import numpy as np
 
 from ..errors import CorruptRecordError
-from .record import SCHEDULE_TOPIC, MessageRecord, lazy_v1_record, tags_code_of
+from . import encode_batch as _encode_batch
 from . import properties as P
 from .arrays import rows_at
-from .hashes import crc32, crc32_raw, java_hash_cached
+from .encode import (RecordFields, V4Shape, encode_blank, encode_record, fill_prop_crc, patch_offsets,  # noqa: F401
+                     topic_field, write_record)
+from .encode_batch import TAILS_KEPT, BatchFields, BatchV4, encode_batch, encode_batch_v4  # noqa: F401
+from .frame import RecordLayout, check_record, crc_problem, read_layout, torn_end, verify_prop_crc  # noqa: F401
+from .hashes import crc32_raw
 from .msgid import encode_offset_msg_id, format_host
+from .record import MessageRecord, lazy_v1_record, tags_hash
+from .record_layout import (BLANK, BLANK_MAGIC, BODY_BASE, BODY_LEN_BASE, BORN_HOST_POS, STORE_TIMESTAMP_END_V4,  # noqa: F401
+                            BORN_TIMESTAMP_POS, END_FILE_MIN_BLANK_LENGTH, IPV4_ADDR, IPV6_ADDR, PORT_SIZE, FIELDS, FIXED_V4, FIXED_V4_DTYPE, HEAD,
+                            HEAD_DTYPE, HEAD_SIZE, I16, I32, I64, LAYOUTS, MAGIC_V1, MAGIC_V2, MAX_TOPIC_BYTES,
+                            MIN_RECORD_SIZE, PHY_OFFSET_POS, PREPARED_BASE, QUEUE_OFFSET_POS, RECONSUME_BASE,
+                            STORE_HOST_BASE, STORE_TIMESTAMP_BASE, SYSFLAG_BORNHOST_V6, SYSFLAG_COMPRESSED,
+                            SYSFLAG_HOSTS_V6, SYSFLAG_MULTI_TAGS, SYSFLAG_POS, SYSFLAG_STOREHOST_V6, SYSFLAG_TX_MASK,
+                            TOPIC_LEN_V1, TOPIC_LEN_V2, TOTAL_MAGIC, TX_COMMIT, TX_NOT_TYPE, TX_PREPARED, TX_ROLLBACK,
+                            V4, FieldLayout, host_len, host_sys_flag, layout_for_hosts, layout_of, record_length,
+                            stamp_batch, stamp_record, stamp_v4_head, store_timestamp_at, store_timestamp_pos)
 
-MAGIC_V1 = -626843481  # 0xDAA320A7
-MAGIC_V2 = -626843477  # 0xDAA320AB
-BLANK_MAGIC = -875286124  # 0xCBD43194
-END_FILE_MIN_BLANK_LENGTH = 8
-
-SYSFLAG_COMPRESSED = 0x1
-SYSFLAG_MULTI_TAGS = 0x2
-SYSFLAG_TX_MASK = 0xC
-TX_NOT_TYPE, TX_PREPARED, TX_COMMIT, TX_ROLLBACK = 0x0, 0x4, 0x8, 0xC
-SYSFLAG_BORNHOST_V6 = 0x10
-SYSFLAG_STOREHOST_V6 = 0x20
-
-MAX_TOPIC_BYTES = 255
-#: the smallest valid record: 91 bytes of fixed fields (TOTALSIZE's floor in the length formula)
-MIN_RECORD_SIZE = 91
-
-#: TOTALSIZE, MAGIC, BODYCRC, QUEUEID, FLAG, QUEUEOFFSET, PHYSICALOFFSET, SYSFLAG, BORNTIMESTAMP
-HEAD = struct.Struct(">iiiiiqqiq")
-HEAD_SIZE = 48
-assert HEAD.size == HEAD_SIZE
-#: The whole fixed part of a V1/V2 record with IPv4 born and store hosts, up to BODYLENGTH.
-FIXED_V4 = struct.Struct(">iiiiiqqiq4siq4siiqi")
-assert FIXED_V4.size == 88
-BLANK = struct.Struct(">ii")
-I16 = struct.Struct(">h")
-I32 = struct.Struct(">i")
-I64 = struct.Struct(">q")
-_TOTAL_MAGIC = struct.Struct(">ii")
-
-QUEUE_OFFSET_POS = 20
-PHY_OFFSET_POS = 28
-SYSFLAG_POS = 36
-BORN_HOST_POS = 48
-
-
-def host_len(sys_flag: int, v6_bit: int) -> int:
-    return 20 if sys_flag & v6_bit else 8
-
-
-def store_timestamp_pos(sys_flag: int) -> int:
-    return 48 + host_len(sys_flag, SYSFLAG_BORNHOST_V6)
-
-
-def record_length(body_len: int, topic_len: int, props_len: int, sys_flag: int, v2: bool) -> int:
-    """TOTALSIZE of a record with these lengths (FORMAT.md §2.1 length formula)."""
-    return (72 + host_len(sys_flag, SYSFLAG_BORNHOST_V6) + host_len(sys_flag, SYSFLAG_STOREHOST_V6)
-            + max(body_len, 0) + (2 if v2 else 1) + topic_len + 2 + max(props_len, 0))
-
-
-def encode_record(*, topic: bytes, body: bytes, props: bytes, queue_id: int, flag: int, sys_flag: int,
-                  born_timestamp: int, born_host: bytes, store_timestamp: int, store_host: bytes,
-                  reconsume_times: int, prepared_transaction_offset: int, v2: bool,
-                  queue_offset: int = 0, phy_offset: int = 0) -> bytearray:
-    """Encode one record. ``born_host``/``store_host`` are raw (addr + i32 port); ``sys_flag`` must
-    already carry the V6 bits matching them. Offsets may be patched later with :func:`patch_offsets`.
-    """
-    total = record_length(len(body), len(topic), len(props), sys_flag, v2)
-    crc = crc32(body) if body else 0
-    magic = MAGIC_V2 if v2 else MAGIC_V1
-    tlen = I16.pack(len(topic)) if v2 else bytes((len(topic),))
-    if len(born_host) == 8 and len(store_host) == 8:
-        head = FIXED_V4.pack(total, magic, crc, queue_id, flag, queue_offset, phy_offset, sys_flag,
-                             born_timestamp, born_host[:4], I32.unpack_from(born_host, 4)[0],
-                             store_timestamp, store_host[:4], I32.unpack_from(store_host, 4)[0],
-                             reconsume_times, prepared_transaction_offset, len(body))
-        out = bytearray(head)
-    else:
-        out = bytearray(HEAD.pack(total, magic, crc, queue_id, flag, queue_offset, phy_offset, sys_flag,
-                                  born_timestamp))
-        out += born_host
-        out += I64.pack(store_timestamp)
-        out += store_host
-        out += struct.pack(">iqi", reconsume_times, prepared_transaction_offset, len(body))
-    out += body
-    out += tlen
-    out += topic
-    out += I16.pack(len(props))
-    out += props
-    assert len(out) == total
-    return out
-
-
-def patch_offsets(buf, pos: int, queue_offset: int, phy_offset: int) -> None:
-    I64.pack_into(buf, pos + QUEUE_OFFSET_POS, queue_offset)
-    I64.pack_into(buf, pos + PHY_OFFSET_POS, phy_offset)
-
-
-def fill_prop_crc(buf, pos: int, total: int) -> int:
-    """Compute and write the reserved properties CRC of the record at ``pos`` (FORMAT.md §2.6)."""
-    crc = crc32(memoryview(buf)[pos:pos + total - P.CRC32_RESERVED_LEN])
-    start = pos + total - 11
-    buf[start:start + 10] = P.crc_digits(crc)
-    return crc
-
-
-def encode_blank(remaining: int) -> bytes:
-    return BLANK.pack(remaining, BLANK_MAGIC)
-
-
-class RecordLayout(NamedTuple):
-    """Positions (relative to the record start) of the variable parts of one record."""
-
-    total: int
-    magic: int
-    sys_flag: int
-    born_len: int
-    store_len: int
-    body_pos: int
-    body_len: int
-    topic_pos: int
-    topic_len: int
-    props_pos: int
-    props_len: int
-
-    @property
-    def store_timestamp_pos(self) -> int:
-        return 48 + self.born_len
-
-
-def read_layout(buf, pos: int, limit: int) -> RecordLayout:
-    """Parse the framing of the record at ``pos`` (``limit`` = end of readable bytes).
-
-    Raises ``ValueError`` (caller wraps with path/offset) on a short buffer, bad magic, negative
-    or inconsistent lengths.
-    """
-    if limit - pos < HEAD_SIZE:
-        raise ValueError(f"only {limit - pos} bytes readable, a record header needs {HEAD_SIZE}")
-    total, magic = _TOTAL_MAGIC.unpack_from(buf, pos)
-    if magic not in (MAGIC_V1, MAGIC_V2):
-        raise ValueError(f"bad magic code 0x{magic & 0xFFFFFFFF:08X} (expected 0xDAA320A7 or 0xDAA320AB)")
-    if total < 91 or pos + total > limit:
-        raise ValueError(f"TOTALSIZE {total} does not fit ({limit - pos} bytes readable)")
-    sys_flag = I32.unpack_from(buf, pos + SYSFLAG_POS)[0]
-    b = host_len(sys_flag, SYSFLAG_BORNHOST_V6)
-    s = host_len(sys_flag, SYSFLAG_STOREHOST_V6)
-    body_len = I32.unpack_from(buf, pos + 68 + b + s)[0]
-    body_pos = 72 + b + s
-    p = body_pos + max(body_len, 0)
-    if pos + p + 1 > pos + total:
-        raise ValueError(f"BODYLENGTH {body_len} runs past TOTALSIZE {total}")
-    if magic == MAGIC_V2:
-        topic_len = I16.unpack_from(buf, pos + p)[0]
-        p += 2
-    else:
-        topic_len = struct.unpack_from(">b", buf, pos + p)[0]
-        p += 1
-    if topic_len < 0:
-        raise ValueError(f"negative TOPICLENGTH {topic_len}")
-    topic_pos = p
-    p += topic_len
-    if p + 2 > total:
-        raise ValueError(f"TOPICLENGTH {topic_len} runs past TOTALSIZE {total}")
-    props_len = I16.unpack_from(buf, pos + p)[0]
-    p += 2
-    props_pos = p
-    p += max(props_len, 0)
-    if p != total:
-        raise ValueError(f"TOTALSIZE {total} differs from the length of its fields ({p})")
-    return RecordLayout(total, magic, sys_flag, b, s, body_pos, body_len, topic_pos, topic_len,
-                        props_pos, props_len)
-
-
-def check_record(buf, pos: int, limit: int, *, check_crc: bool, force_verify_prop_crc: bool = False
-                 ) -> tuple[int, bool, str]:
-    """Upstream ``checkMessageAndReturnSize`` outcome: ``(size, ok, reason)``.
-
-    ``(0, True, "blank")`` for a blank end-of-segment record; ``(0, False, "end")`` for a zero
-    header (end of data); ``(-1 or TOTALSIZE, False, reason)`` for an invalid record.
-    """
-    if limit - pos < 8:
-        return -1, False, f"only {limit - pos} bytes left"
-    total, magic = _TOTAL_MAGIC.unpack_from(buf, pos)
-    if magic == BLANK_MAGIC:
-        return 0, True, "blank"
-    if total == 0 and magic == 0:
-        return 0, False, "end"
-    try:
-        lay = read_layout(buf, pos, limit)
-    except (ValueError, struct.error) as e:
-        return (total if magic in (MAGIC_V1, MAGIC_V2) and 0 < total <= limit - pos else -1), False, str(e)
-    if check_crc:
-        reason = crc_problem(buf, pos, lay, force_verify_prop_crc)
-        if reason:
-            return -1, False, reason
-    return total, True, "ok"
-
-
-def crc_problem(buf, pos: int, lay: RecordLayout, force_verify_prop_crc: bool = False) -> str:
-    """'' when the record's CRC holds (the properties CRC under ``forceVerifyPropCRC``, else the
-    body CRC), otherwise what is wrong."""
-    if force_verify_prop_crc:
-        return verify_prop_crc(buf, pos, lay)
-    if lay.body_len > 0:
-        stored = I32.unpack_from(buf, pos + 8)[0]
-        actual = crc32(memoryview(buf)[pos + lay.body_pos:pos + lay.body_pos + lay.body_len])
-        if stored != actual:
-            return f"body CRC {stored} != computed {actual}"
-    return ""
-
-
-def torn_end(buf, pos: int, lay: RecordLayout) -> bool:
-    """True when the record's last field ends in a zero byte where a complete record cannot (the
-    tail of a torn write of a zero-filled segment): a non-empty topic or properties string never
-    ends with 0x00 (properties end with 0x02)."""
-    if lay.props_len > 0:
-        return buf[pos + lay.props_pos + lay.props_len - 1] == 0
-    return lay.topic_len > 0 and buf[pos + lay.topic_pos + lay.topic_len - 1] == 0
-
-
-def verify_prop_crc(buf, pos: int, lay: RecordLayout) -> str:
-    """'' when the record's ``__CRC32#`` entry matches ``crc32(record[:-20])``, else the reason."""
-    raw = bytes(memoryview(buf)[pos + lay.props_pos:pos + lay.props_pos + max(lay.props_len, 0)])
-    value = P.parse_properties(raw).get(P.CRC32_KEY)
-    if value is None:
-        return "properties CRC entry missing"
-    want = P.parse_crc_digits(value)
-    got = crc32(memoryview(buf)[pos:pos + lay.total - P.CRC32_RESERVED_LEN])
-    if want != got:
-        return f"properties CRC {want} != computed {got}"
-    return ""
-
+_RECONSUME_PREPARED = struct.Struct(">" + V4.formats["reconsume_times"] + V4.formats["prepared_transaction_offset"])
+_tails = _encode_batch.topic_tails  # (the name the tests clear the cache of)
 
 # ------------------------------------------------------------------------------------------------
 # Batch (numpy) form
 # ------------------------------------------------------------------------------------------------
 
-HEAD_DTYPE = np.dtype([
-    ("total", ">i4"), ("magic", ">i4"), ("body_crc", ">i4"), ("queue_id", ">i4"), ("flag", ">i4"),
-    ("queue_offset", ">i8"), ("phy_offset", ">i8"), ("sys_flag", ">i4"), ("born_timestamp", ">i8"),
-])
-assert HEAD_DTYPE.itemsize == HEAD_SIZE
 _AR = {w: np.arange(w, dtype=np.int64) for w in (1, 2, 4, 8)}
 
 
@@ -307,19 +71,19 @@ def walk_records(buf, pos: int, end: int, max_records: int | None = None) -> tup
     """
     starts = []
     append = starts.append
-    unpack = _TOTAL_MAGIC.unpack_from
-    last_header = end - 8  # a header starting after this does not fit
+    unpack = TOTAL_MAGIC.unpack_from
+    last_header = end - TOTAL_MAGIC.size  # a header starting after this does not fit
     stop = "limit"
     for _ in range(max_records if max_records is not None else 1 << 62):
         if pos > last_header:
             break
         total, magic = unpack(buf, pos)
-        if (magic == MAGIC_V1 or magic == MAGIC_V2) and 91 <= total <= end - pos:
+        if (magic == MAGIC_V1 or magic == MAGIC_V2) and MIN_RECORD_SIZE <= total <= end - pos:
             append(pos)
             pos += total
             continue
         if magic == MAGIC_V1 or magic == MAGIC_V2:
-            stop = "invalid" if total < 91 else "limit"  # (limit: the record ends past ``end``)
+            stop = "invalid" if total < MIN_RECORD_SIZE else "limit"  # (limit: the record ends past ``end``)
         elif magic == BLANK_MAGIC:
             stop = "blank"
         elif total == 0 and magic == 0:
@@ -378,7 +142,7 @@ def decode_batch(u8: np.ndarray, starts: np.ndarray) -> RecordBatch:
 
     ``valid[i]`` is False when record i's magic or length formula does not hold; its other columns
     are then meaningless. Positions that would read past the buffer are clamped and marked invalid.
-    A batch of IPv4-only records (the usual) is read with one 88-byte row per record.
+    A batch of IPv4-only records (the usual) is read with one ``FIXED_V4`` row per record.
     """
     n = starts.size
     limit = u8.size
@@ -401,6 +165,12 @@ def decode_batch(u8: np.ndarray, starts: np.ndarray) -> RecordBatch:
 #: of the time of a one-record batch: a broker dispatches many of those)
 SMALL_DECODE = 16
 _I64, _I32 = np.int64, np.int32
+_V4_SIZE = V4.size
+_V4_HOST, _V6_HOST = IPV4_ADDR + PORT_SIZE, IPV6_ADDR + PORT_SIZE
+_V4_STORE_HOST = V4.offset["store_addr"]
+#: positions in a ``FIXED_V4`` tuple, as scan_v4 and _decode_small index it
+assert [list(V4.formats).index(n) for n in ("sys_flag", "store_timestamp", "reconsume_times", "body_len")] == \
+    [7, 11, 14, 16]
 
 
 def scan_v4(buf, st: int, limit: int):
@@ -411,23 +181,23 @@ def scan_v4(buf, st: int, limit: int):
     if st < 0 or st + FIXED_V4.size > limit:
         return None
     f = FIXED_V4.unpack_from(buf, st)
-    if f[7] & (SYSFLAG_BORNHOST_V6 | SYSFLAG_STOREHOST_V6):
+    if f[7] & SYSFLAG_HOSTS_V6:
         return None
     total, magic, body_len = f[0], f[1], f[16]
     top = min(st + total, limit)
     v2 = magic == MAGIC_V2
-    tl_pos = st + 88 + max(body_len, 0)
+    tl_pos = st + _V4_SIZE + max(body_len, 0)
     ok5 = tl_pos + 2 <= top
     tl_off = tl_pos if ok5 else 0
-    width = 2 if v2 else 1
+    width = TOPIC_LEN_V2 if v2 else TOPIC_LEN_V1
     topic_len = int.from_bytes(bytes(buf[tl_off:tl_off + width]), "big", signed=True)
     topic_pos = tl_pos + width
     pl_pos = topic_pos + max(topic_len, 0)
     ok6 = pl_pos + 2 <= top
     pl_off = pl_pos if ok6 else 0
     props_len = int.from_bytes(bytes(buf[pl_off:pl_off + 2]), "big", signed=True)
-    formula = 88 + max(body_len, 0) + width + topic_len + 2 + max(props_len, 0)
-    valid = ((magic == MAGIC_V1 or v2) and total >= 91 and st + total <= limit and ok5 and ok6
+    formula = _V4_SIZE + max(body_len, 0) + width + topic_len + 2 + max(props_len, 0)
+    valid = ((magic == MAGIC_V1 or v2) and total >= MIN_RECORD_SIZE and st + total <= limit and ok5 and ok6
              and topic_len >= 0 and formula == total)
     return f, topic_pos, topic_len, pl_off + 2, props_len, valid
 
@@ -441,8 +211,9 @@ def _decode_small(u8: np.ndarray, starts: list[int]) -> RecordBatch | None:
         if scanned is None:
             return None
         f, topic_pos, topic_len, props_pos, props_len, valid = scanned
-        rows.append((st, f[0], f[1], f[2], f[3], f[4], f[5], f[6], f[7], f[8], st + 48, 8, f[11], st + 64, 8,
-                     f[14], f[15], st + 88, f[16], topic_pos, topic_len, props_pos, props_len, valid))
+        rows.append((st, f[0], f[1], f[2], f[3], f[4], f[5], f[6], f[7], f[8], st + BORN_HOST_POS, _V4_HOST, f[11],
+                     st + _V4_STORE_HOST, _V4_HOST, f[14], f[15], st + _V4_SIZE, f[16], topic_pos, topic_len,
+                     props_pos, props_len, valid))
     table = np.array(rows, dtype=_I64).T.copy()  # one row per column, each contiguous
     i64 = list(table[:23])
     for j in (2, 3, 4, 5, 8, 15):  # magic, body_crc, queue_id, flag, sys_flag, reconsume_times: int32
@@ -457,35 +228,36 @@ def _decode_any(u8: np.ndarray, starts: np.ndarray) -> RecordBatch:
     total = head["total"].astype(np.int64)
     magic = head["magic"].astype(np.int32)
     sys_flag = head["sys_flag"].astype(np.int32)
-    b = np.where(sys_flag & SYSFLAG_BORNHOST_V6, 20, 8).astype(np.int64)
-    s = np.where(sys_flag & SYSFLAG_STOREHOST_V6, 20, 8).astype(np.int64)
+    b = np.where(sys_flag & SYSFLAG_BORNHOST_V6, _V6_HOST, _V4_HOST).astype(np.int64)
+    s = np.where(sys_flag & SYSFLAG_STOREHOST_V6, _V6_HOST, _V4_HOST).astype(np.int64)
     ends = starts + total
-    valid = ((magic == MAGIC_V1) | (magic == MAGIC_V2)) & (total >= 91) & (ends <= limit)
+    valid = ((magic == MAGIC_V1) | (magic == MAGIC_V2)) & (total >= MIN_RECORD_SIZE) & (ends <= limit)
 
     def clamp(offs, width):
         ok = offs + width <= np.minimum(ends, limit)
         return np.where(ok, offs, 0), ok
 
-    st_off, ok1 = clamp(starts + 48 + b, 8)
-    rc_off, ok2 = clamp(starts + 56 + b + s, 4)
-    pt_off, ok3 = clamp(starts + 60 + b + s, 8)
-    bl_off, ok4 = clamp(starts + 68 + b + s, 4)
+    st_off, ok1 = clamp(starts + STORE_TIMESTAMP_BASE + b, 8)
+    rc_off, ok2 = clamp(starts + RECONSUME_BASE + b + s, 4)
+    pt_off, ok3 = clamp(starts + PREPARED_BASE + b + s, 8)
+    bl_off, ok4 = clamp(starts + BODY_LEN_BASE + b + s, 4)
     body_len = gather_i32(u8, bl_off).astype(np.int64)
     valid &= ok1 & ok2 & ok3 & ok4
-    return _batch_from(u8, starts, head, total, magic, sys_flag, valid, b, s, gather_i64(u8, st_off),
-                       gather_i32(u8, rc_off), gather_i64(u8, pt_off), body_len)
+    return _batch_from(u8, starts, _Fixed(head, total, magic, sys_flag, valid, b, s, gather_i64(u8, st_off),
+                                          gather_i32(u8, rc_off), gather_i64(u8, pt_off), body_len))
 
 
 def _decode_v4(u8: np.ndarray, starts: np.ndarray, fixed: np.ndarray, sys_flag: np.ndarray) -> RecordBatch:
     """:func:`decode_batch` for records without IPv6 hosts, whose fixed part (``FIXED_V4_DTYPE``)
-    is read whole: every field up to BODYLENGTH sits inside the 91 bytes a valid record has."""
+    is read whole: every field up to BODYLENGTH sits inside the ``MIN_RECORD_SIZE`` bytes a valid record has."""
     total = fixed["total"].astype(np.int64)
     magic = fixed["magic"].astype(np.int32)
-    valid = ((magic == MAGIC_V1) | (magic == MAGIC_V2)) & (total >= 91) & (starts + total <= u8.size)
-    eight = np.full(starts.size, 8, dtype=np.int64)
-    return _batch_from(u8, starts, fixed, total, magic, sys_flag, valid, eight, eight.copy(),
-                       fixed["store_timestamp"].astype(np.int64), fixed["reconsume_times"].astype(np.int32),
-                       fixed["prepared_transaction_offset"].astype(np.int64), fixed["body_len"].astype(np.int64))
+    valid = ((magic == MAGIC_V1) | (magic == MAGIC_V2)) & (total >= MIN_RECORD_SIZE) & (starts + total <= u8.size)
+    eight = np.full(starts.size, _V4_HOST, dtype=np.int64)
+    return _batch_from(u8, starts, _Fixed(
+        fixed, total, magic, sys_flag, valid, eight, eight.copy(), fixed["store_timestamp"].astype(np.int64),
+        fixed["reconsume_times"].astype(np.int32), fixed["prepared_transaction_offset"].astype(np.int64),
+        fixed["body_len"].astype(np.int64)))
 
 
 def _be16(u8: np.ndarray, offs: np.ndarray) -> np.ndarray:
@@ -493,12 +265,30 @@ def _be16(u8: np.ndarray, offs: np.ndarray) -> np.ndarray:
     return ((u8[offs].astype(np.uint16) << 8) | u8[offs + 1]).view(np.int16).astype(np.int64)
 
 
-def _batch_from(u8, starts, head, total, magic, sys_flag, valid, b, s, store_ts, reconsume, prepared, body_len
-                ) -> RecordBatch:
+class _Fixed(NamedTuple):
+    """The fixed fields of a batch's records as the two batch decoders read them: ``head`` (a
+    structured array with the fields before the born host), the host widths ``b``/``s`` and the
+    columns after the hosts."""
+
+    head: np.ndarray
+    total: np.ndarray
+    magic: np.ndarray
+    sys_flag: np.ndarray
+    valid: np.ndarray
+    b: np.ndarray
+    s: np.ndarray
+    store_ts: np.ndarray
+    reconsume: np.ndarray
+    prepared: np.ndarray
+    body_len: np.ndarray
+
+
+def _batch_from(u8: np.ndarray, starts: np.ndarray, fx: _Fixed) -> RecordBatch:
     """The variable part (topic and properties lengths, found from BODYLENGTH) and the batch."""
+    head, total, magic, sys_flag, valid, b, s, store_ts, reconsume, prepared, body_len = fx
     limit = u8.size
     top = np.minimum(starts + total, limit)
-    body_pos = starts + 72 + b + s
+    body_pos = starts + BODY_BASE + b + s
     v2 = magic == MAGIC_V2
     any_v2 = bool(v2.any())
     tl_pos = body_pos + np.maximum(body_len, 0)
@@ -512,7 +302,7 @@ def _batch_from(u8, starts, head, total, magic, sys_flag, valid, b, s, store_ts,
     ok6 = pl_pos + 2 <= top
     pl_off = np.where(ok6, pl_pos, 0)
     props_len = _be16(u8, pl_off)
-    formula = (72 + b + s + np.maximum(body_len, 0) + (np.where(v2, 2, 1) if any_v2 else 1) + topic_len + 2
+    formula = (BODY_BASE + b + s + np.maximum(body_len, 0) + (np.where(v2, 2, 1) if any_v2 else 1) + topic_len + 2
                + np.maximum(props_len, 0))
     valid &= ok5 & ok6 & (topic_len >= 0) & (formula == total)
     return RecordBatch(
@@ -520,138 +310,11 @@ def _batch_from(u8, starts, head, total, magic, sys_flag, valid, b, s, store_ts,
         queue_id=head["queue_id"].astype(np.int32), flag=head["flag"].astype(np.int32),
         queue_offset=head["queue_offset"].astype(np.int64), phy_offset=head["phy_offset"].astype(np.int64),
         sys_flag=sys_flag, born_timestamp=head["born_timestamp"].astype(np.int64),
-        born_host_pos=starts + 48, born_host_len=b, store_timestamp=store_ts,
-        store_host_pos=starts + 56 + b, store_host_len=s, reconsume_times=reconsume,
+        born_host_pos=starts + BORN_HOST_POS, born_host_len=b, store_timestamp=store_ts,
+        store_host_pos=starts + STORE_HOST_BASE + b, store_host_len=s, reconsume_times=reconsume,
         prepared_transaction_offset=prepared, body_pos=body_pos, body_len=body_len,
         topic_pos=topic_pos, topic_len=topic_len, props_pos=pl_off + 2, props_len=props_len, valid=valid,
     )
-
-
-FIXED_V4_DTYPE = np.dtype([
-    ("total", ">i4"), ("magic", ">i4"), ("body_crc", ">i4"), ("queue_id", ">i4"), ("flag", ">i4"),
-    ("queue_offset", ">i8"), ("phy_offset", ">i8"), ("sys_flag", ">i4"), ("born_timestamp", ">i8"),
-    ("born_addr", "S4"), ("born_port", ">i4"), ("store_timestamp", ">i8"), ("store_addr", "S4"),
-    ("store_port", ">i4"), ("reconsume_times", ">i4"), ("prepared_transaction_offset", ">i8"), ("body_len", ">i4"),
-])
-assert FIXED_V4_DTYPE.itemsize == FIXED_V4.size
-
-
-@dataclass
-class BatchV4:
-    """A batch of records sharing topic, queue and IPv4 hosts, encoded except for what the append
-    lock decides (queue offsets, phy offsets, store time): headers live in a numpy structured
-    array, bodies and properties stay as given until :meth:`render` joins everything."""
-
-    hdr: np.ndarray
-    bodies: list
-    props: list
-    tails: list  # per record: the topic-length field, the topic and the properties length
-    starts: np.ndarray
-    totals: np.ndarray
-    props_max: int  # the longest properties (bytes)
-
-    @property
-    def size(self) -> int:
-        return int(self.totals.sum())
-
-    def render(self, queue_offset0: int, phy0: int, store_timestamp: int,
-               born_unset: np.ndarray | bool | None = None) -> bytes:
-        """The records back to back: consecutive QUEUEOFFSETs from ``queue_offset0``, PHYSICALOFFSETs
-        from ``phy0``, one STORETIMESTAMP (also the BORNTIMESTAMP where ``born_unset``, a mask, or
-        of every record when it is True)."""
-        hdr = self.hdr
-        n = hdr.size
-        if len(self.tails) != n:
-            raise ValueError(f"properties of {self.props_max} bytes cannot be encoded (at most {P.MAX_PROPERTIES_SIZE})")
-        hdr["queue_offset"] = np.arange(queue_offset0, queue_offset0 + n, dtype=np.int64)
-        hdr["phy_offset"] = self.starts + np.int64(phy0)
-        hdr["store_timestamp"] = np.int64(store_timestamp)
-        if born_unset is True:
-            hdr["born_timestamp"] = np.int64(store_timestamp)
-        elif born_unset is not None and born_unset.any():
-            hdr["born_timestamp"][born_unset] = np.int64(store_timestamp)
-        # interleave header, body, topic + properties length, properties with C-level iterators
-        pieces = zip(_headers_of(n).unpack(hdr.tobytes()), self.bodies, self.tails, self.props)
-        return b"".join(chain.from_iterable(pieces))
-
-
-@functools.lru_cache(maxsize=64)
-def _headers_of(n: int) -> struct.Struct:
-    """``n`` 88-byte strings: one ``unpack`` splits a batch's headers (a third of the time of
-    ``iter_unpack``, which makes a tuple per header)."""
-    return struct.Struct("88s" * n)
-
-
-class _Tails(dict):
-    """``tails[n]``: a topic's V1/V2 length field and bytes followed by the 2-byte properties
-    length ``n`` (the piece between a record's body and its properties), kept for the first
-    ``TAILS_KEPT`` lengths asked for (then built each time)."""
-
-    __slots__ = ("topic_tail",)
-
-    def __init__(self, topic_tail: bytes):
-        super().__init__()
-        self.topic_tail = topic_tail
-
-    def __missing__(self, n: int) -> bytes:
-        piece = self.topic_tail + I16.pack(n)
-        if len(self) < TAILS_KEPT:
-            self[n] = piece
-        return piece
-
-
-TAILS_KEPT = 1024
-
-
-@functools.lru_cache(maxsize=64)
-def _tails(topic_tail: bytes) -> _Tails:
-    return _Tails(topic_tail)
-
-
-@functools.lru_cache(maxsize=256)
-def _batch_row(topic_tail: bytes, queue_id: int, born_host: bytes, store_host: bytes) -> np.ndarray:
-    """The header fields every record of a batch shares (copied ``n`` times, never written)."""
-    tl = len(topic_tail)
-    row = np.zeros(1, dtype=FIXED_V4_DTYPE)
-    row["magic"] = MAGIC_V1 if tl and topic_tail[0] <= 127 and tl - 1 == topic_tail[0] else MAGIC_V2
-    row["queue_id"] = queue_id
-    row["born_addr"] = born_host[:4]
-    row["born_port"] = I32.unpack_from(born_host, 4)[0]
-    row["store_addr"] = store_host[:4]
-    row["store_port"] = I32.unpack_from(store_host, 4)[0]
-    row.flags.writeable = False
-    return row
-
-
-def encode_batch_v4(topic_tail: bytes, bodies: list[bytes], props: list[bytes], *, queue_id: int, flags, sys_flags,
-                    born_timestamps, born_host: bytes, store_host: bytes, reconsume_times, prepared_offsets) -> BatchV4:
-    """Batch form of :func:`encode_record` for records sharing topic, queue and IPv4 hosts.
-
-    ``topic_tail`` is the V1/V2 topic-length field plus the topic bytes; a column given as an int
-    is that value in every record, as None all zero. Every field but the three
-    the append lock owns is filled here with column-wise numpy assignments; :meth:`BatchV4.render`
-    completes them. Properties of more than ``MAX_PROPERTIES_SIZE`` bytes cannot be encoded
-    (``props_max`` tells the caller, which must not render such a batch)."""
-    n = len(bodies)
-    row = _batch_row(topic_tail, queue_id, born_host, store_host)
-    blen = np.fromiter(map(len, bodies), dtype=np.int64, count=n)
-    plens = list(map(len, props))
-    plen = np.array(plens, dtype=np.int64)
-    props_max = int(plen.max()) if n else 0
-    totals = 88 + blen + len(topic_tail) + 2 + plen
-    starts = np.cumsum(totals) - totals
-    hdr = np.repeat(row, n)
-    hdr["total"] = totals
-    hdr["body_crc"] = np.fromiter(map(crc32_raw, bodies), dtype=np.int64, count=n) & 0x7FFFFFFF
-    hdr["body_len"] = blen
-    for name, values in (("flag", flags), ("sys_flag", sys_flags), ("born_timestamp", born_timestamps),
-                         ("reconsume_times", reconsume_times), ("prepared_transaction_offset", prepared_offsets)):
-        if values is None or (isinstance(values, int) and not values):
-            continue  # all zero, as copied from the row
-        if isinstance(values, int) or (values.any() if isinstance(values, np.ndarray) else any(values)):
-            hdr[name] = values
-    pieces = list(map(_tails(topic_tail).__getitem__, plens)) if props_max <= P.MAX_PROPERTIES_SIZE else []
-    return BatchV4(hdr, bodies, props, pieces, starts, totals, props_max)
 
 
 def body_crc_ok(buf, batch: RecordBatch) -> np.ndarray:
@@ -668,17 +331,17 @@ def body_crc_ok(buf, batch: RecordBatch) -> np.ndarray:
 # ------------------------------------------------------------------------------------------------
 
 def decode_message(buf, pos: int, limit: int, *, base_offset: int = 0, path: str | None = None,
-                   check_crc: bool = False, delay_levels_ms=(), force_verify_prop_crc: bool = False,
-                   check_torn: bool = False):
+                   check_crc: bool = False, force_verify_prop_crc: bool = False, check_torn: bool = False):
     """Decode the record at ``buf[pos]`` into a :class:`~rmqstore.types.MessageRecord`.
 
     ``base_offset`` is the phy offset of ``buf[0]`` (used for errors only; the record's own
     PHYSICALOFFSET field is returned). ``check_crc`` verifies the CRC, ``check_torn`` rejects a
     record whose end is zero-filled (:func:`torn_end`). Raises :class:`CorruptRecordError` with
-    path and offset.
+    path and offset. ``tags_code`` is the TAGS hash: a delayed SCHEDULE_TOPIC_XXXX record's depends on
+    the broker's delay levels, which its reader applies (``tags_code_of``).
     """
-    if limit - pos >= 91 and not (check_crc and force_verify_prop_crc):  # the properties CRC needs the layout
-        rec = decode_v1_ipv4(buf, pos, limit, check_crc, check_torn, delay_levels_ms, base_offset, path)
+    if limit - pos >= MIN_RECORD_SIZE and not (check_crc and force_verify_prop_crc):  # the properties CRC needs it
+        rec = decode_v1_ipv4(buf, pos, limit, check_crc, check_torn, (base_offset, path))
         if rec is not None:
             return rec
 
@@ -696,11 +359,10 @@ def decode_message(buf, pos: int, limit: int, *, base_offset: int = 0, path: str
                                  path=path, offset=base_offset + pos)
     (total, magic, body_crc, queue_id, flag, queue_offset, phy, sys_flag, born_ts) = HEAD.unpack_from(buf, pos)
     b = lay.born_len
-    born_raw = bytes(mv[pos + 48:pos + 48 + b])
-    store_ts = I64.unpack_from(buf, pos + 48 + b)[0]
-    store_raw = bytes(mv[pos + 56 + b:pos + 56 + b + lay.store_len])
-    q = pos + 56 + b + lay.store_len
-    reconsume, prepared = struct.unpack_from(">iq", buf, q)
+    born_raw = bytes(mv[pos + BORN_HOST_POS:pos + BORN_HOST_POS + b])
+    store_ts = I64.unpack_from(buf, pos + STORE_TIMESTAMP_BASE + b)[0]
+    store_raw = bytes(mv[pos + STORE_HOST_BASE + b:pos + STORE_HOST_BASE + b + lay.store_len])
+    reconsume, prepared = _RECONSUME_PREPARED.unpack_from(buf, pos + RECONSUME_BASE + b + lay.store_len)
     body = bytes(mv[pos + lay.body_pos:pos + lay.body_pos + max(lay.body_len, 0)])
     try:
         topic = bytes(mv[pos + lay.topic_pos:pos + lay.topic_pos + lay.topic_len]).decode("utf-8", "replace")
@@ -713,23 +375,25 @@ def decode_message(buf, pos: int, limit: int, *, base_offset: int = 0, path: str
         born_host=format_host(born_raw), store_timestamp=store_ts, store_host=format_host(store_raw),
         reconsume_times=reconsume, prepared_transaction_offset=prepared, body=body, properties=props,
         msg_id=encode_offset_msg_id(store_raw, phy), magic=magic,
-        tags_code=tags_code_of(topic, props, store_ts, delay_levels_ms),
+        tags_code=tags_hash(props),
     )
 
 
 _TOPICS: dict = {}
 
 
-def decode_v1_ipv4(buf, pos, limit, check_crc, check_torn, delay_levels_ms, base_offset, path):  # noqa: PLR0913
+def decode_v1_ipv4(buf, pos: int, limit: int, check_crc: bool, check_torn: bool,
+                   at: tuple[int, str | None] = (0, None)):
     """Fast path of :func:`decode_message` for a V1 record with IPv4 hosts (one unpack of the
-    fixed part); None when the record has another shape, so the general path decides."""
-    (total, magic, body_crc, queue_id, flag, queue_offset, phy, sys_flag, born_ts, born_a, born_p, store_ts,
-     store_a, store_p, reconsume, prepared, body_len) = FIXED_V4.unpack_from(buf, pos)
-    if magic != MAGIC_V1 or sys_flag & (SYSFLAG_BORNHOST_V6 | SYSFLAG_STOREHOST_V6) or body_len < 0:
+    fixed part); None when the record has another shape, so the general path decides. ``at`` =
+    (phy offset of ``buf[0]``, path), for errors."""
+    fixed = FIXED_V4.unpack_from(buf, pos)
+    total, magic, body_crc, sys_flag, body_len = fixed[0], fixed[1], fixed[2], fixed[7], fixed[16]
+    if magic != MAGIC_V1 or sys_flag & SYSFLAG_HOSTS_V6 or body_len < 0:
         return None
     end = pos + total
-    tp = pos + 88 + body_len
-    if total < 91 or end > limit or tp + 3 > end:
+    tp = pos + _V4_SIZE + body_len
+    if total < MIN_RECORD_SIZE or end > limit or tp + TOPIC_LEN_V1 + 2 > end:
         return None
     topic_len = buf[tp]
     if topic_len > 127:
@@ -740,22 +404,19 @@ def decode_v1_ipv4(buf, pos, limit, check_crc, check_torn, delay_levels_ms, base
     props_len = I16.unpack_from(buf, pp)[0]
     if props_len < 0 or pp + 2 + props_len != end:
         return None
-    body = bytes(buf[pos + 88:tp])
+    body = bytes(buf[pos + _V4_SIZE:tp])
     if check_crc and body_len and (crc32_raw(body) & 0x7FFFFFFF) != body_crc:
         raise CorruptRecordError(f"invalid commitlog record: body CRC {body_crc} != computed "
-                                 f"{crc32_raw(body) & 0x7FFFFFFF}", path=path, offset=base_offset + pos)
+                                 f"{crc32_raw(body) & 0x7FFFFFFF}", path=at[1], offset=at[0] + pos)
     raw_props = bytes(buf[pp + 2:end])
     if check_torn and ((props_len and raw_props[-1] == 0) or (not props_len and topic_len and buf[pp - 1] == 0)):
         raise CorruptRecordError("incomplete commitlog record (its end is zero-filled: a torn write)",
-                                 path=path, offset=base_offset + pos)
+                                 path=at[1], offset=at[0] + pos)
     tb = bytes(buf[tp + 1:pp])
     topic = _TOPICS.get(tb)
     if topic is None:
         topic = tb.decode("utf-8", "replace")
         if len(_TOPICS) < 65536:
             _TOPICS[tb] = topic
-    # properties, hosts and msgId are decoded when first read (the record is checked whole here)
-    tags_code = tags_code_of(topic, P.parse_properties(raw_props), store_ts, delay_levels_ms) \
-        if topic == SCHEDULE_TOPIC and props_len else None
-    return lazy_v1_record(phy, total, topic, queue_id, queue_offset, flag, sys_flag, body_crc, born_ts, store_ts,
-                          reconsume, prepared, body, magic, tags_code, (raw_props, born_a, born_p, store_a, store_p))
+    # properties, hosts, msgId and tagsCode are decoded when first read (the record is checked whole here)
+    return lazy_v1_record(fixed, topic, body, raw_props)

@@ -10,6 +10,7 @@ from .compression import compression_of, decompress
 from .hashes import java_hash_cached
 from .javalang import parse_int
 from .msgid import format_host4, offset_msg_id4
+from .record_layout import V4
 
 SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"
 
@@ -108,9 +109,8 @@ class MessageRecord:
     @property
     def tags_code(self) -> int:
         t = self._tags_code
-        if t is None:  # never a SCHEDULE_TOPIC_XXXX record (its code needs the delay levels: eager)
-            tags = self.properties.get(P.TAGS)
-            t = self._tags_code = java_hash_cached(tags) if tags else 0
+        if t is None:  # the TAGS hash; the store sets a delayed SCHEDULE_TOPIC_XXXX record's (delay levels)
+            t = self._tags_code = tags_hash(self.properties)
         return t
 
     @tags_code.setter
@@ -173,11 +173,18 @@ class MessageRecord:
 _new_record = MessageRecord.__new__
 
 
-def lazy_v1_record(phy: int, total: int, topic: str, queue_id: int, queue_offset: int, flag: int, sys_flag: int,
-                   body_crc: int, born_ts: int, store_ts: int, reconsume: int, prepared: int, body: bytes,
-                   magic: int, tags_code: int | None, lazy: tuple) -> MessageRecord:
-    """A checked V1/IPv4 record whose properties, hosts, msgId (and ``tags_code`` when None) are
-    decoded on first read from ``lazy`` = (raw properties, born addr, born port, store addr, store port)."""
+#: the order of the fields in a ``FIXED_V4`` tuple, as :func:`lazy_v1_record` unpacks them
+_V4_ORDER = ("total", "magic", "body_crc", "queue_id", "flag", "queue_offset", "phy_offset", "sys_flag",
+             "born_timestamp", "born_addr", "born_port", "store_timestamp", "store_addr", "store_port",
+             "reconsume_times", "prepared_transaction_offset", "body_len")
+assert _V4_ORDER == tuple(V4.formats)
+
+
+def lazy_v1_record(fixed: tuple, topic: str, body: bytes, raw_props: bytes) -> MessageRecord:
+    """A checked V1/IPv4 record from its fixed fields (a ``FIXED_V4`` tuple), topic, body and raw
+    properties; its properties, hosts, msgId and ``tags_code`` are decoded on first read."""
+    (total, magic, body_crc, queue_id, flag, queue_offset, phy, sys_flag, born_ts, born_a, born_p, store_ts,
+     store_a, store_p, reconsume, prepared, _) = fixed
     r = _new_record(MessageRecord)
     r.phy_offset = phy
     r.store_size = total
@@ -193,10 +200,15 @@ def lazy_v1_record(phy: int, total: int, topic: str, queue_id: int, queue_offset
     r.prepared_transaction_offset = prepared
     r.body = body
     r.magic = magic
-    r._tags_code = tags_code
-    r._properties = r._born_host = r._store_host = r._msg_id = None
-    r._lazy = lazy
+    r._tags_code = r._properties = r._born_host = r._store_host = r._msg_id = None
+    r._lazy = (raw_props, born_a, born_p, store_a, store_p)
     return r
+
+
+def tags_hash(props: Mapping[str, str]) -> int:
+    """tagsCode of a record that is not a delayed SCHEDULE_TOPIC_XXXX one: the Java hash of TAGS."""
+    tags = props.get(P.TAGS)
+    return java_hash_cached(tags) if tags else 0
 
 
 def tags_code_of(topic: str, props: Mapping[str, str], store_timestamp: int, delay_levels_ms: Sequence[int]) -> int:
@@ -211,5 +223,4 @@ def tags_code_of(topic: str, props: Mapping[str, str], store_timestamp: int, del
             level = min(level, len(delay_levels_ms))
             if level > 0:
                 return store_timestamp + delay_levels_ms[level - 1]
-    tags = props.get(P.TAGS)
-    return java_hash_cached(tags) if tags else 0
+    return tags_hash(props)

@@ -11,6 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from rmqstore import CorruptRecordError
+from rmqstore.format import encode_batch
 from rmqstore.format import message as M
 from rmqstore.format import properties as P
 from rmqstore.format.hashes import crc32
@@ -328,7 +329,7 @@ def test_walk_records_stops():
 def test_batch_tails_stay_bounded_and_exact(monkeypatch):
     """The per-topic pieces (topic field + properties length) are kept for TAILS_KEPT lengths only;
     past that they are built each time, with the same bytes."""
-    monkeypatch.setattr(M, "TAILS_KEPT", 3)
+    monkeypatch.setattr(encode_batch, "TAILS_KEPT", 3)  # (the batch encoder's module)
     M._tails.cache_clear()
     host = parse_host("1.2.3.4:5")
     props = [b"K\x01" + b"v" * n + b"\x02" for n in range(8)]

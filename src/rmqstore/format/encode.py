@@ -1,0 +1,128 @@
+"""Encoding one CommitLog record (FORMAT.md §2), every position from :mod:`.record_layout`.
+
+:func:`encode_record` encodes any record from a :class:`RecordFields`; :class:`V4Shape` is the
+put path's form for the usual record (IPv4 hosts, V1 or V2 topic): a header and the rest, encoded
+outside the append lock, stamped (:func:`~.record_layout.stamp_v4_head`) and copied
+(:func:`write_record`) under it.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from . import properties as P
+from .hashes import crc32, crc32_raw
+from .record_layout import (BLANK, BLANK_MAGIC, I16, I32, I64, MAGIC_V1, MAGIC_V2, PHY_OFFSET_POS, PROPS_LEN,
+                            PUBLISH_SIZE, QUEUE_OFFSET_POS, V4, layout_for_hosts, record_length)
+
+
+@dataclass(slots=True)
+class RecordFields:
+    """Every field of one record as the encoder takes it. ``born_host``/``store_host`` are raw
+    (address + i32 port); ``sys_flag`` must already carry the V6 bits matching them."""
+
+    topic: bytes
+    body: bytes
+    props: bytes
+    queue_id: int
+    flag: int
+    sys_flag: int
+    born_timestamp: int
+    born_host: bytes
+    store_timestamp: int
+    store_host: bytes
+    reconsume_times: int
+    prepared_transaction_offset: int
+    v2: bool
+    queue_offset: int = 0
+    phy_offset: int = 0
+
+
+def topic_field(topic: bytes, v2: bool) -> bytes:
+    """The TOPICLENGTH field (i8 for V1, i16 for V2) and the topic."""
+    return (I16.pack(len(topic)) if v2 else bytes((len(topic),))) + topic
+
+
+def encode_record(fields: RecordFields | None = None, /, **by_name) -> bytearray:
+    """Encode one record from ``fields`` (or the same fields given by name). The offsets and
+    times the append lock owns may be stamped later (:func:`~.record_layout.stamp_record`)."""
+    f = fields if fields is not None else RecordFields(**by_name)
+    body, topic, props = f.body, f.topic, f.props
+    total = record_length(len(body), len(topic), len(props), f.sys_flag, f.v2)
+    lay = layout_for_hosts(len(f.born_host), len(f.store_host))
+    born, store = f.born_host, f.store_host
+    out = bytearray(lay.struct.pack(
+        total, MAGIC_V2 if f.v2 else MAGIC_V1, crc32(body) if body else 0, f.queue_id, f.flag, f.queue_offset,
+        f.phy_offset, f.sys_flag, f.born_timestamp, born[:-4], I32.unpack_from(born, len(born) - 4)[0],
+        f.store_timestamp, store[:-4], I32.unpack_from(store, len(store) - 4)[0], f.reconsume_times,
+        f.prepared_transaction_offset, len(body)))
+    out += body
+    out += topic_field(topic, f.v2)
+    out += I16.pack(len(props))
+    out += props
+    assert len(out) == total
+    return out
+
+
+def patch_offsets(buf, pos: int, queue_offset: int, phy_offset: int) -> None:
+    I64.pack_into(buf, pos + QUEUE_OFFSET_POS, queue_offset)
+    I64.pack_into(buf, pos + PHY_OFFSET_POS, phy_offset)
+
+
+def fill_prop_crc(buf, pos: int, total: int) -> int:
+    """Compute and write the reserved properties CRC of the record at ``pos`` (FORMAT.md §2.6)."""
+    crc = crc32(memoryview(buf)[pos:pos + total - P.CRC32_RESERVED_LEN])
+    start = pos + total - P.CRC32_RESERVED_LEN + len(P.CRC32_KEY) + 1
+    digits = P.crc_digits(crc)
+    buf[start:start + len(digits)] = digits
+    return crc
+
+
+def encode_blank(remaining: int) -> bytes:
+    return BLANK.pack(remaining, BLANK_MAGIC)
+
+
+_PACK_V4 = V4.struct.pack
+_HEAD_SIZE = V4.size
+_I16_PACK = I16.pack
+
+
+class V4Shape:
+    """What records of one topic and pair of IPv4 hosts share (a put path keeps one per topic
+    and hosts): the topic field, the hosts, the fixed overhead. ``born_host``/``store_host`` are
+    raw (4-byte address + i32 port)."""
+
+    __slots__ = ("topic_tail", "magic", "born_host", "store_host", "overhead", "_born", "_store")
+
+    def __init__(self, topic: bytes, v2: bool, born_host: bytes, store_host: bytes):
+        if len(born_host) != V4.born_addr + 4 or len(store_host) != V4.store_addr + 4:
+            raise ValueError("V4Shape is for IPv4 hosts")
+        self.topic_tail = topic_field(topic, v2)
+        self.magic = MAGIC_V2 if v2 else MAGIC_V1
+        self.born_host, self.store_host = bytes(born_host), bytes(store_host)
+        self.overhead = _HEAD_SIZE + len(self.topic_tail) + PROPS_LEN  # TOTALSIZE less body and properties
+        self._born = (born_host[:4], I32.unpack_from(born_host, 4)[0])
+        self._store = (store_host[:4], I32.unpack_from(store_host, 4)[0])
+
+    def encode(self, msg, body: bytes, props: bytes) -> tuple[bytearray, bytes]:
+        """The header (stamped fields zero, BORNTIMESTAMP 0 when ``msg.born_timestamp`` is None)
+        and the rest (body, topic, properties) of ``msg``'s record. ``msg`` has the attributes of a
+        ``Message``: queue_id, flag, sys_flag (without host bits), born_timestamp,
+        reconsume_times, prepared_transaction_offset."""
+        blen, plen = len(body), len(props)
+        born_ts = msg.born_timestamp
+        ba, bp = self._born
+        sa, sp = self._store
+        head = bytearray(_PACK_V4(
+            self.overhead + blen + plen, self.magic, crc32_raw(body) & 0x7FFFFFFF, msg.queue_id, msg.flag, 0, 0,
+            msg.sys_flag, 0 if born_ts is None else born_ts, ba, bp, 0, sa, sp, msg.reconsume_times,
+            msg.prepared_transaction_offset, blen))
+        return head, b"".join((body, self.topic_tail, _I16_PACK(plen), props))
+
+
+def write_record(dst, pos: int, head, tail) -> None:
+    """Copy a record (its fixed part ``head``, then ``tail``) into ``dst`` at ``pos``, TOTALSIZE and
+    MAGICCODE last: a crash or a reader sees the whole record or none."""
+    h = len(head)
+    dst[pos + h:pos + h + len(tail)] = tail
+    dst[pos + PUBLISH_SIZE:pos + h] = head[PUBLISH_SIZE:]
+    dst[pos:pos + PUBLISH_SIZE] = head[:PUBLISH_SIZE]
