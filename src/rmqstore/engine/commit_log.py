@@ -46,6 +46,7 @@ _MAX_PROPS = P.MAX_PROPERTIES_SIZE
 #: batches whose record starts wait for the dispatcher at most (of 256 records: 8 MiB of starts)
 START_HINTS_MAX = 4096
 _PUT_OK = PutMessageStatus.PUT_OK
+_BLANK_MIN = M.END_FILE_MIN_BLANK_LENGTH
 _time_ns = time.time_ns
 _sleep = time.sleep
 
@@ -333,7 +334,7 @@ class CommitLog:
                 store_ts = fixed_ts if fixed_ts is not None else _time_ns() // 1_000_000
                 qoff = self.topic_queue_table.get(key, 0)
                 mf = self.queue.last
-                if mf is None or total + 8 > mf.file_size - mf.wrote_position:
+                if mf is None or total + _BLANK_MIN > mf.file_size - mf.wrote_position:
                     mf = self._segment_for(total)
                 pos = mf.wrote_position
                 phy = mf.file_from_offset + pos
@@ -444,56 +445,33 @@ class CommitLog:
         plan = self._plans.get((first.topic, first.born_host, first.store_host)) or self._fast_plan(first)
         if plan is None or type(first.queue_id) is not int or first.queue_id < 0:
             return None
-        try:
-            shared = set(map(_SHARED_FIELDS, msgs))
-        except TypeError:  # an unhashable field: the general path says what is wrong
+        shared = _shared_columns(msgs)
+        if shared is None:
             return None
-        if len(shared) == 1:  # the usual batch: these fields are the same in every message
-            _, _, _, _, flags, sys_flag, reconsume, prepared = next(iter(shared))
-            if sys_flag & _SLOW_SYSFLAGS:
-                return None
-            sys_flags = sys_flag
-        else:
-            (topics, queue_ids, born_hosts, store_hosts, flags, sys_flags, reconsume,
-             prepared) = zip(*map(_SHARED_FIELDS, msgs))
-            if any(len(set(col)) != 1 for col in (topics, queue_ids, born_hosts, store_hosts)):
-                return None
-            sys_flags = np.asarray(sys_flags, dtype=np.int32)  # (OverflowError: _range_checked answers)
-            if (sys_flags & _SLOW_SYSFLAGS).any():
-                return None
         bodies, props, born = list(map(_BODY, msgs)), list(map(_PROPERTIES, msgs)), list(map(_BORN, msgs))
         if set(map(type, bodies)) != {bytes} or set(map(type, props)) != {dict}:
             return None
-        pbytes = P.encode_dicts(props)
-        joined = b"\x00".join(pbytes) if pbytes is not None else b""
-        if pbytes is None or P.NONE_WRITTEN in joined or b"DELAY\x01" in joined:
-            # dicts of different sizes, a None value to leave out, or a DELAY property: one by one
-            if any(map(_is_delayed, filter(None, map(_GET_DELAY, props)))):
-                return None
-            pbytes = list(map(P.encode_properties, props))
-            joined = b"\x00".join(pbytes)
-        if b"INNER_NUM\x01" in joined:
+        pbytes = _batch_properties(props)
+        if pbytes is None:
             return None
         if sum(map(len, bodies)) > self._max_body:
             return _illegal("message body size exceeded")
         shape = plan[0]
-        unset = born.count(None)
-        if unset == 0:
-            born_ts, born_unset = np.asarray(born, dtype=np.int64), None
-        elif unset == len(born):  # the store time for every record
-            born_ts, born_unset = None, True
-        else:
-            born_unset = np.fromiter(map(_is_none, born), dtype=bool, count=len(born))
-            born_ts = np.asarray([0 if b is None else b for b in born], dtype=np.int64)
+        born_ts, born_unset = _born_columns(born)
+        flags, sys_flags, reconsume, prepared = shared
         batch = encode_batch(BatchFields(
             shape.topic_tail, bodies, pbytes, queue_id=first.queue_id, flags=flags, sys_flags=sys_flags,
             born_timestamps=born_ts, born_host=shape.born_host, store_host=shape.store_host,
             reconsume_times=reconsume, prepared_offsets=prepared))
         if batch.props_max > _MAX_PROPS or int(batch.totals.max()) > self._max_record:
             return None
-        total = batch.size
-        if total + M.END_FILE_MIN_BLANK_LENGTH > self.cfg.mapped_file_size_commit_log:
-            return _illegal(f"batch of {total} bytes cannot fit one commitlog segment")
+        if batch.size + M.END_FILE_MIN_BLANK_LENGTH > self.cfg.mapped_file_size_commit_log:
+            return _illegal(f"batch of {batch.size} bytes cannot fit one commitlog segment")
+        return self._append_batch(first, batch, born_unset, pbytes[0], shape.store_host)
+
+    def _append_batch(self, first: Message, batch, born_unset, props0: bytes, store_host: bytes) -> PutMessageResult:
+        """Under the lock: stamp and write a batch encoded by :meth:`_put_batch_fast`."""
+        total, n = batch.size, len(batch.totals)
         key = (first.topic, first.queue_id)
         try:
             with self.put_lock:
@@ -504,14 +482,14 @@ class CommitLog:
                 phy0 = mf.file_from_offset + pos
                 buf = batch.render(qoff0, phy0, store_ts, born_unset)
                 mf.write_at(pos, buf)  # first 8 bytes last: the batch appears whole or not at all
-                end = self._publish(mf, pos + total, store_ts, key, qoff0 + len(msgs))
+                end = self._publish(mf, pos + total, store_ts, key, qoff0 + n)
                 if len(self.batch_starts) < START_HINTS_MAX:
                     self.batch_starts.append((phy0, end, batch.starts))
         except (OSError, StoreIOError) as ex:
             return _append_failed(ex)
-        status = self._after_append(end, pbytes[0])
-        ids = functools.partial(encode_offset_msg_ids, shape.store_host, batch.starts + phy0)
-        return PutMessageResult(status, ids, phy0, total, qoff0, store_ts, len(msgs))  # ids formatted when read
+        status = self._after_append(end, props0)
+        ids = functools.partial(encode_offset_msg_ids, store_host, batch.starts + phy0)
+        return PutMessageResult(status, ids, phy0, total, qoff0, store_ts, n)  # ids formatted when read
 
     # ------------------------------------------------------------------------------------------
     # Flushing
@@ -641,6 +619,53 @@ class CommitLog:
 
     def close(self) -> None:
         self.queue.close()
+
+
+def _shared_columns(msgs: list[Message]) -> tuple | None:
+    """``(flags, sys_flags, reconsume_times, prepared_offsets)`` of a fast batch (an int where all
+    messages agree, else columns), or None when topic, queue or hosts differ, a sysflag needs the
+    general path or a field is unhashable."""
+    try:
+        shared = set(map(_SHARED_FIELDS, msgs))
+    except TypeError:  # an unhashable field: the general path says what is wrong
+        return None
+    if len(shared) == 1:  # the usual batch: these fields are the same in every message
+        _, _, _, _, flags, sys_flag, reconsume, prepared = next(iter(shared))
+        return None if sys_flag & _SLOW_SYSFLAGS else (flags, sys_flag, reconsume, prepared)
+    (topics, queue_ids, born_hosts, store_hosts, flags, sys_flags, reconsume,
+     prepared) = zip(*map(_SHARED_FIELDS, msgs))
+    if any(len(set(col)) != 1 for col in (topics, queue_ids, born_hosts, store_hosts)):
+        return None
+    sys_flags = np.asarray(sys_flags, dtype=np.int32)  # (OverflowError: _range_checked answers)
+    if (sys_flags & _SLOW_SYSFLAGS).any():
+        return None
+    return flags, sys_flags, reconsume, prepared
+
+
+def _batch_properties(props: list[dict]) -> list[bytes] | None:
+    """The encoded properties of a fast batch, or None when one is delayed or has INNER_NUM."""
+    pbytes = P.encode_dicts(props)
+    joined = b"\x00".join(pbytes) if pbytes is not None else b""
+    if pbytes is None or P.NONE_WRITTEN in joined or b"DELAY\x01" in joined:
+        # dicts of different sizes, a None value to leave out, or a DELAY property: one by one
+        if any(map(_is_delayed, filter(None, map(_GET_DELAY, props)))):
+            return None
+        pbytes = list(map(P.encode_properties, props))
+        joined = b"\x00".join(pbytes)
+    return None if b"INNER_NUM\x01" in joined else pbytes
+
+
+def _born_columns(born: list) -> tuple:
+    """``(born timestamps, born_unset)`` for :func:`~rmqstore.format.record_layout.stamp_batch`:
+    None for the column when every born time is unset (True: the store time for all), a mask when
+    some are."""
+    unset = born.count(None)
+    if unset == 0:
+        return np.asarray(born, dtype=np.int64), None
+    if unset == len(born):
+        return None, True
+    mask = np.fromiter(map(_is_none, born), dtype=bool, count=len(born))
+    return np.asarray([0 if b is None else b for b in born], dtype=np.int64), mask
 
 
 def apply_delay_levels(rec: MessageRecord, delay_levels_ms) -> MessageRecord:

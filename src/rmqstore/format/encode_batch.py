@@ -44,7 +44,8 @@ class BatchV4:
         hdr = self.hdr
         n = hdr.size
         if len(self.tails) != n:
-            raise ValueError(f"properties of {self.props_max} bytes cannot be encoded (at most {P.MAX_PROPERTIES_SIZE})")
+            raise ValueError(f"properties of {self.props_max} bytes cannot be encoded "
+                             f"(at most {P.MAX_PROPERTIES_SIZE})")
         stamp_batch(hdr, self.starts, queue_offset0, phy0, store_timestamp, born_unset)
         # interleave header, body, topic + properties length, properties with C-level iterators
         pieces = zip(_headers_of(n).unpack(hdr.tobytes()), self.bodies, self.tails, self.props)

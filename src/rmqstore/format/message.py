@@ -27,15 +27,15 @@ from .frame import RecordLayout, check_record, crc_problem, read_layout, torn_en
 from .hashes import crc32_raw
 from .msgid import encode_offset_msg_id, format_host
 from .record import MessageRecord, lazy_v1_record, tags_hash
-from .record_layout import (BLANK, BLANK_MAGIC, BODY_BASE, BODY_LEN_BASE, BORN_HOST_POS, STORE_TIMESTAMP_END_V4,  # noqa: F401
-                            BORN_TIMESTAMP_POS, END_FILE_MIN_BLANK_LENGTH, IPV4_ADDR, IPV6_ADDR, PORT_SIZE, FIELDS, FIXED_V4, FIXED_V4_DTYPE, HEAD,
-                            HEAD_DTYPE, HEAD_SIZE, I16, I32, I64, LAYOUTS, MAGIC_V1, MAGIC_V2, MAX_TOPIC_BYTES,
-                            MIN_RECORD_SIZE, PHY_OFFSET_POS, PREPARED_BASE, QUEUE_OFFSET_POS, RECONSUME_BASE,
-                            STORE_HOST_BASE, STORE_TIMESTAMP_BASE, SYSFLAG_BORNHOST_V6, SYSFLAG_COMPRESSED,
-                            SYSFLAG_HOSTS_V6, SYSFLAG_MULTI_TAGS, SYSFLAG_POS, SYSFLAG_STOREHOST_V6, SYSFLAG_TX_MASK,
-                            TOPIC_LEN_V1, TOPIC_LEN_V2, TOTAL_MAGIC, TX_COMMIT, TX_NOT_TYPE, TX_PREPARED, TX_ROLLBACK,
-                            V4, FieldLayout, host_len, host_sys_flag, layout_for_hosts, layout_of, record_length,
-                            stamp_batch, stamp_record, stamp_v4_head, store_timestamp_at, store_timestamp_pos)
+from .record_layout import (  # noqa: F401
+    BLANK, BLANK_MAGIC, BODY_BASE, BODY_LEN_BASE, BORN_HOST_POS, BORN_TIMESTAMP_POS, END_FILE_MIN_BLANK_LENGTH,
+    FIELDS, FIXED_V4, FIXED_V4_DTYPE, HEAD, HEAD_DTYPE, HEAD_SIZE, I16, I32, I64, IPV4_ADDR, IPV6_ADDR, LAYOUTS,
+    MAGIC_V1, MAGIC_V2, MAX_TOPIC_BYTES, MIN_RECORD_SIZE, PHY_OFFSET_POS, PORT_SIZE, PREPARED_BASE, QUEUE_OFFSET_POS,
+    RECONSUME_BASE, STORE_HOST_BASE, STORE_TIMESTAMP_BASE, STORE_TIMESTAMP_END_V4, SYSFLAG_BORNHOST_V6,
+    SYSFLAG_COMPRESSED, SYSFLAG_HOSTS_V6, SYSFLAG_MULTI_TAGS, SYSFLAG_POS, SYSFLAG_STOREHOST_V6, SYSFLAG_TX_MASK,
+    TOPIC_LEN_V1, TOPIC_LEN_V2, TOTAL_MAGIC, TX_COMMIT, TX_NOT_TYPE, TX_PREPARED, TX_ROLLBACK, V4, FieldLayout,
+    host_len, host_sys_flag, layout_for_hosts, layout_of, record_length, stamp_batch, stamp_record, stamp_v4_head,
+    store_timestamp_at, store_timestamp_pos)
 
 _RECONSUME_PREPARED = struct.Struct(">" + V4.formats["reconsume_times"] + V4.formats["prepared_transaction_offset"])
 _tails = _encode_batch.topic_tails  # (the name the tests clear the cache of)
@@ -330,33 +330,35 @@ def body_crc_ok(buf, batch: RecordBatch) -> np.ndarray:
 # Full decode into a MessageRecord
 # ------------------------------------------------------------------------------------------------
 
-def decode_message(buf, pos: int, limit: int, *, base_offset: int = 0, path: str | None = None,
-                   check_crc: bool = False, force_verify_prop_crc: bool = False, check_torn: bool = False):
-    """Decode the record at ``buf[pos]`` into a :class:`~rmqstore.types.MessageRecord`.
+@dataclass(frozen=True, slots=True)
+class DecodeChecks:
+    """What :func:`decode_message` checks, and where the buffer is (for errors): ``check_crc``
+    verifies the CRC (the properties CRC under ``force_verify_prop_crc``, else the body's),
+    ``check_torn`` rejects a record whose end is zero-filled (:func:`torn_end`); ``base_offset``
+    is the phy offset of ``buf[0]`` and ``path`` its file."""
 
-    ``base_offset`` is the phy offset of ``buf[0]`` (used for errors only; the record's own
-    PHYSICALOFFSET field is returned). ``check_crc`` verifies the CRC, ``check_torn`` rejects a
-    record whose end is zero-filled (:func:`torn_end`). Raises :class:`CorruptRecordError` with
-    path and offset. ``tags_code`` is the TAGS hash: a delayed SCHEDULE_TOPIC_XXXX record's depends on
-    the broker's delay levels, which its reader applies (``tags_code_of``).
+    check_crc: bool = False
+    force_verify_prop_crc: bool = False
+    check_torn: bool = False
+    base_offset: int = 0
+    path: str | None = None
+
+
+def decode_message(buf, pos: int, limit: int, checks: DecodeChecks | None = None, /, **by_name):
+    """Decode the record at ``buf[pos]`` into a :class:`~rmqstore.types.MessageRecord`, checked as
+    ``checks`` (or the same fields by name) says. The record's own PHYSICALOFFSET field is returned.
+    Raises :class:`CorruptRecordError` with path and offset. ``tags_code`` is the TAGS hash: a delayed
+    SCHEDULE_TOPIC_XXXX record's depends on the broker's delay levels, which its reader applies
+    (``tags_code_of``).
     """
-    if limit - pos >= MIN_RECORD_SIZE and not (check_crc and force_verify_prop_crc):  # the properties CRC needs it
-        rec = decode_v1_ipv4(buf, pos, limit, check_crc, check_torn, (base_offset, path))
+    c = checks if checks is not None else DecodeChecks(**by_name)
+    base_offset, path = c.base_offset, c.path
+    if limit - pos >= MIN_RECORD_SIZE and not (c.check_crc and c.force_verify_prop_crc):  # (needs the layout)
+        rec = decode_v1_ipv4(buf, pos, limit, c.check_crc, c.check_torn, (base_offset, path))
         if rec is not None:
             return rec
-
-    try:
-        lay = read_layout(buf, pos, limit)
-    except (ValueError, struct.error) as e:
-        raise CorruptRecordError(f"invalid commitlog record: {e}", path=path, offset=base_offset + pos) from e
+    lay = _checked_layout(buf, pos, limit, c)
     mv = memoryview(buf)
-    if check_crc:
-        reason = crc_problem(buf, pos, lay, force_verify_prop_crc)
-        if reason:
-            raise CorruptRecordError(f"invalid commitlog record: {reason}", path=path, offset=base_offset + pos)
-    if check_torn and torn_end(buf, pos, lay):
-        raise CorruptRecordError("incomplete commitlog record (its end is zero-filled: a torn write)",
-                                 path=path, offset=base_offset + pos)
     (total, magic, body_crc, queue_id, flag, queue_offset, phy, sys_flag, born_ts) = HEAD.unpack_from(buf, pos)
     b = lay.born_len
     born_raw = bytes(mv[pos + BORN_HOST_POS:pos + BORN_HOST_POS + b])
@@ -380,6 +382,22 @@ def decode_message(buf, pos: int, limit: int, *, base_offset: int = 0, path: str
 
 
 _TOPICS: dict = {}
+
+
+def _checked_layout(buf, pos: int, limit: int, c: DecodeChecks) -> RecordLayout:
+    """:func:`read_layout` and the checks ``c`` asks for, as :class:`CorruptRecordError`."""
+    where = {"path": c.path, "offset": c.base_offset + pos}
+    try:
+        lay = read_layout(buf, pos, limit)
+    except (ValueError, struct.error) as e:
+        raise CorruptRecordError(f"invalid commitlog record: {e}", **where) from e
+    if c.check_crc:
+        reason = crc_problem(buf, pos, lay, c.force_verify_prop_crc)
+        if reason:
+            raise CorruptRecordError(f"invalid commitlog record: {reason}", **where)
+    if c.check_torn and torn_end(buf, pos, lay):
+        raise CorruptRecordError("incomplete commitlog record (its end is zero-filled: a torn write)", **where)
+    return lay
 
 
 def decode_v1_ipv4(buf, pos: int, limit: int, check_crc: bool, check_torn: bool,
