@@ -10,21 +10,14 @@ from __future__ import annotations
 import collections
 import functools
 import logging
-import operator
-import re
-import struct
 import threading
 import time
-from dataclasses import dataclass
-
-import numpy as np
 
 from ..config import MessageStoreConfig
 from ..errors import CorruptRecordError, OffsetError, StoreIOError
 from ..format import message as M
 from ..format import properties as P
-from ..format import javalang as J
-from ..format.encode import RecordFields, V4Shape, write_record
+from ..format.encode import V4Shape, write_record
 from ..format.encode_batch import BatchFields, encode_batch
 from ..format.record import tags_code_of
 from ..format.record_layout import STORE_TIMESTAMP_END_V4, stamp_record, stamp_v4_head, store_timestamp_at
@@ -32,16 +25,12 @@ from ..format.msgid import encode_offset_msg_id, encode_offset_msg_ids, parse_ho
 from ..io.mapped_file_queue import MappedFileQueue
 from ..types import SCHEDULE_TOPIC, Message, MessageRecord, PutMessageResult, PutMessageStatus
 from ..io import paths
+from .put_encode import (DEFAULT_BORN_HOST, MAX_TOTAL_EXTRA, SLOW_SYSFLAGS, TOPIC_RE, Encoded,
+                         batch_properties, born_columns, encode_message, illegal, is_delayed, message_columns,
+                         props_bytes, range_checked, shared_columns)
 
 log = logging.getLogger(__name__)
 
-TOPIC_RE = re.compile(r"^[%|a-zA-Z0-9_-]+\Z")  # \Z: "$" would accept a trailing newline
-_DEFAULT_BORN_HOST = "127.0.0.1:0"
-_MAX_TOTAL_EXTRA = 65536
-_INNER_BATCH_FLAG = 0x80
-
-
-_SLOW_SYSFLAGS = M.SYSFLAG_TX_MASK | _INNER_BATCH_FLAG | M.SYSFLAG_BORNHOST_V6 | M.SYSFLAG_STOREHOST_V6
 _MAX_PROPS = P.MAX_PROPERTIES_SIZE
 #: batches whose record starts wait for the dispatcher at most (of 256 records: 8 MiB of starts)
 START_HINTS_MAX = 4096
@@ -51,84 +40,8 @@ _time_ns = time.time_ns
 _sleep = time.sleep
 
 
-def _props_bytes(msg: Message) -> bytes:
-    p = msg.properties
-    if type(p) is dict:
-        return "".join([f"{k}\x01{v}\x02" for k, v in p.items() if v is not None]).encode()
-    return msg.encoded_properties()
-
-
-#: the fields a batch usually shares (one set of these tuples of size 1 checks them all at once)
-_SHARED_FIELDS = operator.attrgetter("topic", "queue_id", "born_host", "store_host", "flag", "sys_flag",
-                                     "reconsume_times", "prepared_transaction_offset")
-_BODY = operator.attrgetter("body")
-_PROPERTIES = operator.attrgetter("properties")
-_BORN = operator.attrgetter("born_timestamp")
-_GET_DELAY = operator.methodcaller("get", P.DELAY)
-
-
-def _is_delayed(value: object) -> bool:
-    """A DELAY property that asks for a delay, or that Java's ``Integer.parseInt`` rejects (both are
-    refused in a batch): upstream's ``getDelayTimeLevel() > 0``; an empty value is ignored (parsing
-    drops it) and a None value is not written at all."""
-    if value is None:
-        return False
-    text = value if type(value) is str else format(value, "")
-    if text == "":
-        return False
-    try:
-        return J.parse_int(text) > 0
-    except ValueError:
-        return True
-
-
-def _is_none(value: object) -> bool:
-    return value is None
-
-
 def now_ms() -> int:
     return time.time_ns() // 1_000_000
-
-
-@dataclass(slots=True)
-class _Encoded:
-    rec: bytearray
-    total: int
-    key: tuple[str, int]
-    tx_type: int
-    store_timestamp: int | None
-    born_unset: bool
-    store_host_raw: bytes
-    wait: bool
-
-
-_I32_FIELDS = ("queue_id", "flag", "sys_flag", "reconsume_times")
-_I64_FIELDS = ("born_timestamp", "store_timestamp", "prepared_transaction_offset")
-
-
-def _out_of_range(msgs) -> str | None:
-    for m in msgs:
-        for names, bits in ((_I32_FIELDS, 31), (_I64_FIELDS, 63)):
-            for name in names:
-                v = getattr(m, name, None)
-                if isinstance(v, int) and not -(1 << bits) <= v < (1 << bits):
-                    return f"{name}={v} does not fit its signed {bits + 1}-bit field"
-    return None
-
-
-def _range_checked(put):
-    """An out-of-range fixed-width field gives MESSAGE_ILLEGAL instead of a struct/numpy error
-    (looked for only once packing failed: the normal path pays nothing). No record is written."""
-    @functools.wraps(put)
-    def wrapper(self, arg):
-        try:
-            return put(self, arg)
-        except (struct.error, OverflowError):
-            reason = _out_of_range(arg if isinstance(arg, list) else [arg])
-            if reason is None:
-                raise
-            return _illegal(reason)
-    return wrapper
 
 
 class AppendLock:
@@ -197,7 +110,7 @@ class CommitLog:
         self._plans: dict = {}
         self._max_body = cfg.max_message_size
         # a record must fit the segment with room for the 8-byte blank, and the upstream total limit
-        self._max_record = min(cfg.max_message_size + _MAX_TOTAL_EXTRA, cfg.mapped_file_size_commit_log - 8)
+        self._max_record = min(cfg.max_message_size + MAX_TOTAL_EXTRA, cfg.mapped_file_size_commit_log - 8)
         self._sync = cfg.sync_flush
         #: ``(first phy, end phy, record starts relative to the first)`` of each batch the fast
         #: path appended, in commitlog order: the dispatcher takes these instead of following
@@ -209,64 +122,6 @@ class CommitLog:
     # ------------------------------------------------------------------------------------------
     # Encoding and validation (outside the lock)
     # ------------------------------------------------------------------------------------------
-    def _encode(self, msg: Message) -> _Encoded | PutMessageResult:
-        cfg = self.cfg
-        topic = msg.topic
-        if not isinstance(topic, str) or not topic or not TOPIC_RE.match(topic):
-            return _illegal(f"topic {topic!r} does not match ^[%|a-zA-Z0-9_-]+$")
-        topic_b = topic.encode("ascii")
-        if len(topic_b) > M.MAX_TOPIC_BYTES:
-            return _illegal(f"topic is {len(topic_b)} bytes, the limit is {M.MAX_TOPIC_BYTES}")
-        v2 = len(topic) > 127
-        if v2 and not cfg.auto_message_version_on_topic_len:
-            return _illegal("topic longer than 127 chars needs autoMessageVersionOnTopicLen (V2 magic)")
-        body = msg.body
-        if body is None:
-            return _illegal("message body is null")
-        if not isinstance(body, (bytes, bytearray)):
-            body = bytes(body)
-        if not isinstance(msg.queue_id, int) or msg.queue_id < 0:
-            return _illegal(f"queue id {msg.queue_id!r} must be an int >= 0")
-        props = msg.encoded_properties()
-        if topic == SCHEDULE_TOPIC and b"DELAY\x01" in props:
-            delay = P.parse_properties(props).get(P.DELAY)
-            try:
-                if delay is not None:
-                    J.parse_int(delay)
-            except ValueError as e:  # RocketMQ's recovery would take the record for invalid and cut there
-                return _illegal(f"DELAY on {SCHEDULE_TOPIC}: {e}")
-        if b"INNER_NUM\x01" in props and not msg.sys_flag & _INNER_BATCH_FLAG:
-            return _illegal("INNER_NUM property without the INNER_BATCH sysflag")
-        if msg.sys_flag & _INNER_BATCH_FLAG:
-            return _illegal("INNER_BATCH messages need a BatchCQ topic, which this store does not support")
-        if cfg.enabled_append_prop_crc:
-            props = P.with_crc_reserved(props)
-        if len(props) > P.MAX_PROPERTIES_SIZE:
-            return PutMessageResult(PutMessageStatus.PROPERTIES_SIZE_EXCEEDED,
-                                    error=f"properties are {len(props)} bytes, the limit is {P.MAX_PROPERTIES_SIZE}")
-        if len(body) > cfg.max_message_size:
-            return _illegal(f"body is {len(body)} bytes, maxMessageSize is {cfg.max_message_size}")
-        try:
-            born_raw = parse_host(msg.born_host or _DEFAULT_BORN_HOST)
-            store_raw = parse_host(msg.store_host) if msg.store_host else self._store_host_raw
-        except ValueError as e:
-            return _illegal(f"bad host: {e}")
-        sys_flag = M.host_sys_flag(msg.sys_flag, len(born_raw), len(store_raw))
-        total = M.record_length(len(body), len(topic_b), len(props), sys_flag, v2)
-        if total > cfg.max_message_size + _MAX_TOTAL_EXTRA:
-            return _illegal(f"record is {total} bytes, the limit is maxMessageSize + 65536")
-        if total + M.END_FILE_MIN_BLANK_LENGTH > cfg.mapped_file_size_commit_log:
-            return _illegal(f"record of {total} bytes cannot fit a {cfg.mapped_file_size_commit_log}-byte segment")
-        born_unset = msg.born_timestamp is None
-        rec = M.encode_record(RecordFields(
-            topic=topic_b, body=body, props=props, queue_id=msg.queue_id, flag=msg.flag, sys_flag=sys_flag,
-            born_timestamp=0 if born_unset else msg.born_timestamp, born_host=born_raw,
-            store_timestamp=msg.store_timestamp or 0, store_host=store_raw,
-            reconsume_times=msg.reconsume_times, prepared_transaction_offset=msg.prepared_transaction_offset, v2=v2))
-        wait = b"WAIT\x01false\x02" not in props
-        return _Encoded(rec, total, (topic, msg.queue_id), sys_flag & M.SYSFLAG_TX_MASK, msg.store_timestamp,
-                        born_unset, store_raw, wait)
-
     # ------------------------------------------------------------------------------------------
     # Appending (under the lock)
     # ------------------------------------------------------------------------------------------
@@ -280,7 +135,7 @@ class CommitLog:
             mf = self.queue.get_last_mapped_file(0)
         return mf
 
-    def _stamp(self, e: _Encoded, rec: bytearray, pos: int, store_ts: int, queue_offset: int, phy: int) -> None:
+    def _stamp(self, e: Encoded, rec: bytearray, pos: int, store_ts: int, queue_offset: int, phy: int) -> None:
         stamp_record(rec, pos, queue_offset, phy, store_ts, e.born_unset)
         if self.cfg.enabled_append_prop_crc:
             M.fill_prop_crc(rec, pos, e.total)
@@ -295,10 +150,10 @@ class CommitLog:
                 return None
             topic = msg.topic
             if not topic or not TOPIC_RE.match(topic) or len(topic) > M.MAX_TOPIC_BYTES or len(topic) > 127 \
-                    or topic == SCHEDULE_TOPIC:  # its DELAY is checked as Java parses it (_encode)
+                    or topic == SCHEDULE_TOPIC:  # its DELAY is checked as Java parses it (encode_message)
                 return None
             try:
-                born = parse_host(msg.born_host or _DEFAULT_BORN_HOST)
+                born = parse_host(msg.born_host or DEFAULT_BORN_HOST)
                 store_raw = parse_host(msg.store_host) if msg.store_host else self._store_host_raw
             except ValueError:
                 return None
@@ -309,7 +164,7 @@ class CommitLog:
                 self._plans[key] = plan
         return plan
 
-    @_range_checked
+    @range_checked
     def put_message(self, msg: Message) -> PutMessageResult:
         """Append one message. The common shape (IPv4 hosts, V1 topic, no properties CRC, not
         transactional) takes a fast path: the record is encoded outside the lock, its header is
@@ -317,9 +172,9 @@ class CommitLog:
         segment. Anything else goes through :meth:`_put_general` (same bytes, more checks)."""
         plan = self._plans.get((msg.topic, msg.born_host, msg.store_host)) or self._fast_plan(msg)
         body = msg.body
-        if plan is None or msg.sys_flag & _SLOW_SYSFLAGS or type(body) is not bytes or msg.queue_id < 0:
+        if plan is None or msg.sys_flag & SLOW_SYSFLAGS or type(body) is not bytes or msg.queue_id < 0:
             return self._put_general(msg)
-        props = _props_bytes(msg)
+        props = props_bytes(msg)
         shape, store_hex = plan
         blen, plen = len(body), len(props)
         total = shape.overhead + blen + plen
@@ -347,17 +202,17 @@ class CommitLog:
         return PutMessageResult(status, f"{store_hex}{phy:016X}", phy, total, qoff, store_ts, 1)
 
     def _put_general(self, msg: Message) -> PutMessageResult:
-        e = self._encode(msg)
+        e = encode_message(msg, self.cfg, self._store_host_raw)
         if isinstance(e, PutMessageResult):
             return e
         return self._append_encoded([e])
 
-    def _append_encoded(self, enc: list[_Encoded]) -> PutMessageResult:
-        """Append records encoded by :meth:`_encode` (one message, or a batch for one queue sharing
+    def _append_encoded(self, enc: list[Encoded]) -> PutMessageResult:
+        """Append records encoded by :func:`~.put_encode.encode_message` (one message, or a batch for one queue sharing
         the first's store time); PREPARED/ROLLBACK records take queue offset 0 and no offset."""
         total = sum(e.total for e in enc)
         if total + M.END_FILE_MIN_BLANK_LENGTH > self.cfg.mapped_file_size_commit_log:
-            return _illegal(f"batch of {total} bytes cannot fit one commitlog segment")
+            return illegal(f"batch of {total} bytes cannot fit one commitlog segment")
         buf = enc[0].rec if len(enc) == 1 else bytearray().join(e.rec for e in enc)
         counts = enc[0].tx_type in (M.TX_NOT_TYPE, M.TX_COMMIT)
         key = enc[0].key
@@ -405,31 +260,31 @@ class CommitLog:
             return PutMessageStatus.FLUSH_DISK_TIMEOUT
         return _PUT_OK
 
-    @_range_checked
+    @range_checked
     def put_messages(self, msgs: list[Message]) -> PutMessageResult:
         """A batch for one topic and queue: consecutive records and queue offsets, one store time,
         all in one segment (a blank rolls the whole batch to the next one)."""
         if not msgs:
-            return _illegal("empty batch")
+            return illegal("empty batch")
         fast = self._put_batch_fast(msgs)
         if fast is not None:
             return fast
         first = msgs[0]
         for m in msgs:
             if m.topic != first.topic or m.queue_id != first.queue_id:
-                return _illegal("a batch must be for one topic and queue")
+                return illegal("a batch must be for one topic and queue")
             if m.sys_flag & M.SYSFLAG_TX_MASK:
-                return _illegal("transactional messages cannot be batched")
+                return illegal("transactional messages cannot be batched")
             props = m.properties or {}
             items = props.items() if hasattr(props, "items") else props
             for k, v in items:
-                if k == P.DELAY and _is_delayed(v):
-                    return _illegal("delayed messages cannot be batched")
+                if k == P.DELAY and is_delayed(v):
+                    return illegal("delayed messages cannot be batched")
         if sum(len(m.body or b"") for m in msgs) > self.cfg.max_message_size:
-            return _illegal("message body size exceeded")
+            return illegal("message body size exceeded")
         enc = []
         for m in msgs:
-            e = self._encode(m)
+            e = encode_message(m, self.cfg, self._store_host_raw)
             if isinstance(e, PutMessageResult):
                 return e
             enc.append(e)
@@ -445,19 +300,19 @@ class CommitLog:
         plan = self._plans.get((first.topic, first.born_host, first.store_host)) or self._fast_plan(first)
         if plan is None or type(first.queue_id) is not int or first.queue_id < 0:
             return None
-        shared = _shared_columns(msgs)
+        shared = shared_columns(msgs)
         if shared is None:
             return None
-        bodies, props, born = list(map(_BODY, msgs)), list(map(_PROPERTIES, msgs)), list(map(_BORN, msgs))
+        bodies, props, born = message_columns(msgs)
         if set(map(type, bodies)) != {bytes} or set(map(type, props)) != {dict}:
             return None
-        pbytes = _batch_properties(props)
+        pbytes = batch_properties(props)
         if pbytes is None:
             return None
         if sum(map(len, bodies)) > self._max_body:
-            return _illegal("message body size exceeded")
+            return illegal("message body size exceeded")
         shape = plan[0]
-        born_ts, born_unset = _born_columns(born)
+        born_ts, born_unset = born_columns(born)
         flags, sys_flags, reconsume, prepared = shared
         batch = encode_batch(BatchFields(
             shape.topic_tail, bodies, pbytes, queue_id=first.queue_id, flags=flags, sys_flags=sys_flags,
@@ -466,7 +321,7 @@ class CommitLog:
         if batch.props_max > _MAX_PROPS or int(batch.totals.max()) > self._max_record:
             return None
         if batch.size + M.END_FILE_MIN_BLANK_LENGTH > self.cfg.mapped_file_size_commit_log:
-            return _illegal(f"batch of {batch.size} bytes cannot fit one commitlog segment")
+            return illegal(f"batch of {batch.size} bytes cannot fit one commitlog segment")
         return self._append_batch(first, batch, born_unset, pbytes[0], shape.store_host)
 
     def _append_batch(self, first: Message, batch, born_unset, props0: bytes, store_host: bytes) -> PutMessageResult:
@@ -621,53 +476,6 @@ class CommitLog:
         self.queue.close()
 
 
-def _shared_columns(msgs: list[Message]) -> tuple | None:
-    """``(flags, sys_flags, reconsume_times, prepared_offsets)`` of a fast batch (an int where all
-    messages agree, else columns), or None when topic, queue or hosts differ, a sysflag needs the
-    general path or a field is unhashable."""
-    try:
-        shared = set(map(_SHARED_FIELDS, msgs))
-    except TypeError:  # an unhashable field: the general path says what is wrong
-        return None
-    if len(shared) == 1:  # the usual batch: these fields are the same in every message
-        _, _, _, _, flags, sys_flag, reconsume, prepared = next(iter(shared))
-        return None if sys_flag & _SLOW_SYSFLAGS else (flags, sys_flag, reconsume, prepared)
-    (topics, queue_ids, born_hosts, store_hosts, flags, sys_flags, reconsume,
-     prepared) = zip(*map(_SHARED_FIELDS, msgs))
-    if any(len(set(col)) != 1 for col in (topics, queue_ids, born_hosts, store_hosts)):
-        return None
-    sys_flags = np.asarray(sys_flags, dtype=np.int32)  # (OverflowError: _range_checked answers)
-    if (sys_flags & _SLOW_SYSFLAGS).any():
-        return None
-    return flags, sys_flags, reconsume, prepared
-
-
-def _batch_properties(props: list[dict]) -> list[bytes] | None:
-    """The encoded properties of a fast batch, or None when one is delayed or has INNER_NUM."""
-    pbytes = P.encode_dicts(props)
-    joined = b"\x00".join(pbytes) if pbytes is not None else b""
-    if pbytes is None or P.NONE_WRITTEN in joined or b"DELAY\x01" in joined:
-        # dicts of different sizes, a None value to leave out, or a DELAY property: one by one
-        if any(map(_is_delayed, filter(None, map(_GET_DELAY, props)))):
-            return None
-        pbytes = list(map(P.encode_properties, props))
-        joined = b"\x00".join(pbytes)
-    return None if b"INNER_NUM\x01" in joined else pbytes
-
-
-def _born_columns(born: list) -> tuple:
-    """``(born timestamps, born_unset)`` for :func:`~rmqstore.format.record_layout.stamp_batch`:
-    None for the column when every born time is unset (True: the store time for all), a mask when
-    some are."""
-    unset = born.count(None)
-    if unset == 0:
-        return np.asarray(born, dtype=np.int64), None
-    if unset == len(born):
-        return None, True
-    mask = np.fromiter(map(_is_none, born), dtype=bool, count=len(born))
-    return np.asarray([0 if b is None else b for b in born], dtype=np.int64), mask
-
-
 def apply_delay_levels(rec: MessageRecord, delay_levels_ms) -> MessageRecord:
     """``rec`` with the tagsCode the store gives it: a SCHEDULE_TOPIC_XXXX record's is its delivery
     time by the broker's delay levels (the codec, knowing no broker policy, gives the TAGS hash)."""
@@ -681,5 +489,3 @@ def _append_failed(ex: Exception) -> PutMessageResult:
     return PutMessageResult(PutMessageStatus.CREATE_MAPPED_FILE_FAILED, error=str(ex))
 
 
-def _illegal(reason: str) -> PutMessageResult:
-    return PutMessageResult(PutMessageStatus.MESSAGE_ILLEGAL, error=reason)
