@@ -17,10 +17,10 @@ from ..config import MessageStoreConfig
 from ..errors import CorruptRecordError, OffsetError, StoreIOError
 from ..format import message as M
 from ..format import properties as P
-from ..format.encode import V4Shape, write_record
+from ..format.encode import V4Shape
 from ..format.encode_batch import BatchFields, encode_batch
 from ..format.record import tags_code_of
-from ..format.record_layout import STORE_TIMESTAMP_END_V4, stamp_record, stamp_v4_head, store_timestamp_at
+from ..format.record_layout import STORE_TIMESTAMP_END_V4, stamp_record, store_timestamp_at
 from ..format.msgid import encode_offset_msg_id, encode_offset_msg_ids, parse_host
 from ..io.mapped_file_queue import MappedFileQueue
 from ..types import SCHEDULE_TOPIC, Message, MessageRecord, PutMessageResult, PutMessageStatus
@@ -167,9 +167,9 @@ class CommitLog:
     @range_checked
     def put_message(self, msg: Message) -> PutMessageResult:
         """Append one message. The common shape (IPv4 hosts, V1 topic, no properties CRC, not
-        transactional) takes a fast path: the record is encoded outside the lock, its header is
-        stamped under it with the final offsets and time, and both go straight into the mapped
-        segment. Anything else goes through :meth:`_put_general` (same bytes, more checks)."""
+        transactional) takes a fast path: everything but the header is encoded outside the lock,
+        the header is packed under it with the stamp (offsets and time), and both go straight into
+        the mapped segment. Anything else goes through :meth:`_put_general` (same bytes, more checks)."""
         plan = self._plans.get((msg.topic, msg.born_host, msg.store_host)) or self._fast_plan(msg)
         body = msg.body
         if plan is None or msg.sys_flag & SLOW_SYSFLAGS or type(body) is not bytes or msg.queue_id < 0:
@@ -180,10 +180,9 @@ class CommitLog:
         total = shape.overhead + blen + plen
         if plen > _MAX_PROPS or blen > self._max_body or total > self._max_record or b"INNER_NUM\x01" in props:
             return self._put_general(msg)
-        head, tail = shape.encode(msg, body, props)
+        prepared = shape.prepare(msg, body, props)
         key = (msg.topic, msg.queue_id)
         fixed_ts = msg.store_timestamp
-        born_unset = msg.born_timestamp is None
         try:
             with self.put_lock:
                 store_ts = fixed_ts if fixed_ts is not None else _time_ns() // 1_000_000
@@ -193,8 +192,7 @@ class CommitLog:
                     mf = self._segment_for(total)
                 pos = mf.wrote_position
                 phy = mf.file_from_offset + pos
-                stamp_v4_head(head, qoff, phy, store_ts, born_unset)
-                write_record(mf.mm, pos, head, tail)  # TOTALSIZE+MAGIC last: all or nothing
+                shape.write_stamped(mf.mm, pos, msg, prepared, (qoff, phy, store_ts))  # all or nothing
                 end = self._publish(mf, pos + total, store_ts, key, qoff + 1)
         except (OSError, StoreIOError) as ex:
             return _append_failed(ex)

@@ -1,9 +1,9 @@
 """Encoding one CommitLog record (FORMAT.md §2), every position from :mod:`.record_layout`.
 
-:func:`encode_record` encodes any record from a :class:`RecordFields`; :class:`V4Shape` is the
-put path's form for the usual record (IPv4 hosts, V1 or V2 topic): a header and the rest, encoded
-outside the append lock, stamped (:func:`~.record_layout.stamp_v4_head`) and copied
-(:func:`write_record`) under it.
+:func:`encode_record` encodes any record from a :class:`RecordFields` (its stamped fields are
+written later by :func:`~.record_layout.stamp_record`). :class:`V4Shape` is the put path's form of
+the usual record (IPv4 hosts): :meth:`V4Shape.prepare` outside the append lock, then
+:meth:`V4Shape.write_stamped` under it packs the header once with the stamp and writes the record.
 """
 from __future__ import annotations
 
@@ -103,26 +103,30 @@ class V4Shape:
         self._born = (born_host[:4], I32.unpack_from(born_host, 4)[0])
         self._store = (store_host[:4], I32.unpack_from(store_host, 4)[0])
 
-    def encode(self, msg, body: bytes, props: bytes) -> tuple[bytearray, bytes]:
-        """The header (stamped fields zero, BORNTIMESTAMP 0 when ``msg.born_timestamp`` is None)
-        and the rest (body, topic, properties) of ``msg``'s record. ``msg`` has the attributes of a
-        ``Message``: queue_id, flag, sys_flag (without host bits), born_timestamp,
+    def prepare(self, msg, body: bytes, props: bytes) -> tuple[int, int, int, bytes]:
+        """Outside the append lock, what :meth:`write_stamped` needs besides ``msg`` and the stamp:
+        ``(TOTALSIZE, BODYCRC, BODYLENGTH, the bytes after the fixed part)``. ``msg`` has the
+        attributes of a ``Message``: queue_id, flag, sys_flag (without host bits), born_timestamp,
         reconsume_times, prepared_transaction_offset."""
         blen, plen = len(body), len(props)
+        return (self.overhead + blen + plen, crc32_raw(body) & 0x7FFFFFFF, blen,
+                b"".join((body, self.topic_tail, _I16_PACK(plen), props)))
+
+    def write_stamped(self, dst, pos: int, msg, prepared: tuple, stamp: tuple[int, int, int]) -> None:
+        """Under the append lock: ``msg``'s record (``prepared`` by :meth:`prepare`) written into
+        ``dst`` at ``pos`` with ``stamp`` = (QUEUEOFFSET, PHYSICALOFFSET, STORETIMESTAMP; also the
+        BORNTIMESTAMP when ``msg.born_timestamp`` is None), TOTALSIZE and MAGICCODE last: a crash or a
+        reader sees the whole record or none. The bytes of :func:`encode_record` then
+        :func:`~.record_layout.stamp_record`, the header packed once with its stamp (one ``struct``
+        call: the put path's hot spot)."""
+        total, crc, blen, tail = prepared
+        qoff, phy, store_ts = stamp
         born_ts = msg.born_timestamp
         ba, bp = self._born
         sa, sp = self._store
-        head = bytearray(_PACK_V4(
-            self.overhead + blen + plen, self.magic, crc32_raw(body) & 0x7FFFFFFF, msg.queue_id, msg.flag, 0, 0,
-            msg.sys_flag, 0 if born_ts is None else born_ts, ba, bp, 0, sa, sp, msg.reconsume_times,
-            msg.prepared_transaction_offset, blen))
-        return head, b"".join((body, self.topic_tail, _I16_PACK(plen), props))
-
-
-def write_record(dst, pos: int, head, tail) -> None:
-    """Copy a record (its fixed part ``head``, then ``tail``) into ``dst`` at ``pos``, TOTALSIZE and
-    MAGICCODE last: a crash or a reader sees the whole record or none."""
-    h = len(head)
-    dst[pos + h:pos + h + len(tail)] = tail
-    dst[pos + PUBLISH_SIZE:pos + h] = head[PUBLISH_SIZE:]
-    dst[pos:pos + PUBLISH_SIZE] = head[:PUBLISH_SIZE]
+        head = _PACK_V4(total, self.magic, crc, msg.queue_id, msg.flag, qoff, phy, msg.sys_flag,
+                        store_ts if born_ts is None else born_ts, ba, bp, store_ts, sa, sp, msg.reconsume_times,
+                        msg.prepared_transaction_offset, blen)
+        dst[pos + _HEAD_SIZE:pos + total] = tail
+        dst[pos + PUBLISH_SIZE:pos + _HEAD_SIZE] = head[PUBLISH_SIZE:]
+        dst[pos:pos + PUBLISH_SIZE] = head[:PUBLISH_SIZE]

@@ -21,7 +21,7 @@ from . import encode_batch as _encode_batch
 from . import properties as P
 from .arrays import rows_at
 from .encode import (RecordFields, V4Shape, encode_blank, encode_record, fill_prop_crc, patch_offsets,  # noqa: F401
-                     topic_field, write_record)
+                     topic_field)
 from .encode_batch import TAILS_KEPT, BatchFields, BatchV4, encode_batch, encode_batch_v4  # noqa: F401
 from .frame import RecordLayout, check_record, crc_problem, read_layout, torn_end, verify_prop_crc  # noqa: F401
 from .hashes import crc32_raw
@@ -34,7 +34,7 @@ from .record_layout import (  # noqa: F401
     RECONSUME_BASE, STORE_HOST_BASE, STORE_TIMESTAMP_BASE, STORE_TIMESTAMP_END_V4, SYSFLAG_BORNHOST_V6,
     SYSFLAG_COMPRESSED, SYSFLAG_HOSTS_V6, SYSFLAG_MULTI_TAGS, SYSFLAG_POS, SYSFLAG_STOREHOST_V6, SYSFLAG_TX_MASK,
     TOPIC_LEN_V1, TOPIC_LEN_V2, TOTAL_MAGIC, TX_COMMIT, TX_NOT_TYPE, TX_PREPARED, TX_ROLLBACK, V4, FieldLayout,
-    host_len, host_sys_flag, layout_for_hosts, layout_of, record_length, stamp_batch, stamp_record, stamp_v4_head,
+    host_len, host_sys_flag, layout_for_hosts, layout_of, record_length, stamp_batch, stamp_record,
     store_timestamp_at, store_timestamp_pos)
 
 _RECONSUME_PREPARED = struct.Struct(">" + V4.formats["reconsume_times"] + V4.formats["prepared_transaction_offset"])

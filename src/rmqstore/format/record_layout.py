@@ -197,20 +197,6 @@ def stamp_record(buf, pos: int, queue_offset: int, phy_offset: int, store_timest
         I64.pack_into(buf, pos + BORN_TIMESTAMP_POS, store_timestamp)
 
 
-_V4_STORE_TS = V4.offset["store_timestamp"]
-_pack_offsets = _OFFSETS.pack_into
-_pack_i64 = I64.pack_into
-
-
-def stamp_v4_head(head: bytearray, queue_offset: int, phy_offset: int, store_timestamp: int,
-                  born_unset: bool) -> None:
-    """:func:`stamp_record` for the header of a record with IPv4 hosts (the hot path of a put)."""
-    _pack_offsets(head, QUEUE_OFFSET_POS, queue_offset, phy_offset)
-    _pack_i64(head, _V4_STORE_TS, store_timestamp)
-    if born_unset:
-        _pack_i64(head, BORN_TIMESTAMP_POS, store_timestamp)
-
-
 def stamp_batch(hdr: np.ndarray, starts: np.ndarray, queue_offset0: int, phy0: int, store_timestamp: int,
                 born_unset: np.ndarray | bool | None = None) -> None:
     """:func:`stamp_record` for the headers of a batch (a ``FIXED_V4_DTYPE`` array): consecutive

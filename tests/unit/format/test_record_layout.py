@@ -124,47 +124,40 @@ def test_stamp_record_writes_exactly_the_stamped_fields(born_v6, store_v6, born_
     assert (rec.queue_offset, rec.phy_offset, rec.store_timestamp) == (-2, 0x0102030405060708, 0x1112131415161718)
 
 
-def test_stamp_v4_head_is_stamp_record_on_an_ipv4_header():
-    for born_unset in (False, True):
-        rec = E.encode_record(fields(born_timestamp=0 if born_unset else 99))
-        head = bytearray(rec[:L.V4.size])
-        L.stamp_v4_head(head, 7, 8192, 1_700_000_000_500, born_unset)
-        L.stamp_record(rec, 0, 7, 8192, 1_700_000_000_500, born_unset)
-        assert bytes(head) == bytes(rec[:L.V4.size])
+class Msg:
+    queue_id, flag, sys_flag, reconsume_times, prepared_transaction_offset = 3, 7, 0, 2, 5
+    born_timestamp = None
 
 
-def test_v4_shape_encodes_what_encode_record_does():
-    class Msg:
-        queue_id, flag, sys_flag, reconsume_times, prepared_transaction_offset = 3, 7, 0, 2, 5
-        born_timestamp = None
+class Recorder(bytearray):
+    """A buffer that notes the slices written into it, in order."""
 
-    for v2 in (False, True):
-        shape = E.V4Shape(b"TopicTest", v2, V4_HOST, V4_HOST)
-        head, tail = shape.encode(Msg, b"hello", b"TAGS\x01TagA\x02")
-        assert shape.overhead + len(b"hello") + len(b"TAGS\x01TagA\x02") == len(head) + len(tail)
-        L.stamp_v4_head(head, 11, 4096, 1_700_000_000_123, True)
-        dst = bytearray(len(head) + len(tail) + 4)
-        E.write_record(dst, 2, head, tail)
-        want = E.encode_record(fields(v2=v2, born_timestamp=1_700_000_000_123, store_timestamp=1_700_000_000_123,
-                                      queue_offset=11, phy_offset=4096))
-        assert bytes(dst[2:-2]) == bytes(want) and dst[:2] == dst[-2:] == b"\0\0"
+    def __init__(self, n: int):
+        super().__init__(n)
+        self.writes = []
+
+    def __setitem__(self, key, value):
+        self.writes.append((key.start, key.stop))
+        super().__setitem__(key, value)
+
+
+@pytest.mark.parametrize("v2", [False, True])
+@pytest.mark.parametrize("born", [None, 1_700_000_000_001])
+def test_v4_shape_writes_what_encode_record_and_stamp_record_do(v2, born):
+    msg = type("M", (Msg,), {"born_timestamp": born})
+    shape = E.V4Shape(b"TopicTest", v2, V4_HOST, V4_HOST)
+    prepared = shape.prepare(msg, b"hello", b"TAGS\x01TagA\x02")
+    total = prepared[0]
+    assert total == shape.overhead + len(b"hello") + len(b"TAGS\x01TagA\x02")
+    dst = Recorder(total + 4)
+    shape.write_stamped(dst, 2, msg, prepared, (11, 4096, 1_700_000_000_123))
+    want = E.encode_record(fields(v2=v2, born_timestamp=born or 0))
+    L.stamp_record(want, 0, 11, 4096, 1_700_000_000_123, born is None)
+    assert bytes(dst[2:-2]) == bytes(want) and dst[:2] == dst[-2:] == b"\0\0"
+    # TOTALSIZE and MAGICCODE last: a reader finds no record until the rest is there
+    assert dst.writes[-1] == (2, 2 + L.PUBLISH_SIZE) and all(a >= 2 + L.PUBLISH_SIZE for a, _ in dst.writes[:-1])
     with pytest.raises(ValueError):
         E.V4Shape(b"T", False, V6_HOST, V4_HOST)
-
-
-def test_write_record_publishes_totalsize_and_magic_last():
-    writes = []
-
-    class Recorder(bytearray):
-        def __setitem__(self, key, value):
-            writes.append((key.start, key.stop))
-            super().__setitem__(key, value)
-
-    rec = E.encode_record(fields())
-    dst = Recorder(len(rec) + 10)
-    E.write_record(dst, 10, rec[:L.V4.size], rec[L.V4.size:])
-    assert bytes(dst[10:]) == bytes(rec)
-    assert writes[-1] == (10, 10 + L.PUBLISH_SIZE) and all(a >= 10 + L.PUBLISH_SIZE for a, _ in writes[:-1])
 
 
 def test_encode_record_takes_fields_or_the_same_names():
