@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from . import properties as P
 from .hashes import crc32, crc32_raw
-from .record_layout import (BLANK, BLANK_MAGIC, I16, I32, I64, MAGIC_V1, MAGIC_V2, PHY_OFFSET_POS, PROPS_LEN,
+from .record_layout import (BLANK, BLANK_MAGIC, I16, I32, I64, MAGIC_V1, MAGIC_V2, PHY_OFFSET_POS, PORT_SIZE, PROPS_LEN,
                             PUBLISH_SIZE, QUEUE_OFFSET_POS, V4, layout_for_hosts, record_length)
 
 
@@ -52,8 +52,8 @@ def encode_record(fields: RecordFields | None = None, /, **by_name) -> bytearray
     born, store = f.born_host, f.store_host
     out = bytearray(lay.struct.pack(
         total, MAGIC_V2 if f.v2 else MAGIC_V1, crc32(body) if body else 0, f.queue_id, f.flag, f.queue_offset,
-        f.phy_offset, f.sys_flag, f.born_timestamp, born[:-4], I32.unpack_from(born, len(born) - 4)[0],
-        f.store_timestamp, store[:-4], I32.unpack_from(store, len(store) - 4)[0], f.reconsume_times,
+        f.phy_offset, f.sys_flag, f.born_timestamp, born[:-PORT_SIZE], I32.unpack_from(born, len(born) - PORT_SIZE)[0],
+        f.store_timestamp, store[:-PORT_SIZE], I32.unpack_from(store, len(store) - PORT_SIZE)[0], f.reconsume_times,
         f.prepared_transaction_offset, len(body)))
     out += body
     out += topic_field(topic, f.v2)
@@ -94,14 +94,14 @@ class V4Shape:
     __slots__ = ("topic_tail", "magic", "born_host", "store_host", "overhead", "_born", "_store")
 
     def __init__(self, topic: bytes, v2: bool, born_host: bytes, store_host: bytes):
-        if len(born_host) != V4.born_addr + 4 or len(store_host) != V4.store_addr + 4:
+        if len(born_host) != V4.born_addr + PORT_SIZE or len(store_host) != V4.store_addr + PORT_SIZE:
             raise ValueError("V4Shape is for IPv4 hosts")
         self.topic_tail = topic_field(topic, v2)
         self.magic = MAGIC_V2 if v2 else MAGIC_V1
         self.born_host, self.store_host = bytes(born_host), bytes(store_host)
         self.overhead = _HEAD_SIZE + len(self.topic_tail) + PROPS_LEN  # TOTALSIZE less body and properties
-        self._born = (born_host[:4], I32.unpack_from(born_host, 4)[0])
-        self._store = (store_host[:4], I32.unpack_from(store_host, 4)[0])
+        self._born = (born_host[:V4.born_addr], I32.unpack_from(born_host, V4.born_addr)[0])
+        self._store = (store_host[:V4.store_addr], I32.unpack_from(store_host, V4.store_addr)[0])
 
     def prepare(self, msg, body: bytes, props: bytes) -> tuple[int, int, int, bytes]:
         """Outside the append lock, what :meth:`write_stamped` needs besides ``msg`` and the stamp:

@@ -110,8 +110,14 @@ def layout_of(sys_flag: int) -> FieldLayout:
 
 
 def layout_for_hosts(born_host_len: int, store_host_len: int) -> FieldLayout:
-    """The layout whose raw hosts (address + port) are these lengths (8 or 20)."""
-    return LAYOUTS[(born_host_len == IPV6_ADDR + PORT_SIZE) | (store_host_len == IPV6_ADDR + PORT_SIZE) << 1]
+    """The layout whose raw hosts (address + port) are these lengths (8 or 20; ValueError else)."""
+    try:
+        return LAYOUTS[_V6_BIT[born_host_len] | _V6_BIT[store_host_len] << 1]
+    except KeyError:
+        raise ValueError(f"raw hosts of {born_host_len} and {store_host_len} bytes (8 or 20 each)") from None
+
+
+_V6_BIT = {IPV4_ADDR + PORT_SIZE: 0, IPV6_ADDR + PORT_SIZE: 1}
 
 
 def host_sys_flag(sys_flag: int, born_host_len: int, store_host_len: int) -> int:

@@ -75,6 +75,13 @@ def test_struct_and_dtype_agree_field_by_field():
             assert struct.unpack_from(fmt, lay.struct.pack(*values), lay.offset[name])[0] == v
 
 
+def test_hosts_of_another_length_have_no_layout():
+    with pytest.raises(ValueError):
+        L.layout_for_hosts(10, 8)
+    with pytest.raises(ValueError):
+        E.encode_record(fields(born_host=V4_HOST + b"\0\0"))
+
+
 def test_host_sys_flag_sets_exactly_the_host_bits():
     assert L.host_sys_flag(0x3F, 8, 8) == 0x0F
     assert L.host_sys_flag(0x1, 20, 8) == 0x11 and L.host_sys_flag(0x1, 8, 20) == 0x21
