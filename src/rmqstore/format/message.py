@@ -206,13 +206,14 @@ def _decode_small(u8: np.ndarray, starts: list[int]) -> RecordBatch | None:
     """:func:`decode_batch` of a few records with IPv4 hosts (:func:`scan_v4` each: same columns,
     same validity rules); None when one has IPv6 hosts or does not fit (the general path then decides)."""
     rows = []
+    born_at, store_at, body_at, host = BORN_HOST_POS, _V4_STORE_HOST, _V4_SIZE, _V4_HOST  # (locals: per record)
     for st in starts:
         scanned = scan_v4(u8, st, u8.size)
         if scanned is None:
             return None
         f, topic_pos, topic_len, props_pos, props_len, valid = scanned
-        rows.append((st, f[0], f[1], f[2], f[3], f[4], f[5], f[6], f[7], f[8], st + BORN_HOST_POS, _V4_HOST, f[11],
-                     st + _V4_STORE_HOST, _V4_HOST, f[14], f[15], st + _V4_SIZE, f[16], topic_pos, topic_len,
+        rows.append((st, f[0], f[1], f[2], f[3], f[4], f[5], f[6], f[7], f[8], st + born_at, host, f[11],
+                     st + store_at, host, f[14], f[15], st + body_at, f[16], topic_pos, topic_len,
                      props_pos, props_len, valid))
     table = np.array(rows, dtype=_I64).T.copy()  # one row per column, each contiguous
     i64 = list(table[:23])
