@@ -2,7 +2,6 @@
 RocketMQ itself wrote, index file names aside (index files are compared in name order)."""
 from __future__ import annotations
 
-import hashlib
 import os
 
 import pytest
@@ -12,18 +11,11 @@ from rmqstore.rebuild import rebuild as rebuild_in_process
 from rmqstore.errors import StoreIOError
 from rmqstore.spark.jobs import rebuild
 
-from conftest import SPLITS
+from tests.kit import SPLITS, tree_hashes
 
 
 def digests(root: str, sub: str) -> dict[str, str]:
-    out = {}
-    base = os.path.join(root, sub)
-    for dp, _, files in os.walk(base):
-        for f in files:
-            p = os.path.join(dp, f)
-            with open(p, "rb") as fh:
-                out[os.path.relpath(p, base)] = hashlib.sha256(fh.read()).hexdigest()
-    return out
+    return tree_hashes(os.path.join(root, sub))
 
 
 def same_output(a: str, b: str) -> None:
@@ -35,9 +27,9 @@ def same_output(a: str, b: str) -> None:
 
 def test_vectors_rebuild_like_rocketmq(spark, vector, tmp_path):
     out = str(tmp_path / "spark")
-    res = rebuild(spark, vector.store, out, vector.config, split_size=SPLITS[vector.name])
-    same_output(vector.store, out)  # RocketMQ's own files
-    local = rebuild_in_process(vector.store, str(tmp_path / "local"), vector.config)
+    res = rebuild(spark, vector.path, out, vector.config, split_size=SPLITS[vector.name])
+    same_output(vector.path, out)  # RocketMQ's own files
+    local = rebuild_in_process(vector.path, str(tmp_path / "local"), vector.config)
     same_output(str(tmp_path / "local"), out)
     assert (res["records"], res["consume_queues"], res["index_files"], res["end_offset"]) == \
            (local.records, local.consume_queues, local.index_files, local.end_offset)
@@ -101,10 +93,10 @@ def test_index_file_rolling_edge_cases(spark, tmp_path, case, shards):
 def test_rebuild_refuses_to_overwrite(spark, vectors, tmp_path):
     v = vectors["basic"]
     with pytest.raises(StoreIOError, match="source store"):
-        rebuild(spark, v.store, v.store, v.config)
+        rebuild(spark, v.path, v.path, v.config)
     (tmp_path / "out" / "index").mkdir(parents=True)
     with pytest.raises(StoreIOError, match="already holds index"):
-        rebuild(spark, v.store, str(tmp_path / "out"), v.config)
+        rebuild(spark, v.path, str(tmp_path / "out"), v.config)
 
 
 def test_empty_store(spark, tmp_path):

@@ -14,7 +14,7 @@ from rmqstore.layout import infer_config
 from rmqstore.spark import columns as C
 from rmqstore.spark import scan as S
 
-from conftest import record_offsets, row_of, store_records
+from tests.kit import record_offsets, row_of, store_records
 
 
 def scan_all(path: str, seg_size: int, split: int, **kw):
@@ -31,10 +31,10 @@ def scan_all(path: str, seg_size: int, split: int, **kw):
 
 @pytest.mark.parametrize("split", [64, 91, 200, 333, 1000, 4096, 1 << 20])
 def test_every_record_in_exactly_one_span(vector, split):
-    cfg = infer_config(vector.store, vector.config)
+    cfg = infer_config(vector.path, vector.config)
     seg_size = cfg.mapped_file_size_commit_log
-    segs, offs, summaries = scan_all(vector.store, seg_size, split)
-    with MessageStore.open(vector.store, cfg, read_only=True) as st:
+    segs, offs, summaries = scan_all(vector.path, seg_size, split)
+    with MessageStore.open(vector.path, cfg, read_only=True) as st:
         assert offs == record_offsets(st)
         end = S.stitch_chain(segs, seg_size, summaries)
         assert end.offset == st.max_phy_offset and end.kind in (S.END, S.BLANK)
@@ -50,14 +50,14 @@ def test_generated_store_spans(generated):
 
 
 def test_columns_match_message_store(vector):
-    cfg = infer_config(vector.store, vector.config)
+    cfg = infer_config(vector.path, vector.config)
     seg_size = cfg.mapped_file_size_commit_log
     rows = []
-    for sp in S.plan_spans(S.list_segments(vector.store, seg_size), seg_size, 1 << 20):
+    for sp in S.plan_spans(S.list_segments(vector.path, seg_size), seg_size, 1 << 20):
         topics = C.TopicDecoder()
-        for seg, b in S.iter_span_batches(vector.store, seg_size, sp, batch_records=7):
+        for seg, b in S.iter_span_batches(vector.path, seg_size, sp, batch_records=7):
             rows.extend(C.record_batch_to_arrow(seg.mm, seg.u8, seg.start, b, C.ARROW_SCHEMA, topics).to_pylist())
-    recs = store_records(vector.store, cfg)
+    recs = store_records(vector.path, cfg)
     assert len(rows) == len(recs)
     for row, rec in zip(rows, recs):
         want = row_of(rec)
@@ -103,11 +103,11 @@ def _torn_copy(src: str, dst: str, cfg, cut: int) -> int:
 
 
 def test_torn_tail_record_is_not_returned(vector, tmp_path):
-    cfg = infer_config(vector.store, vector.config)
+    cfg = infer_config(vector.path, vector.config)
     seg_size = cfg.mapped_file_size_commit_log
-    last = _torn_copy(vector.store, str(tmp_path / "s"), cfg, 3)
+    last = _torn_copy(vector.path, str(tmp_path / "s"), cfg, 3)
     segs, offs, summaries = scan_all(str(tmp_path / "s"), seg_size, 1 << 20)
-    with MessageStore.open(vector.store, cfg, read_only=True) as st:
+    with MessageStore.open(vector.path, cfg, read_only=True) as st:
         assert offs == record_offsets(st)[:-1]
     end = S.stitch_chain(segs, seg_size, summaries)
     assert (end.offset, end.kind) == (last, S.CRC)
@@ -115,9 +115,9 @@ def test_torn_tail_record_is_not_returned(vector, tmp_path):
 
 def test_salvage_after_a_corrupt_record(vectors, tmp_path):
     v = vectors["basic"]
-    cfg = infer_config(v.store, v.config)
+    cfg = infer_config(v.path, v.config)
     dst = str(tmp_path / "s")
-    shutil.copytree(v.store, dst)
+    shutil.copytree(v.path, dst)
     os.chmod(S.segment_path(dst, 0), 0o644)
     offs = [m["phyOffset"] for m in v.messages()]
     with open(S.segment_path(dst, 0), "r+b") as fh:  # break the magic of record 10
@@ -174,19 +174,20 @@ def test_arrow_schema_matches_spark_schema():
 def test_the_vector_check_sees_a_changed_or_added_file(tmp_path):
     """The session's check that the vector stores stay as RocketMQ wrote them (conftest) notices an
     added file and a changed one."""
+    import dataclasses
     import shutil
 
-    from conftest import load_vector, vector_changes
+    from tests.kit import load_vector, vector_changes
 
     vs = load_vector("basic")
     assert vector_changes(vs) == []
     copy = tmp_path / "store"
-    shutil.copytree(vs.store, copy)
+    shutil.copytree(vs.path, copy)
     (copy / "extra").write_bytes(b"x")
     seg = copy / "commitlog" / "00000000000000000000"
     seg.chmod(0o644)
     data = bytearray(seg.read_bytes())
     data[100] ^= 1
     seg.write_bytes(bytes(data))
-    moved = type(vs)(vs.name, str(copy), vs.config, vs.expected)
+    moved = dataclasses.replace(vs, root=tmp_path)  # the same set, its store at tmp_path/store
     assert vector_changes(moved) == ["basic: commitlog/00000000000000000000 changed", "basic: extra added"]

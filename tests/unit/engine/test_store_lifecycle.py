@@ -12,10 +12,7 @@ import pytest
 from rmqstore import (ConfigError, CorruptRecordError, MessageIdError, Message, MessageStore, MessageStoreConfig, OffsetError,
                       PutMessageStatus, ReadOnlyStoreError, RmqStoreError, StoreClosedError, StoreLockedError,
                       StoreNotFoundError)
-
-
-def msg(topic="T", body=b"b", props=None, **kw) -> Message:
-    return Message(topic=topic, body=body, properties=props, **kw)
+from tests.kit import msg
 
 
 def test_second_writer_in_the_same_process_is_refused(open_store, store_dir):
