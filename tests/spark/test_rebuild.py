@@ -14,14 +14,10 @@ from rmqstore.spark.jobs import rebuild
 from tests.kit import SPLITS, tree_hashes
 
 
-def digests(root: str, sub: str) -> dict[str, str]:
-    return tree_hashes(os.path.join(root, sub))
-
-
 def same_output(a: str, b: str) -> None:
     """consumequeue/ identical file by file; index/ identical file by file in name order."""
-    assert digests(a, "consumequeue") == digests(b, "consumequeue")
-    ia, ib = digests(a, "index"), digests(b, "index")
+    assert tree_hashes(os.path.join(a, "consumequeue")) == tree_hashes(os.path.join(b, "consumequeue"))
+    ia, ib = tree_hashes(os.path.join(a, "index")), tree_hashes(os.path.join(b, "index"))
     assert [ia[k] for k in sorted(ia)] == [ib[k] for k in sorted(ib)]
 
 
@@ -39,7 +35,7 @@ def test_vectors_rebuild_like_rocketmq(spark, vector, tmp_path):
 def test_generated_store_rebuild(spark, generated, tmp_path):
     """200,000 messages over 63 commitlog segments, 19 queues (hundreds of CQ files), 228 index
     files, each written by three shards in parallel tasks."""
-    before = digests(generated.path, "commitlog")
+    before = tree_hashes(os.path.join(generated.path, "commitlog"))
     local = rebuild_in_process(generated.path, str(tmp_path / "local"), generated.config)
     res = rebuild(spark, generated.path, str(tmp_path / "spark"), generated.config, split_size=8 << 20,
                   index_shards=3)
@@ -47,7 +43,7 @@ def test_generated_store_rebuild(spark, generated, tmp_path):
     assert res["index_files"] == local.index_files > 100
     assert res["consume_queues"] == local.consume_queues
     same_output(str(tmp_path / "local"), str(tmp_path / "spark"))
-    assert digests(generated.path, "commitlog") == before
+    assert tree_hashes(os.path.join(generated.path, "commitlog")) == before
     with MessageStore.open(generated.path, generated.config, read_only=True) as st:
         assert res["end_offset"] == st.max_phy_offset
 

@@ -5,8 +5,6 @@ from __future__ import annotations
 import os
 import shutil
 
-import numpy as np
-import pyarrow as pa
 import pytest
 
 from rmqstore import Message, MessageStore
@@ -66,23 +64,6 @@ def test_columns_match_message_store(vector):
             got[k] = int(got[k].timestamp() * 1000)
             want[k] = getattr(rec, "born_timestamp" if k == "bornTimestamp" else "store_timestamp")
         assert got == want
-
-
-@pytest.mark.parametrize("raw", [
-    b"", b"\x02", b"a\x01b", b"a\x01b\x02", b"k1\x01\x02k2\x01v2\x02", b"\x01v\x02k\x01\x02", b"k\x01v\x01w\x02",
-    b"dup\x011\x02x\x012\x02dup\x013\x02", "中\x01文\x02😀\x01\xff".encode("utf-8", "surrogatepass") + b"\xfe\x02",
-    b"KEYS\x01 a  b \x02TAGS\x01t\x02KEYS\x01c d\x02", b"aaa", b"k\x01v\x02\x02\x02",
-])
-def test_properties_parser_matches_upstream_rules(raw):
-    from rmqstore.format import properties as P
-
-    u8 = np.frombuffer(b"xx" + raw + b"yy", dtype=np.uint8)
-    props = C.parse_properties_batch(u8, np.array([2, 0]), np.array([len(raw), 0]))
-    got = props.map_array().to_pylist()
-    want = P.parse_properties(raw)
-    assert dict(got[0]) == want and got[1] == []
-    assert props.value_of("TAGS").to_pylist()[0] == (want.get("TAGS") or None)
-    assert props.keys_array().to_pylist()[0] == P.split_keys(want.get("KEYS"))
 
 
 def _torn_copy(src: str, dst: str, cfg, cut: int) -> int:
@@ -158,17 +139,6 @@ def test_safe_end_follows_a_writer(tmp_path):
         assert last.phy_offset >= seg
         end = S.safe_end(path, seg, r2.phy_offset, None, state, now=now + 3)
         assert end == last.phy_offset  # the whole first segment, and the second up to its tail
-
-
-def test_arrow_schema_matches_spark_schema():
-    from pyspark.sql.pandas.types import to_arrow_schema
-
-    from rmqstore.spark.source import BROKER_NAME, source_schema
-
-    # the decoded columns, then the broker's name (added per partition, not decoded)
-    assert to_arrow_schema(source_schema(), timezone="UTC").equals(
-        C.ARROW_SCHEMA.append(pa.field(BROKER_NAME, pa.string(), nullable=False)))
-    assert isinstance(C.ARROW_SCHEMA, pa.Schema)
 
 
 def test_the_vector_check_sees_a_changed_or_added_file(tmp_path):

@@ -6,7 +6,6 @@ from datetime import datetime, timezone
 import pytest
 
 from rmqstore import MessageStore
-from rmqstore.errors import ConfigError
 
 from tests.kit import SPLITS, record_offsets, row_of, spark_row, store_records
 
@@ -174,22 +173,6 @@ def test_bad_option_names_the_option(spark, vectors, option, value):
     v = vectors["basic"]
     with pytest.raises(Exception, match=option):
         read(spark, v.path, **{option: value}).count()
-
-
-def test_bad_options_are_config_errors(vectors):
-    from rmqstore.spark.options import parse_options
-
-    path = vectors["basic"].path
-    with pytest.raises(ConfigError, match="endingOffsets"):
-        parse_options({"path": path, "startingOffsets": "10", "endingOffsets": "5"}, streaming=False)
-    with pytest.raises(ConfigError, match="endingOffsets"):
-        parse_options({"path": path, "endingOffsets": "5"}, streaming=True)
-    with pytest.raises(ConfigError, match="enabledAppendPropCRC"):
-        parse_options({"path": path, "enabledappendpropcrc": "yes"}, streaming=False)
-    with pytest.raises(ConfigError, match="path"):
-        parse_options({}, streaming=False)
-    opts = parse_options({"path": path, "maxindexnum": "256", "splitSize": "2k"}, streaming=None)
-    assert (opts.cfg.max_index_num, opts.split_size, opts.seg_size) == (256, 2048, 65536)
 
 
 def test_unknown_column_in_schema(spark, vectors):

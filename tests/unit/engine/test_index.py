@@ -8,7 +8,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from rmqstore import CorruptRecordError, MessageStoreConfig
+from rmqstore import CorruptRecordError
 from rmqstore.engine.checkpoint import StoreCheckpoint
 from rmqstore.engine.index import IndexFile, IndexService
 from rmqstore.format import index_file as IX

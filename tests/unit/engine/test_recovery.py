@@ -7,7 +7,7 @@ import shutil
 
 import numpy as np
 
-from rmqstore import Message, MessageStore, MessageStoreConfig
+from rmqstore import Message, MessageStore
 from rmqstore.engine import recovery as R
 from rmqstore.format import index_file as IF
 from tests import kit

@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from rmqstore import GetMessageStatus, Message, MessageStore, MessageStoreConfig, PutMessageStatus
+from rmqstore import GetMessageStatus, MessageStore, PutMessageStatus
 from rmqstore.engine import retention as RT
 from tests import kit
 

@@ -7,7 +7,7 @@ import os
 
 import pytest
 
-from rmqstore import Message, MessageStore, MessageStoreConfig, ReadOnlyStoreError
+from rmqstore import Message, MessageStore, ReadOnlyStoreError
 from rmqstore.engine.verify import KINDS, Finding
 from rmqstore.format.checkpoint import CheckpointValues
 from tests import kit

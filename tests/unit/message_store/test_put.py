@@ -1,6 +1,7 @@
 """MessageStore write path (DefaultMessageStoreTest, AppendCallbackTest, BatchPutMessageTest).
 
-``message_store.py`` sits at the package root; its tests live with the engine it drives.
+The append lock and the commit log's reads: tests/unit/engine/test_commit_log.py; a Message
+refusing bad input when it is built: tests/unit/test_types.py.
 """
 from __future__ import annotations
 
@@ -112,40 +113,6 @@ def test_illegal_messages_write_nothing(open_store, bad):
     assert r.status is ILLEGAL and r.error
     assert r.phy_offset == -1 and r.msg_id is None
     _assert_nothing_written_then_usable(st)
-
-
-@pytest.mark.parametrize("bad, error", [
-    (dict(body=None), TypeError), (dict(body=123), TypeError), (dict(body="text"), TypeError),
-    (dict(body={"a": 1}), TypeError), (dict(topic=b"T"), TypeError), (dict(queue_id="1"), TypeError),
-    (dict(flag=1.5), TypeError), (dict(properties={"a\x01b": "v"}), ValueError),
-    (dict(properties=[("k", "v\x02w")]), ValueError), (dict(properties={"": "v"}), ValueError),
-    (dict(properties={1: "v"}), TypeError), (dict(properties=5), TypeError),
-])
-def test_bad_input_is_refused_at_the_door(bad, error):
-    """Wrong types and separator characters fail when the Message is built, before any put: a body
-    of 123 used to be stored as 123 zero bytes, a name holding \x01 corrupted the properties."""
-    kw = dict(topic="T", body=b"x")
-    kw.update(bad)
-    with pytest.raises(error) as e:
-        Message(**kw)
-    assert str(e.value)
-
-
-def test_create_refuses_keys_with_spaces_and_bad_types():
-    with pytest.raises(ValueError, match="contains a space"):
-        Message.create("T", b"", keys="x y")  # upstream would split it into two keys
-    with pytest.raises(ValueError, match="contains a space"):
-        Message.create("T", b"", keys=["ok", "x y"])
-    with pytest.raises(TypeError):
-        Message.create("T", b"", keys=["ok", 7])
-    with pytest.raises(TypeError):
-        Message.create("T", b"", tags=5)
-    with pytest.raises(ValueError):
-        Message.create("T", b"", tags="a\x02b")
-    with pytest.raises(TypeError, match="encode it first"):
-        Message.create("T", "text body")
-    m = Message.create("T", bytearray(b"ab"), keys=["k1", "k2"], properties={"n": 5})
-    assert m.body == b"ab" and type(m.body) is bytes and m.properties["KEYS"] == "k1 k2"
 
 
 def test_retry_and_separator_characters_are_legal_topics(open_store):
@@ -428,50 +395,6 @@ def test_four_writer_threads_get_contiguous_queue_offsets(open_store, make_confi
     assert [st.get_commit_log_offset_in_queue("Threads", 0, r.queue_offset) for r in by_q] == [
         r.phy_offset for r in by_q]
     assert st.query_message("Threads", "t2-77").messages[0].body == b"2-77"
-
-
-def test_append_lock_excludes_a_holder_that_gives_the_gil_away():
-    from rmqstore.engine.commit_log import AppendLock
-
-    lock, box = AppendLock(), [0]
-
-    def worker():
-        for _ in range(500):
-            with lock:
-                v = box[0]
-                time.sleep(0)  # the GIL goes to another thread inside the critical section
-                box[0] = v + 1
-
-    threads = [threading.Thread(target=worker) for _ in range(4)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert box[0] == 2000 and not lock.locked()
-
-
-def test_append_lock_blocks_after_its_spins(monkeypatch):
-    """A holder in a long GIL-free call: the waiter yields SPINS times, then blocks until release."""
-    from rmqstore.engine import commit_log as CL
-
-    yields = []
-    monkeypatch.setattr(CL, "_sleep", lambda s: (yields.append(s), time.sleep(s)))
-    lock, held, order = CL.AppendLock(), threading.Event(), []
-
-    def holder():
-        with lock:
-            held.set()
-            time.sleep(0.3)
-            order.append("released")
-
-    t = threading.Thread(target=holder)
-    t.start()
-    held.wait()
-    with lock:
-        order.append("waiter in")
-    t.join()
-    assert order == ["released", "waiter in"]
-    assert yields == [0] * CL.AppendLock.SPINS  # bounded: no busy wait for the whole 0.3 s
 
 
 def test_sync_flush_like_reput_message_service_test(open_store, make_config):

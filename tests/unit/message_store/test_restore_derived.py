@@ -8,7 +8,7 @@ import shutil
 
 import pytest
 
-from rmqstore import Message, MessageStore, MessageStoreConfig
+from rmqstore import Message, MessageStore
 from tests import kit
 
 CFG = kit.cfg(mapped_file_size_commit_log=8192, mapped_file_size_consume_queue=20 * 8, max_hash_slot_num=16,
