@@ -116,7 +116,7 @@ def test_query_key_upstream_matches_rocketmq(run, vectors):
         assert [m["phy_offset"] for m in got["messages"]] == want, q
 
 
-def test_query_key_exact_agrees_withopen_inferred(run, vectors, truth):
+def test_query_key_exact_agrees_with_api(run, vectors, truth):
     t = truth("rollover")
     keys = {}
     for r in t.rows:
