@@ -3,7 +3,9 @@
 * Every module of ``format/``, ``io/`` and ``engine/``, and the named top-level, Spark and CLI
   modules, has its unit tests at ``tests/unit/<package>/test_<module>.py`` (or in a folder
   ``tests/unit/<package>/<module>/`` when they are many, as ``message_store/``). A module of a
-  sub-package (``engine/recovery/plan.py``) may also be tested in ``test_recovery_plan.py``.
+  sub-package (``engine/recovery/plan.py``) may be tested in ``engine/recovery/test_plan.py``,
+  ``engine/test_recovery_plan.py``, or with its sub-package in ``engine/test_recovery.py``.
+  :data:`PENDING` names the modules known to lack their file, so the list can only shrink.
 * Every file of ``tests/unit`` is named after a module of its folder's package
   (``test_<module>.py`` or ``test_<module>_<aspect>.py``); every folder is a package or module.
 * No test module defines the kit's helpers again (``_cfg``, ``msg``, ``load_vector``, ...: they live
@@ -29,6 +31,10 @@ MIRRORED_PACKAGES = ("format", "io", "engine")
 #: other modules that need one (top-level, and the unit-level parts of spark/ and cli/)
 MIRRORED_MODULES = ("errors", "config", "types", "layout", "message_store", "consumer", "export", "rebuild",
                     "spark/columns", "spark/filters", "spark/options", "cli/render", "cli/common")
+#: modules written without their own unit test file (issue 14's other branches, merged later); a
+#: module leaves the list when its file exists (the test fails until it is removed from here)
+PENDING = frozenset({"format/encode", "format/encode_batch", "format/frame", "engine/put_encode",
+                     "engine/index_file"})
 #: tests/unit files that test the code base as a whole, not one module
 WHOLE_PACKAGE_TESTS = {"test_architecture.py", "test_test_layout.py"}
 #: helpers that live in tests/kit.py and nowhere else
@@ -58,16 +64,24 @@ def mirror_candidates(module: str, unit: Path) -> list[Path]:
     out = [folder / f"test_{name}.py", folder / name]
     for k in range(1, len(parts) - 1):  # engine/recovery/plan: tests/unit/engine/test_recovery_plan.py
         out.append(unit.joinpath(*parts[:k]) / ("test_" + "_".join(parts[k:]) + ".py"))
+    if len(parts) > 2:  # ... or with its sub-package: tests/unit/engine/test_recovery.py
+        out.append(unit.joinpath(*parts[:-2]) / f"test_{parts[-2]}.py")
     return out
 
 
-def unmirrored(src: Path, unit: Path, **kw) -> list[str]:
+def has_mirror(module: str, unit: Path) -> bool:
+    return any(c.is_file() or (c.is_dir() and any(c.glob("test_*.py"))) for c in mirror_candidates(module, unit))
+
+
+def unmirrored(src: Path, unit: Path, pending=frozenset(), **kw) -> list[str]:
+    """Modules without a unit test file; and modules of ``pending`` that now have one."""
     missing = []
     for m in modules_to_mirror(src, **kw):
-        found = [c for c in mirror_candidates(m, unit)
-                 if c.is_file() or (c.is_dir() and any(c.glob("test_*.py")))]
-        if not found:
+        there = has_mirror(m, unit)
+        if not there and m not in pending:
             missing.append(f"src/rmqstore/{m}: no {mirror_candidates(m, unit)[0].relative_to(unit.parent.parent)}")
+        elif there and m in pending:
+            missing.append(f"src/rmqstore/{m}: has its unit test file now, take it off PENDING")
     return missing
 
 
@@ -107,7 +121,7 @@ def helper_copies(path: Path, tree: ast.Module) -> list[str]:
 
 
 def test_every_module_has_a_unit_test_file():
-    assert unmirrored(SRC, TESTS / "unit") == []
+    assert unmirrored(SRC, TESTS / "unit", PENDING) == []
 
 
 def test_every_unit_test_file_is_named_after_a_module():
@@ -146,8 +160,13 @@ def test_the_mirror_check_finds_a_module_without_tests(tmp_path):
                                            "src/rmqstore/engine/sub: no tests/unit/engine/test_sub.py",
                                            "src/rmqstore/engine/sub/x: no tests/unit/engine/sub/test_x.py",
                                            "src/rmqstore/config: no tests/unit/test_config.py"]
-    _tree(unit, ["format/test_b.py", "engine/test_sub.py", "engine/test_sub_x.py", "test_config.py"])
+    assert unmirrored(src, unit, frozenset({"format/b", "config"}), **kw) == [
+        "src/rmqstore/engine/sub: no tests/unit/engine/test_sub.py",
+        "src/rmqstore/engine/sub/x: no tests/unit/engine/sub/test_x.py"]
+    _tree(unit, ["format/test_b.py", "engine/test_sub.py", "test_config.py"])  # sub/x: with its sub-package
     assert unmirrored(src, unit, **kw) == []
+    assert unmirrored(src, unit, frozenset({"format/b", "gone"}), **kw) == [
+        "src/rmqstore/format/b: has its unit test file now, take it off PENDING"]
 
 
 def test_the_naming_check_finds_a_file_named_after_nothing(tmp_path):
