@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -13,19 +12,14 @@ from pathlib import Path
 
 from rmqstore import MessageStore
 from rmqstore.broker import remoting as R
+from tests.kit import free_port
 
 C, RC = R.RequestCode, R.ResponseCode
 RMQSTORE = [sys.executable, "-m", "rmqstore.cli.main"]
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _serve(store: Path, *extra: str, config: Path | None = None) -> tuple[subprocess.Popen, str]:
-    port = _free_port()
+    port = free_port()
     argv = [*RMQSTORE, "serve", "--store", str(store), "--listen", f"127.0.0.1:{port}", *extra]
     if config is not None:
         argv += ["--config", str(config)]
@@ -77,7 +71,7 @@ def test_serve_with_grpc_listen(tmp_path):
     from rmqstore.broker.messaging.protocol import pb, services
 
     store = tmp_path / "store"
-    gport = _free_port()
+    gport = free_port()
     p, addr = _serve(store, "--grpc-listen", f"127.0.0.1:{gport}")
     try:
         line = p.stdout.readline()

@@ -7,12 +7,7 @@ import time
 
 import pytest
 
-from rmqstore import MessageStore
-from rmqstore.layout import infer_config
-
-
-def _api(path):
-    return MessageStore.open(str(path), infer_config(str(path)), read_only=True)
+from tests.kit import open_inferred
 
 
 # ------------------------------------------------------------------------------------------------
@@ -129,7 +124,7 @@ def test_query_key_exact_agrees_with_api(run, vectors, truth):
             if k:
                 keys.setdefault((r["topic"], k), []).append(r["phy"])
     common = sorted(keys.items(), key=lambda kv: -len(kv[1]))[:3]
-    with _api(t.store) as st:
+    with open_inferred(t.store) as st:
         for (topic, key), phys in common:
             got = run.json("query-key", topic, key, "--max", 1000, "--store", t.store)
             assert [m["phy_offset"] for m in got["messages"]] == sorted(phys)

@@ -6,12 +6,7 @@ import os
 
 import pytest
 
-from rmqstore import MessageStore
-from rmqstore.layout import infer_config
-
-
-def _api(path):
-    return MessageStore.open(str(path), infer_config(str(path)), read_only=True)
+from tests.kit import open_inferred
 
 
 def _conf(tmp_path, props: dict, name="broker.conf"):
@@ -31,7 +26,7 @@ def test_send_writes_what_the_api_reads(run, tmp_path):
     got = run.json("send", "Orders", "hello world", "--tags", "TagA", "--keys", "order-1 cust-9", "--keys", "k3",
                    "--property", "source=cli", "--property", "n=1", "--queue", 2, "--create", "--store", store)
     assert got["status"] == "PUT_OK" and got["queue_id"] == 2 and got["queue_offset"] == 0
-    with _api(store) as st:
+    with open_inferred(store) as st:
         rec = st.look_message_by_offset(got["phy_offset"])
         assert rec.msg_id == got["msg_id"] and rec.uniq_key == got["uniq_key"]
         assert rec.store_timestamp == got["store_timestamp"] and rec.store_size == got["wrote_bytes"]
@@ -116,7 +111,7 @@ def test_load_forms_stdin_and_refusal(run, tmp_path):
     text = "# a comment\n\n" + "".join(json.dumps(o) + "\n" for o in lines)
     got = run.json("load", "-", "--create", "--store", store, input=text)
     assert got["messages"] == 5 and got["file"] == "<stdin>"
-    with _api(store) as st:
+    with open_inferred(store) as st:
         msgs = st.get_message("g", "T", 1, 0, 10).messages + st.get_message("g", "T", 0, 0, 10).messages
     first = msgs[0]
     assert first.body == b"plain" and first.store_timestamp == 1700000000123 and first.born_host == "10.1.2.3:5555"
@@ -126,7 +121,7 @@ def test_load_forms_stdin_and_refusal(run, tmp_path):
     assert [m.body for m in msgs[2:]] == [b"\x00\x01\x02", b"\xff\x00", b"ababab"]
     assert all(m.uniq_key is None for m in msgs[1:])  # nothing added unless asked
     run.json("load", "-", "--uniq-keys", "--store", store, input=json.dumps({"topic": "U", "body": "x"}))
-    with _api(store) as st:
+    with open_inferred(store) as st:
         rec = st.get_message("g", "U", 0, 0, 1).messages[0]
     assert rec.uniq_key and run.json("query-unique-key", "U", rec.uniq_key, "--store", store)["messages"]
     # the store refuses line 2: line 1 stays, the error names the line
@@ -134,7 +129,7 @@ def test_load_forms_stdin_and_refusal(run, tmp_path):
     src = _jsonl(tmp_path, [{"topic": "R", "body": "ok"}, {"topic": "R", "body": "x" * 1000}, {"topic": "R"}])
     r = run.fails(13, "load", src, "--store", store, "--config", conf)
     assert f"{src}:2" in r.stderr and "MESSAGE_ILLEGAL" in r.stderr
-    with _api(store) as st:
+    with open_inferred(store) as st:
         assert st.get_max_offset_in_queue("R", 0) == 1
 
 

@@ -20,11 +20,7 @@ from rmqstore.format import message as M
 from rmqstore.format import properties as P
 from rmqstore.format.checkpoint import FILE_SIZE, CheckpointValues
 from rmqstore.format.hashes import crc32
-
-
-def _read(path) -> bytes:
-    with open(path, "rb") as fh:
-        return fh.read()
+from tests.kit import read_bytes
 
 
 def _hex32(v: int) -> str:
@@ -34,7 +30,7 @@ def _hex32(v: int) -> str:
 @pytest.fixture(scope="module")
 def segments(vset):
     d = vset.store / "commitlog"
-    return [(name, int(name), _read(d / name)) for name in sorted(os.listdir(d))]
+    return [(name, int(name), read_bytes(d / name)) for name in sorted(os.listdir(d))]
 
 
 def _scalar_walk(segments, cfg):
@@ -210,7 +206,7 @@ def test_consume_queue_units(vset):
             d = root / topic / qid
             names = sorted(os.listdir(d))
             assert [{"name": n, "size": os.path.getsize(d / n)} for n in names] == q["files"]
-            data = b"".join(_read(d / n) for n in names)
+            data = b"".join(read_bytes(d / n) for n in names)
             units = CQ.decode_units(data)
             n = len(q["units"])
             got = [[i, int(u["phy_offset"]), int(u["size"]), int(u["tags_code"])] for i, u in enumerate(units[:n])]
@@ -228,7 +224,7 @@ def test_index_files(vset):
     names = sorted(os.listdir(d))
     assert names == [f["name"] for f in raw]
     for name, f in zip(names, raw):
-        buf = _read(d / name)
+        buf = read_bytes(d / name)
         assert len(buf) == f["size"] == IX.file_size(cfg.max_hash_slot_num, cfg.max_index_num)
         hdr = IX.HEADER.unpack_from(buf, 0)
         assert list(hdr) == [f["beginTimestamp"], f["endTimestamp"], f["beginPhyOffset"], f["endPhyOffset"],
@@ -261,7 +257,7 @@ def test_index_file_timediff_is_seconds_since_begin(vset):
 
 
 def test_checkpoint_file(vset):
-    buf = _read(vset.store / "checkpoint")
+    buf = read_bytes(vset.store / "checkpoint")
     assert len(buf) == FILE_SIZE
     cp = CheckpointValues.unpack(buf)
     want = vset.expected["raw"]["checkpoint"]

@@ -21,6 +21,7 @@ import crashkit as K
 
 from rmqstore import CorruptRecordError, MessageStore
 from rmqstore.format import index_file as IF
+from tests import kit
 
 N = 30
 MID = 17  # the damaged message
@@ -34,11 +35,6 @@ def _build(path: str, cfg) -> list:
             assert r.ok
             out.append(r)
     return out
-
-
-def _seg(cfg, path: str, phy: int) -> tuple[str, int]:
-    size = cfg.mapped_file_size_commit_log
-    return os.path.join(path, "commitlog", f"{phy - phy % size:020d}"), phy % size
 
 
 def _flip(path: str, pos: int, bit: int) -> None:
@@ -88,7 +84,7 @@ def test_body_bit_flip_is_found_and_never_served(tmp_path, crash_rng, crashed):
     path = str(tmp_path / "s")
     puts = _build(path, cfg)
     r = puts[MID]
-    seg, pos = _seg(cfg, path, r.phy_offset)
+    seg, pos = kit.segment_of(path, r.phy_offset, cfg.mapped_file_size_commit_log)
     body_len = len(K.body_of(1, MID))
     assert body_len > 0
     _flip(seg, pos + 88 + crash_rng.randrange(body_len), crash_rng.randrange(8))
@@ -146,7 +142,7 @@ def test_header_bit_flips(tmp_path, crash_rng, prop_crc):
     for n, (name, off, bit, caught) in enumerate(_header_flip_cases(crash_rng)):
         path = str(tmp_path / f"w{n}")
         shutil.copytree(pristine, path)
-        seg, pos = _seg(cfg, path, r.phy_offset)
+        seg, pos = kit.segment_of(path, r.phy_offset, cfg.mapped_file_size_commit_log)
         _flip(seg, pos + off, bit)
         with MessageStore.open(path, cfg) as st:
             assert st.recovery_report.end_offset == puts[-1].phy_offset + puts[-1].wrote_bytes, name
@@ -170,7 +166,7 @@ def test_every_byte_of_a_record_is_covered_by_the_properties_crc(tmp_path, crash
     path = str(tmp_path / "s")
     puts = _build(path, cfg)
     r = puts[MID]
-    seg, pos = _seg(cfg, path, r.phy_offset)
+    seg, pos = kit.segment_of(path, r.phy_offset, cfg.mapped_file_size_commit_log)
     with MessageStore.open(path, cfg) as st:
         for off in range(r.wrote_bytes):
             bit = crash_rng.randrange(8)
@@ -279,7 +275,7 @@ def test_corrupt_header_in_the_middle_keeps_the_rest_after_a_crash(tmp_path, cra
     path = str(tmp_path / "s")
     puts = _build(path, cfg)
     r = puts[MID]
-    seg, pos = _seg(cfg, path, r.phy_offset)
+    seg, pos = kit.segment_of(path, r.phy_offset, cfg.mapped_file_size_commit_log)
     _flip(seg, pos + 2, crash_rng.randrange(8))  # TOTALSIZE
     open(os.path.join(path, "abort"), "w").close()
     # the consume queues lose their tail as if the crash came before dispatch

@@ -1,6 +1,6 @@
 """kill -9 of a writer with several threads, at random moments, many times over: two stores
 under SYNC_FLUSH and one under ASYNC_FLUSH (a process crash keeps the page cache, so ASYNC_FLUSH
-acknowledgements survive it too; a power loss is another matter, see test_flush.py).
+acknowledgements survive it too; a power loss is another matter, see tests/unit/message_store/test_flush.py).
 
 After each kill the parent opens the store: every put the writer reported as PUT_OK (through a
 pipe, after the put returned) must be readable and identical by its commitlog offset, through its

@@ -16,11 +16,6 @@ WRITERS = 4
 PER_WRITER = 400
 
 
-def _cfg(**kw):
-    return K.crash_config(mapped_file_size_commit_log=8192, mapped_file_size_consume_queue=200,
-                          max_hash_slot_num=8, max_index_num=16, **kw)
-
-
 def _check(st, written: dict, rng: random.Random) -> None:
     found = K.all_records(st)
     assert {(w, s) for (w, s, _b, _n) in found} == set(written)
@@ -32,7 +27,8 @@ def _check(st, written: dict, rng: random.Random) -> None:
 
 
 def test_rollover_under_load(tmp_path, crash_rng):
-    cfg = _cfg(flush_disk_type="ASYNC_FLUSH")
+    cfg = K.crash_config(mapped_file_size_commit_log=8192, mapped_file_size_consume_queue=200, max_hash_slot_num=8,
+                         max_index_num=16, flush_disk_type="ASYNC_FLUSH")
     path = str(tmp_path / "s")
     written: dict[tuple[int, int], int] = {}
     errors: list[BaseException] = []

@@ -16,6 +16,7 @@ import crashkit as K
 
 from rmqstore import MessageStore
 from rmqstore.engine.verify import Finding
+from tests import kit
 
 N = 40
 
@@ -29,18 +30,6 @@ def _build(path: str, cfg, n: int = N) -> list:
             assert r.ok
             out.append(r)
     return out
-
-
-def _seg(path: str, cfg, phy: int) -> tuple[str, int]:
-    size = cfg.mapped_file_size_commit_log
-    start = phy - phy % size
-    return os.path.join(path, "commitlog", f"{start:020d}"), phy - start
-
-
-def _patch(path: str, pos: int, data: bytes) -> None:
-    with open(path, "r+b") as fh:
-        fh.seek(pos)
-        fh.write(data)
 
 
 def _check_survivors(st: MessageStore, puts: list, upto: int) -> None:
@@ -58,7 +47,7 @@ def test_last_record_cut_at_every_byte(tmp_path, crashed):
     pristine = str(tmp_path / "pristine")
     puts = _build(pristine, cfg)
     last = puts[-1]
-    seg, pos = _seg(pristine, cfg, last.phy_offset)
+    seg, pos = kit.segment_of(pristine, last.phy_offset, cfg.mapped_file_size_commit_log)
     with open(seg, "rb") as fh:
         fh.seek(pos)
         original = fh.read(last.wrote_bytes)
@@ -66,7 +55,7 @@ def test_last_record_cut_at_every_byte(tmp_path, crashed):
         work = str(tmp_path / f"w{k}")
         shutil.copytree(pristine, work)
         wseg = os.path.join(work, os.path.relpath(seg, pristine))
-        _patch(wseg, pos + k, bytes(last.wrote_bytes - k))
+        kit.patch_file(wseg, pos + k, bytes(last.wrote_bytes - k))
         if crashed:
             with open(os.path.join(work, "abort"), "w") as fh:
                 fh.write("1")
@@ -116,9 +105,9 @@ def test_garbage_after_the_last_record_is_cut_and_kept(tmp_path):
     path = str(tmp_path / "s")
     puts = _build(path, cfg)
     end = puts[-1].phy_offset + puts[-1].wrote_bytes
-    seg, pos = _seg(path, cfg, end)
+    seg, pos = kit.segment_of(path, end, cfg.mapped_file_size_commit_log)
     junk = os.urandom(700).replace(b"\x00", b"\x01")
-    _patch(seg, pos, junk)
+    kit.patch_file(seg, pos, junk)
     with open(os.path.join(path, "abort"), "w") as fh:
         fh.write("1")
     with MessageStore.open(path, cfg) as st:
@@ -140,8 +129,8 @@ def test_garbage_tail_is_reported_by_a_read_only_verify(tmp_path):
     path = str(tmp_path / "s")
     puts = _build(path, cfg)
     end = puts[-1].phy_offset + puts[-1].wrote_bytes
-    seg, pos = _seg(path, cfg, end)
-    _patch(seg, pos + 10, b"\xff" * 33)
+    seg, pos = kit.segment_of(path, end, cfg.mapped_file_size_commit_log)
+    kit.patch_file(seg, pos + 10, b"\xff" * 33)
     with MessageStore.open(path, cfg, read_only=True) as ro:
         findings = ro.verify()
     assert findings == [Finding("tail_garbage", seg, pos + 10, findings[0].detail)]

@@ -5,7 +5,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -15,13 +14,9 @@ import pytest
 
 import pyspark
 
+from tests.kit import free_port
+
 SPARK_HOME = os.path.dirname(pyspark.__file__)
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _spark_class(cls: str, *args: str, log: Path) -> subprocess.Popen:
@@ -43,7 +38,7 @@ def _wait_for(log: Path, text: str, count: int = 1, timeout: float = 90) -> None
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
     d = tmp_path_factory.mktemp("cluster")
-    port = _free_port()
+    port = free_port()
     url = f"spark://127.0.0.1:{port}"
     procs = [_spark_class("org.apache.spark.deploy.master.Master", "--host", "127.0.0.1", "--port", str(port),
                           "--webui-port", "0", log=d / "master.log")]
@@ -119,8 +114,8 @@ def _tree(root: Path) -> list[tuple[str, str]]:
 
 def test_source_and_jobs_answer_the_same_on_a_standalone_cluster(spark, cluster, vectors, tmp_path):
     names = ("basic", "propcrc", "rollover")
-    stores = [vectors[n].store for n in names]
-    job_store = vectors["rollover"].store
+    stores = [vectors[n].path for n in names]
+    job_store = vectors["rollover"].path
     local = answers(spark, str(tmp_path / "local"), str(job_store), [str(x) for x in stores])  # this session: local[2]
     remote = _run(cluster, tmp_path / "cluster", job_store, *stores)
     assert remote["n"] == local["n"] == sum(len(vectors[n].messages()) for n in names)

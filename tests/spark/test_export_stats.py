@@ -15,14 +15,14 @@ from rmqstore.format.hashes import index_key_hash
 from rmqstore.layout import infer_config
 from rmqstore.spark.jobs import export, stats
 
-from conftest import store_records
+from tests.kit import store_records
 
 
 def test_export_by_topic_and_date(spark, vectors, tmp_path):
     v = vectors["rollover"]
     out = str(tmp_path / "pq")
-    res = export(spark, v.store, out, v.config, include_body=True)
-    recs = store_records(v.store, v.config)
+    res = export(spark, v.path, out, v.config, include_body=True)
+    recs = store_records(v.path, v.config)
     assert res["rows"] == len(recs)
     parts = sorted(os.listdir(out))
     assert {p for p in parts if p.startswith("topic=")} == {f"topic={t}" for t in {r.topic for r in recs}}
@@ -36,15 +36,15 @@ def test_export_by_topic_and_date(spark, vectors, tmp_path):
         day = datetime.fromtimestamp(rec.store_timestamp / 1000, tz=timezone.utc).strftime("%Y-%m-%d")
         assert (r.topic, str(r.date), bytes(r.body), r.msgId) == (rec.topic, day, rec.body, rec.msg_id)
     with pytest.raises(StoreIOError, match="already exists"):
-        export(spark, v.store, out, v.config)
+        export(spark, v.path, out, v.config)
 
 
 def test_export_without_body(spark, vectors, tmp_path):
     v = vectors["basic"]
-    res = export(spark, v.store, str(tmp_path / "pq"), v.config)
+    res = export(spark, v.path, str(tmp_path / "pq"), v.config)
     df = spark.read.parquet(str(tmp_path / "pq"))
     assert "body" not in df.columns and res["rows"] == df.count() == len(v.messages())
-    want = {r.phy_offset: r.properties for r in store_records(v.store, v.config)}
+    want = {r.phy_offset: r.properties for r in store_records(v.path, v.config)}
     assert {r.commitLogOffset: dict(r.properties) for r in df.select("commitLogOffset", "properties").collect()} == want
 
 
@@ -83,7 +83,7 @@ def test_stats(spark, vectors, generated, which):
     if which == "generated":
         path, cfg = generated.path, generated.config
     else:
-        path, cfg = vectors[which].store, vectors[which].config
+        path, cfg = vectors[which].path, vectors[which].config
     top = 5
     got = stats(spark, path, cfg, top=top)
     json.dumps(got)  # JSON-serialisable

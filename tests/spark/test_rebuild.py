@@ -2,7 +2,6 @@
 RocketMQ itself wrote, index file names aside (index files are compared in name order)."""
 from __future__ import annotations
 
-import hashlib
 import os
 
 import pytest
@@ -12,32 +11,21 @@ from rmqstore.rebuild import rebuild as rebuild_in_process
 from rmqstore.errors import StoreIOError
 from rmqstore.spark.jobs import rebuild
 
-from conftest import SPLITS
-
-
-def digests(root: str, sub: str) -> dict[str, str]:
-    out = {}
-    base = os.path.join(root, sub)
-    for dp, _, files in os.walk(base):
-        for f in files:
-            p = os.path.join(dp, f)
-            with open(p, "rb") as fh:
-                out[os.path.relpath(p, base)] = hashlib.sha256(fh.read()).hexdigest()
-    return out
+from tests.kit import SPLITS, tree_hashes
 
 
 def same_output(a: str, b: str) -> None:
     """consumequeue/ identical file by file; index/ identical file by file in name order."""
-    assert digests(a, "consumequeue") == digests(b, "consumequeue")
-    ia, ib = digests(a, "index"), digests(b, "index")
+    assert tree_hashes(os.path.join(a, "consumequeue")) == tree_hashes(os.path.join(b, "consumequeue"))
+    ia, ib = tree_hashes(os.path.join(a, "index")), tree_hashes(os.path.join(b, "index"))
     assert [ia[k] for k in sorted(ia)] == [ib[k] for k in sorted(ib)]
 
 
 def test_vectors_rebuild_like_rocketmq(spark, vector, tmp_path):
     out = str(tmp_path / "spark")
-    res = rebuild(spark, vector.store, out, vector.config, split_size=SPLITS[vector.name])
-    same_output(vector.store, out)  # RocketMQ's own files
-    local = rebuild_in_process(vector.store, str(tmp_path / "local"), vector.config)
+    res = rebuild(spark, vector.path, out, vector.config, split_size=SPLITS[vector.name])
+    same_output(vector.path, out)  # RocketMQ's own files
+    local = rebuild_in_process(vector.path, str(tmp_path / "local"), vector.config)
     same_output(str(tmp_path / "local"), out)
     assert (res["records"], res["consume_queues"], res["index_files"], res["end_offset"]) == \
            (local.records, local.consume_queues, local.index_files, local.end_offset)
@@ -47,7 +35,7 @@ def test_vectors_rebuild_like_rocketmq(spark, vector, tmp_path):
 def test_generated_store_rebuild(spark, generated, tmp_path):
     """200,000 messages over 63 commitlog segments, 19 queues (hundreds of CQ files), 228 index
     files, each written by three shards in parallel tasks."""
-    before = digests(generated.path, "commitlog")
+    before = tree_hashes(os.path.join(generated.path, "commitlog"))
     local = rebuild_in_process(generated.path, str(tmp_path / "local"), generated.config)
     res = rebuild(spark, generated.path, str(tmp_path / "spark"), generated.config, split_size=8 << 20,
                   index_shards=3)
@@ -55,7 +43,7 @@ def test_generated_store_rebuild(spark, generated, tmp_path):
     assert res["index_files"] == local.index_files > 100
     assert res["consume_queues"] == local.consume_queues
     same_output(str(tmp_path / "local"), str(tmp_path / "spark"))
-    assert digests(generated.path, "commitlog") == before
+    assert tree_hashes(os.path.join(generated.path, "commitlog")) == before
     with MessageStore.open(generated.path, generated.config, read_only=True) as st:
         assert res["end_offset"] == st.max_phy_offset
 
@@ -101,10 +89,10 @@ def test_index_file_rolling_edge_cases(spark, tmp_path, case, shards):
 def test_rebuild_refuses_to_overwrite(spark, vectors, tmp_path):
     v = vectors["basic"]
     with pytest.raises(StoreIOError, match="source store"):
-        rebuild(spark, v.store, v.store, v.config)
+        rebuild(spark, v.path, v.path, v.config)
     (tmp_path / "out" / "index").mkdir(parents=True)
     with pytest.raises(StoreIOError, match="already holds index"):
-        rebuild(spark, v.store, str(tmp_path / "out"), v.config)
+        rebuild(spark, v.path, str(tmp_path / "out"), v.config)
 
 
 def test_empty_store(spark, tmp_path):

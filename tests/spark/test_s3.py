@@ -13,15 +13,9 @@ import time
 
 import pytest
 
-from conftest import spark_row
+from tests.kit import free_port, spark_row
 
 BUCKET = "rmq-archive"
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture(scope="module")
@@ -29,7 +23,7 @@ def s3(tmp_path_factory, vectors, generated):
     server = os.path.join(os.path.dirname(sys.executable), "moto_server")  # the one installed with the tests
     if not os.path.exists(server):
         server = shutil.which("moto_server")
-    port = _free_port()
+    port = free_port()
     log = open(tmp_path_factory.mktemp("moto") / "moto.log", "w")
     proc = subprocess.Popen([server, "-H", "127.0.0.1", "-p", str(port)], stdout=log, stderr=subprocess.STDOUT)
     endpoint = f"http://127.0.0.1:{port}"
@@ -48,7 +42,7 @@ def s3(tmp_path_factory, vectors, generated):
                                secret_key="test", region="us-east-1", allow_bucket_creation=True)
         fs.create_dir(BUCKET)
         uploaded = {}
-        stores = {name: vs.store for name, vs in vectors.items()}
+        stores = {name: vs.path for name, vs in vectors.items()}
         stores["generated"] = generated.path
         for name, path in stores.items():  # the source needs only the commitlog; the jobs' vectors all of it
             sub = "commitlog" if name == "generated" else ""
@@ -136,7 +130,7 @@ def test_spark_rebuild_from_s3_into_s3_is_byte_identical(spark, s3, vectors, tmp
     from rmqstore.errors import StoreIOError
     from rmqstore.spark.jobs import rebuild
 
-    from conftest import SPLITS
+    from tests.kit import SPLITS
     from test_rebuild import same_output
 
     vs = vectors["rollover"]  # several segments, consume queues and index files

@@ -5,8 +5,6 @@ from __future__ import annotations
 import os
 import shutil
 
-import numpy as np
-import pyarrow as pa
 import pytest
 
 from rmqstore import Message, MessageStore
@@ -14,7 +12,7 @@ from rmqstore.layout import infer_config
 from rmqstore.spark import columns as C
 from rmqstore.spark import scan as S
 
-from conftest import record_offsets, row_of, store_records
+from tests.kit import record_offsets, row_of, store_records
 
 
 def scan_all(path: str, seg_size: int, split: int, **kw):
@@ -31,10 +29,10 @@ def scan_all(path: str, seg_size: int, split: int, **kw):
 
 @pytest.mark.parametrize("split", [64, 91, 200, 333, 1000, 4096, 1 << 20])
 def test_every_record_in_exactly_one_span(vector, split):
-    cfg = infer_config(vector.store, vector.config)
+    cfg = infer_config(vector.path, vector.config)
     seg_size = cfg.mapped_file_size_commit_log
-    segs, offs, summaries = scan_all(vector.store, seg_size, split)
-    with MessageStore.open(vector.store, cfg, read_only=True) as st:
+    segs, offs, summaries = scan_all(vector.path, seg_size, split)
+    with MessageStore.open(vector.path, cfg, read_only=True) as st:
         assert offs == record_offsets(st)
         end = S.stitch_chain(segs, seg_size, summaries)
         assert end.offset == st.max_phy_offset and end.kind in (S.END, S.BLANK)
@@ -50,14 +48,14 @@ def test_generated_store_spans(generated):
 
 
 def test_columns_match_message_store(vector):
-    cfg = infer_config(vector.store, vector.config)
+    cfg = infer_config(vector.path, vector.config)
     seg_size = cfg.mapped_file_size_commit_log
     rows = []
-    for sp in S.plan_spans(S.list_segments(vector.store, seg_size), seg_size, 1 << 20):
+    for sp in S.plan_spans(S.list_segments(vector.path, seg_size), seg_size, 1 << 20):
         topics = C.TopicDecoder()
-        for seg, b in S.iter_span_batches(vector.store, seg_size, sp, batch_records=7):
+        for seg, b in S.iter_span_batches(vector.path, seg_size, sp, batch_records=7):
             rows.extend(C.record_batch_to_arrow(seg.mm, seg.u8, seg.start, b, C.ARROW_SCHEMA, topics).to_pylist())
-    recs = store_records(vector.store, cfg)
+    recs = store_records(vector.path, cfg)
     assert len(rows) == len(recs)
     for row, rec in zip(rows, recs):
         want = row_of(rec)
@@ -66,23 +64,6 @@ def test_columns_match_message_store(vector):
             got[k] = int(got[k].timestamp() * 1000)
             want[k] = getattr(rec, "born_timestamp" if k == "bornTimestamp" else "store_timestamp")
         assert got == want
-
-
-@pytest.mark.parametrize("raw", [
-    b"", b"\x02", b"a\x01b", b"a\x01b\x02", b"k1\x01\x02k2\x01v2\x02", b"\x01v\x02k\x01\x02", b"k\x01v\x01w\x02",
-    b"dup\x011\x02x\x012\x02dup\x013\x02", "中\x01文\x02😀\x01\xff".encode("utf-8", "surrogatepass") + b"\xfe\x02",
-    b"KEYS\x01 a  b \x02TAGS\x01t\x02KEYS\x01c d\x02", b"aaa", b"k\x01v\x02\x02\x02",
-])
-def test_properties_parser_matches_upstream_rules(raw):
-    from rmqstore.format import properties as P
-
-    u8 = np.frombuffer(b"xx" + raw + b"yy", dtype=np.uint8)
-    props = C.parse_properties_batch(u8, np.array([2, 0]), np.array([len(raw), 0]))
-    got = props.map_array().to_pylist()
-    want = P.parse_properties(raw)
-    assert dict(got[0]) == want and got[1] == []
-    assert props.value_of("TAGS").to_pylist()[0] == (want.get("TAGS") or None)
-    assert props.keys_array().to_pylist()[0] == P.split_keys(want.get("KEYS"))
 
 
 def _torn_copy(src: str, dst: str, cfg, cut: int) -> int:
@@ -103,11 +84,11 @@ def _torn_copy(src: str, dst: str, cfg, cut: int) -> int:
 
 
 def test_torn_tail_record_is_not_returned(vector, tmp_path):
-    cfg = infer_config(vector.store, vector.config)
+    cfg = infer_config(vector.path, vector.config)
     seg_size = cfg.mapped_file_size_commit_log
-    last = _torn_copy(vector.store, str(tmp_path / "s"), cfg, 3)
+    last = _torn_copy(vector.path, str(tmp_path / "s"), cfg, 3)
     segs, offs, summaries = scan_all(str(tmp_path / "s"), seg_size, 1 << 20)
-    with MessageStore.open(vector.store, cfg, read_only=True) as st:
+    with MessageStore.open(vector.path, cfg, read_only=True) as st:
         assert offs == record_offsets(st)[:-1]
     end = S.stitch_chain(segs, seg_size, summaries)
     assert (end.offset, end.kind) == (last, S.CRC)
@@ -115,9 +96,9 @@ def test_torn_tail_record_is_not_returned(vector, tmp_path):
 
 def test_salvage_after_a_corrupt_record(vectors, tmp_path):
     v = vectors["basic"]
-    cfg = infer_config(v.store, v.config)
+    cfg = infer_config(v.path, v.config)
     dst = str(tmp_path / "s")
-    shutil.copytree(v.store, dst)
+    shutil.copytree(v.path, dst)
     os.chmod(S.segment_path(dst, 0), 0o644)
     offs = [m["phyOffset"] for m in v.messages()]
     with open(S.segment_path(dst, 0), "r+b") as fh:  # break the magic of record 10
@@ -160,33 +141,23 @@ def test_safe_end_follows_a_writer(tmp_path):
         assert end == last.phy_offset  # the whole first segment, and the second up to its tail
 
 
-def test_arrow_schema_matches_spark_schema():
-    from pyspark.sql.pandas.types import to_arrow_schema
-
-    from rmqstore.spark.source import BROKER_NAME, source_schema
-
-    # the decoded columns, then the broker's name (added per partition, not decoded)
-    assert to_arrow_schema(source_schema(), timezone="UTC").equals(
-        C.ARROW_SCHEMA.append(pa.field(BROKER_NAME, pa.string(), nullable=False)))
-    assert isinstance(C.ARROW_SCHEMA, pa.Schema)
-
-
 def test_the_vector_check_sees_a_changed_or_added_file(tmp_path):
     """The session's check that the vector stores stay as RocketMQ wrote them (conftest) notices an
     added file and a changed one."""
+    import dataclasses
     import shutil
 
-    from conftest import load_vector, vector_changes
+    from tests.kit import load_vector, vector_changes
 
     vs = load_vector("basic")
     assert vector_changes(vs) == []
     copy = tmp_path / "store"
-    shutil.copytree(vs.store, copy)
+    shutil.copytree(vs.path, copy)
     (copy / "extra").write_bytes(b"x")
     seg = copy / "commitlog" / "00000000000000000000"
     seg.chmod(0o644)
     data = bytearray(seg.read_bytes())
     data[100] ^= 1
     seg.write_bytes(bytes(data))
-    moved = type(vs)(vs.name, str(copy), vs.config, vs.expected)
+    moved = dataclasses.replace(vs, root=tmp_path)  # the same set, its store at tmp_path/store
     assert vector_changes(moved) == ["basic: commitlog/00000000000000000000 changed", "basic: extra added"]

@@ -6,9 +6,8 @@ from datetime import datetime, timezone
 import pytest
 
 from rmqstore import MessageStore
-from rmqstore.errors import ConfigError
 
-from conftest import SPLITS, record_offsets, row_of, spark_row, store_records
+from tests.kit import SPLITS, record_offsets, row_of, spark_row, store_records
 
 
 def read(spark, path, **options):
@@ -31,15 +30,15 @@ def by_offset(rows) -> dict[int, dict]:
 def vector_rows(spark, vector):
     """Every row of a vector store read in many partitions (resynchronising inside segments),
     and the MessageStore decode of every record."""
-    rows = by_offset(read(spark, vector.store, splitSize=str(SPLITS[vector.name])).collect())
-    return rows, {r.phy_offset: r for r in store_records(vector.store, vector.config)}
+    rows = by_offset(read(spark, vector.path, splitSize=str(SPLITS[vector.name])).collect())
+    return rows, {r.phy_offset: r for r in store_records(vector.path, vector.config)}
 
 
 def test_every_record_once_with_every_field(vector, vector_rows):
     rows, recs = vector_rows
     assert sorted(rows) == sorted(recs)
     for off, rec in recs.items():
-        assert rows[off] == row_of(rec, vector.store), off
+        assert rows[off] == row_of(rec, vector.path), off
 
 
 def test_rows_match_rocketmq_decode(vector, vector_rows):
@@ -66,19 +65,19 @@ def test_rows_match_rocketmq_decode(vector, vector_rows):
 def test_split_size_does_not_change_the_result(spark, vectors):
     v = vectors["rollover"]
     cols = ["commitLogOffset", "topic", "queueOffset", "msgId"]
-    base = sorted(map(tuple, read(spark, v.store).select(*cols).collect()))
+    base = sorted(map(tuple, read(spark, v.path).select(*cols).collect()))
     for split in ("10000", "100k"):
-        got = read(spark, v.store, splitSize=split, endingOffsets="300000").select(*cols).collect()
+        got = read(spark, v.path, splitSize=split, endingOffsets="300000").select(*cols).collect()
         assert sorted(map(tuple, got)) == [r for r in base if r[0] < 300000], split
-    with MessageStore.open(v.store, v.config, read_only=True) as st:
+    with MessageStore.open(v.path, v.config, read_only=True) as st:
         assert [r[0] for r in base] == record_offsets(st)
 
 
 def test_partitions_group_small_segments(spark, vectors):
     v = vectors["rollover"]  # 69 segments of 16 KiB
-    assert read(spark, v.store).rdd.getNumPartitions() == 1
-    assert read(spark, v.store, splitSize="64k").rdd.getNumPartitions() == 18
-    assert read(spark, v.store, splitSize="10000").rdd.getNumPartitions() == 69 * 2
+    assert read(spark, v.path).rdd.getNumPartitions() == 1
+    assert read(spark, v.path, splitSize="64k").rdd.getNumPartitions() == 18
+    assert read(spark, v.path, splitSize="10000").rdd.getNumPartitions() == 69 * 2
 
 
 def _plan(df) -> str:
@@ -96,7 +95,7 @@ def _plan(df) -> str:
 ])
 def test_filters_pushed_down_and_exact(spark, vectors, where, pushed):
     v = vectors["rollover"]
-    df = read(spark, v.store, splitSize="400k")
+    df = read(spark, v.path, splitSize="400k")
     cols = ["commitLogOffset", "topic", "queueId", "storeTimestamp", "bodyCRC"]
     got = sorted(r.commitLogOffset for r in df.where(where).select(*cols).collect())
     # the same predicate evaluated by Spark over the unfiltered rows (cached, so nothing is pushed)
@@ -110,16 +109,16 @@ def test_filters_pushed_down_and_exact(spark, vectors, where, pushed):
 def test_filters_with_a_nullable_user_schema(spark, vectors):
     """With nullable columns Spark adds IsNotNull filters; they are taken where they always hold."""
     v = vectors["basic"]
-    df = spark.read.format("rocketmq").schema("topic STRING, queueId INT, tags STRING").load(v.store)
+    df = spark.read.format("rocketmq").schema("topic STRING, queueId INT, tags STRING").load(v.path)
     got = df.where("topic = 'TopicTest' AND queueId = 1 AND tags IS NOT NULL").collect()
-    want = [r for r in store_records(v.store, v.config) if r.topic == "TopicTest" and r.queue_id == 1 and r.tags]
+    want = [r for r in store_records(v.path, v.config) if r.topic == "TopicTest" and r.queue_id == 1 and r.tags]
     assert len(got) == len(want) > 0
-    assert df.where("tags IS NULL").count() == sum(1 for r in store_records(v.store, v.config) if r.tags is None)
+    assert df.where("tags IS NULL").count() == sum(1 for r in store_records(v.path, v.config) if r.tags is None)
 
 
 def test_filter_values_outside_the_data(spark, vectors):
     v = vectors["basic"]
-    df = read(spark, v.store)
+    df = read(spark, v.path)
     assert df.where("queueId > 100").count() == 0
     assert df.where("commitLogOffset > 10 AND commitLogOffset < 5").count() == 0
     assert df.where("topic = 'nope'").count() == 0
@@ -127,41 +126,41 @@ def test_filter_values_outside_the_data(spark, vectors):
 
 def test_offset_and_time_options(spark, vectors):
     v = vectors["rollover"]
-    recs = store_records(v.store, v.config)
+    recs = store_records(v.path, v.config)
     offs = [r.phy_offset for r in recs]
     a, b = offs[100], offs[900]
-    got = [r.commitLogOffset for r in read(spark, v.store, startingOffsets=str(a), endingOffsets=str(b))
+    got = [r.commitLogOffset for r in read(spark, v.path, startingOffsets=str(a), endingOffsets=str(b))
            .select("commitLogOffset").collect()]
     assert sorted(got) == [o for o in offs if a <= o < b]
     mid = a + 7  # inside a record: it is not returned, reading starts at the next one
-    got = [r.commitLogOffset for r in read(spark, v.store, startingOffsets=str(mid), endingOffsets=str(b))
+    got = [r.commitLogOffset for r in read(spark, v.path, startingOffsets=str(mid), endingOffsets=str(b))
            .select("commitLogOffset").collect()]
     assert sorted(got) == [o for o in offs if mid <= o < b]
-    assert read(spark, v.store, startingOffsets="latest").count() == 0
-    assert read(spark, v.store, startingOffsets="earliest", endingOffsets="latest").count() == len(recs)
+    assert read(spark, v.path, startingOffsets="latest").count() == 0
+    assert read(spark, v.path, startingOffsets="earliest", endingOffsets="latest").count() == len(recs)
     ts = sorted({r.store_timestamp for r in recs})
     t0, t1 = ts[len(ts) // 3], ts[2 * len(ts) // 3]
     iso = datetime.fromtimestamp(t1 / 1000, tz=timezone.utc).isoformat()
-    got = read(spark, v.store, startingTimestamp=str(t0), endingTimestamp=iso).select("commitLogOffset").collect()
+    got = read(spark, v.path, startingTimestamp=str(t0), endingTimestamp=iso).select("commitLogOffset").collect()
     assert sorted(r.commitLogOffset for r in got) == sorted(r.phy_offset for r in recs
                                                             if t0 <= r.store_timestamp < t1)
-    got = read(spark, v.store, topics="RollA, RollC").select("topic").distinct().collect()
+    got = read(spark, v.path, topics="RollA, RollC").select("topic").distinct().collect()
     assert sorted(r.topic for r in got) == ["RollA", "RollC"]
 
 
 def test_include_body_and_projection(spark, vectors):
     v = vectors["basic"]
-    rows = read(spark, v.store, includeBody="false").select("body", "storeSize").collect()
+    rows = read(spark, v.path, includeBody="false").select("body", "storeSize").collect()
     assert rows and all(r.body is None for r in rows)
     schema = "commitLogOffset BIGINT, tags STRING, keys ARRAY<STRING>"
-    df = spark.read.format("rocketmq").schema(schema).load(v.store)
-    want = {r.phy_offset: (r.tags, r.keys) for r in store_records(v.store, v.config)}
+    df = spark.read.format("rocketmq").schema(schema).load(v.path)
+    want = {r.phy_offset: (r.tags, r.keys) for r in store_records(v.path, v.config)}
     assert {r.commitLogOffset: (r.tags, r.keys) for r in df.collect()} == want
 
 
 def test_verify_crc_option(spark, vectors):
     v = vectors["propcrc"]
-    assert read(spark, v.store, verifyCRC="true").count() == len(v.messages())
+    assert read(spark, v.path, verifyCRC="true").count() == len(v.messages())
 
 
 @pytest.mark.parametrize("option, value", [
@@ -173,28 +172,12 @@ def test_verify_crc_option(spark, vectors):
 def test_bad_option_names_the_option(spark, vectors, option, value):
     v = vectors["basic"]
     with pytest.raises(Exception, match=option):
-        read(spark, v.store, **{option: value}).count()
-
-
-def test_bad_options_are_config_errors(vectors):
-    from rmqstore.spark.options import parse_options
-
-    path = vectors["basic"].store
-    with pytest.raises(ConfigError, match="endingOffsets"):
-        parse_options({"path": path, "startingOffsets": "10", "endingOffsets": "5"}, streaming=False)
-    with pytest.raises(ConfigError, match="endingOffsets"):
-        parse_options({"path": path, "endingOffsets": "5"}, streaming=True)
-    with pytest.raises(ConfigError, match="enabledAppendPropCRC"):
-        parse_options({"path": path, "enabledappendpropcrc": "yes"}, streaming=False)
-    with pytest.raises(ConfigError, match="path"):
-        parse_options({}, streaming=False)
-    opts = parse_options({"path": path, "maxindexnum": "256", "splitSize": "2k"}, streaming=None)
-    assert (opts.cfg.max_index_num, opts.split_size, opts.seg_size) == (256, 2048, 65536)
+        read(spark, v.path, **{option: value}).count()
 
 
 def test_unknown_column_in_schema(spark, vectors):
     with pytest.raises(Exception, match="schema"):
-        spark.read.format("rocketmq").schema("nope INT").load(vectors["basic"].store).count()
+        spark.read.format("rocketmq").schema("nope INT").load(vectors["basic"].path).count()
 
 
 def test_missing_store(spark, tmp_path):

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from rmqstore import MessageStore
 
-from conftest import record_offsets, row_of, spark_row
+from tests.kit import record_offsets, row_of, spark_row
 
 COLS = ["commitLogOffset", "topic", "queueId", "queueOffset", "storeSize", "bodyCRC", "body", "msgId", "keys",
         "uniqKey", "properties"]
@@ -75,9 +75,9 @@ def test_stream_follows_a_live_writer(spark, tmp_path):
 
 def test_available_now_in_capped_batches(spark, vectors, tmp_path):
     v = vectors["rollover"]
-    q, batches = _collect_stream(spark, v.store, str(tmp_path / "cp"), {"availableNow": True},
+    q, batches = _collect_stream(spark, v.path, str(tmp_path / "cp"), {"availableNow": True},
                                  maxBytesPerTrigger="300k")
     q.awaitTermination(120)
-    seen = _check(batches, v.store, v.config)
+    seen = _check(batches, v.path, v.config)
     assert len(seen) == len(v.messages())
     assert len([b for b in batches if b[1]]) == 4  # 1.1 MB of commitlog in 300 KB triggers

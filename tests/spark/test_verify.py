@@ -21,7 +21,7 @@ KINDS = ("record_crc", "record_invalid", "cq_unit", "cq_gap", "index_item", "che
 
 def damaged_copy(v, dst: str) -> dict:
     """A writable copy of the rollover vector store with one of each kind of damage."""
-    shutil.copytree(v.store, dst)
+    shutil.copytree(v.path, dst)
     for root, dirs, files in os.walk(dst):
         for n in dirs + files:
             os.chmod(os.path.join(root, n), 0o755 if n in dirs else 0o644)
@@ -93,10 +93,10 @@ def test_damaged_store_same_findings(spark, damaged):
 
 
 def test_intact_stores_have_no_findings(spark, vector):
-    df, summary = verify(spark, vector.store, vector.config, split_size=40_000)
+    df, summary = verify(spark, vector.path, vector.config, split_size=40_000)
     assert df.count() == 0 and summary["problems"] == 0
     assert summary["records"] == len(vector.messages())
-    assert store_findings(vector.store, vector.config) == []
+    assert store_findings(vector.path, vector.config) == []
 
 
 def _chain_in_process(path, cfg, split):

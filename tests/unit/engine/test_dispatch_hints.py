@@ -12,6 +12,7 @@ import pytest
 from rmqstore import Message
 from rmqstore.engine import commit_log as CL
 from rmqstore.engine import dispatch as D
+from tests import kit
 
 T0 = 1_700_000_000_000
 
@@ -30,17 +31,15 @@ def walked(monkeypatch):
     return count
 
 
-def _cfg(make_config):
-    # 16 KiB segments: batches roll segments (blank records) and index files fill up
-    return make_config(mapped_file_size_commit_log=16 << 10, mapped_file_size_consume_queue=20 * 64,
-                       max_hash_slot_num=64, max_index_num=128)
+#: 16 KiB segments: batches roll segments (blank records) and index files fill up
+GEOMETRY = dict(mapped_file_size_commit_log=16 << 10, mapped_file_size_consume_queue=20 * 64,
+                max_hash_slot_num=64, max_index_num=128)
 
 
-def _message(i: int) -> Message:
-    m = Message.create("T", b"b%d" % i * (i % 7 + 1), keys=[f"k{i}", f"x{i % 5}"], queue_id=i % 3,
-                       uniq_key=f"U{i:08d}")
-    m.store_timestamp = T0 + i
-    return m
+def _nth(i: int) -> Message:
+    """The i-th message: three queues, keys k<i> and x<i % 5>, a pinned UNIQ_KEY and store time."""
+    return kit.msg("T", b"b%d" % i * (i % 7 + 1), i=i, keys=[f"k{i}", f"x{i % 5}"], queues=3,
+                   uniq_key=f"U{i:08d}", store_timestamp=T0 + i)
 
 
 def _fill(st) -> int:
@@ -48,10 +47,10 @@ def _fill(st) -> int:
     i = singles = 0
     for round_ in range(14):
         if round_ % 3 == 2:
-            assert st.put_message(_message(i)).ok
+            assert st.put_message(_nth(i)).ok
             i, singles = i + 1, singles + 1
             continue
-        msgs = [_message(i + j) for j in range(5 + round_ % 4)]
+        msgs = [_nth(i + j) for j in range(5 + round_ % 4)]
         for m in msgs:
             m.queue_id = round_ % 3
         assert st.put_messages(msgs).ok
@@ -76,7 +75,7 @@ def _dispatched_store(open_store, path, cfg):
 
 
 def test_handed_starts_replace_the_walk(open_store, tmp_path, make_config, walked, monkeypatch):
-    cfg = _cfg(make_config)
+    cfg = kit.cfg(GEOMETRY)
     st, singles = _dispatched_store(open_store, tmp_path / "hinted", cfg)
     assert len(st.commit_log.batch_starts) > 0
     st.reput.do_reput()
@@ -99,7 +98,7 @@ def test_handed_starts_replace_the_walk(open_store, tmp_path, make_config, walke
 
 def test_hints_are_bounded_and_the_rest_is_walked(open_store, tmp_path, make_config, walked, monkeypatch):
     monkeypatch.setattr(CL, "START_HINTS_MAX", 2)
-    cfg = _cfg(make_config)
+    cfg = kit.cfg(GEOMETRY)
     st, _ = _dispatched_store(open_store, tmp_path / "a", cfg)
     assert len(st.commit_log.batch_starts) == 2
     st.reput.do_reput()
@@ -113,7 +112,7 @@ def test_hints_are_bounded_and_the_rest_is_walked(open_store, tmp_path, make_con
 
 @pytest.mark.parametrize("damage", ["shifted", "short", "inside_a_record"])
 def test_wrong_hints_fall_back_to_the_walk(open_store, tmp_path, make_config, caplog, damage):
-    cfg = _cfg(make_config)
+    cfg = kit.cfg(GEOMETRY)
     st, _ = _dispatched_store(open_store, tmp_path / "a", cfg)
     hints = st.commit_log.batch_starts
     first, end, starts = hints.popleft()
@@ -138,7 +137,7 @@ def test_wrong_hints_fall_back_to_the_walk(open_store, tmp_path, make_config, ca
 
 
 def test_live_dispatcher_with_hints_answers_queries(open_store, make_config):
-    st = open_store(cfg=_cfg(make_config))
+    st = open_store(cfg=kit.cfg(GEOMETRY))
     _fill(st)
     st.wait_dispatched(10)
     for i in (0, 7, 20, 40):

@@ -8,11 +8,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from rmqstore import CorruptRecordError, MessageStoreConfig
+from rmqstore import CorruptRecordError
 from rmqstore.engine.checkpoint import StoreCheckpoint
 from rmqstore.engine.index import IndexFile, IndexService
 from rmqstore.format import index_file as IX
 from rmqstore.format.hashes import abs_key_hash, index_key_hash, java_hash
+from tests import kit
 
 T0 = 1_700_000_000_000
 LONG_MAX = 2**63 - 1
@@ -20,11 +21,6 @@ LONG_MAX = 2**63 - 1
 
 def _h(key: str) -> int:
     return abs_key_hash(java_hash(key))
-
-
-def _read(path) -> bytes:
-    with open(path, "rb") as fh:
-        return fh.read()
 
 
 @pytest.fixture
@@ -45,7 +41,7 @@ def test_index_file_capacity_is_index_num_minus_one(index_file, tmp_path):
     index_file.select_phy_offsets(out, _h("60"), 10, 0, LONG_MAX)
     assert out == [60]
     index_file.flush()
-    buf = _read(tmp_path / "idx")
+    buf = kit.read_bytes(tmp_path / "idx")
     slots_used = {_h(str(i)) % 100 for i in range(399)}
     assert IX.HEADER.unpack_from(buf, 0) == (T0, T0, 0, 398, len(slots_used), 400)
     # every item: (hash, phy, diff 0, previous item of the same slot)
@@ -61,12 +57,12 @@ def test_index_file_capacity_is_index_num_minus_one(index_file, tmp_path):
 
 def test_fresh_index_file_header_on_disk(tmp_path):
     f = IndexFile(str(tmp_path / "idx"), 4, 8, read_only=False, create=True, prev_end_phy=500, prev_end_ts=T0)
-    assert IX.HEADER.unpack_from(_read(tmp_path / "idx"), 0) == (T0, T0, 500, 500, 0, 0)
+    assert IX.HEADER.unpack_from(kit.read_bytes(tmp_path / "idx"), 0) == (T0, T0, 500, 500, 0, 0)
     assert f.index_count == 1
     f.put_key(7, 600, T0 + 5_500)
     # the first item's timeDiff is against the previous file's end time; begin is reset after it
-    assert IX.ITEM.unpack_from(_read(tmp_path / "idx"), IX.item_pos(4, 1)) == (7, 600, 5, 0)
-    assert IX.HEADER.unpack_from(_read(tmp_path / "idx"), 0) == (T0 + 5_500, T0 + 5_500, 600, 600, 1, 2)
+    assert IX.ITEM.unpack_from(kit.read_bytes(tmp_path / "idx"), IX.item_pos(4, 1)) == (7, 600, 5, 0)
+    assert IX.HEADER.unpack_from(kit.read_bytes(tmp_path / "idx"), 0) == (T0 + 5_500, T0 + 5_500, 600, 600, 1, 2)
     f.close()
 
 
@@ -111,7 +107,7 @@ def test_put_batch_equals_put_key_one_by_one(tmp_path):
     assert [b.put_key(int(h), int(p), int(t)) for h, p, t in zip(hashes, phys, ts)] == [True] * 5 + [False] * 2
     a.flush()
     b.flush()
-    assert _read(tmp_path / "a") == _read(tmp_path / "b")
+    assert kit.read_bytes(tmp_path / "a") == kit.read_bytes(tmp_path / "b")
     a.close()
     b.close()
 
@@ -132,8 +128,8 @@ def test_load_rejects_a_header_beyond_capacity(tmp_path):
 # IndexService
 # ------------------------------------------------------------------------------------------------
 
-def _cfg(**kw) -> MessageStoreConfig:
-    return MessageStoreConfig(**dict(dict(max_hash_slot_num=4, max_index_num=4), **kw))
+#: 4 slots, 3 entries per index file (the index service reads no other field of the configuration)
+INDEX = dict(max_hash_slot_num=4, max_index_num=4)
 
 
 def _build(svc, recs):
@@ -145,20 +141,20 @@ def _build(svc, recs):
 
 def test_query_on_an_empty_service(tmp_path):
     """IndexServiceTest: a huge maxNum on a store without index files."""
-    svc = IndexService(str(tmp_path), _cfg(), read_only=False)
+    svc = IndexService(str(tmp_path), kit.cfg(INDEX), read_only=False)
     assert svc.query_offsets("test", "", 2**31 - 1, 10, 100) == ([], 0, 0)
     assert svc.query_offsets("test", "", 2**31 - 1, 10, 100, cap=False) == ([], 0, 0)
 
 
 def test_service_rolls_files_and_queries_newest_first(tmp_path):
     cp = StoreCheckpoint(str(tmp_path / "checkpoint"), read_only=False)
-    svc = IndexService(str(tmp_path), _cfg(), read_only=False, checkpoint=cp)
+    svc = IndexService(str(tmp_path), kit.cfg(INDEX), read_only=False, checkpoint=cp)
     _build(svc, [(0, T0, 0, ["T#k"]), (100, T0 + 1000, 0, ["T#k"]), (200, T0 + 2000, 0, ["T#x"]),
                  (300, T0 + 8500, 0, ["T#k"])])
     assert len(svc.files) == 2
     names = sorted(os.listdir(tmp_path / "index"))
     assert [f.name for f in svc.files] == names and len(names[0]) == 17 and names[0] < names[1]
-    first, second = (_read(tmp_path / "index" / n) for n in names)
+    first, second = (kit.read_bytes(tmp_path / "index" / n) for n in names)
     assert IX.HEADER.unpack_from(first, 0) == (T0, T0 + 2000, 0, 200, 2, 4)  # flushed when it filled
     assert cp.values.index_msg_timestamp == T0 + 2000
     assert IX.ITEM.unpack_from(second, IX.item_pos(4, 1)) == (index_key_hash("T", "k"), 300, 6, 0)
@@ -171,7 +167,7 @@ def test_service_rolls_files_and_queries_newest_first(tmp_path):
 
 
 def test_keys_of_one_message_spill_into_a_new_file(tmp_path):
-    svc = IndexService(str(tmp_path), _cfg(), read_only=False)
+    svc = IndexService(str(tmp_path), kit.cfg(INDEX), read_only=False)
     _build(svc, [(0, T0, 0, ["T#u", "T#a", "T#b", "T#c"])])
     assert [f.index_count for f in svc.files] == [4, 2]
     assert svc.query_offsets("T", "c", 10, 0, LONG_MAX)[0] == [0]
@@ -180,18 +176,18 @@ def test_keys_of_one_message_spill_into_a_new_file(tmp_path):
 
 
 def test_a_full_file_is_replaced_when_the_next_record_arrives(tmp_path):
-    svc = IndexService(str(tmp_path), _cfg(), read_only=False)
+    svc = IndexService(str(tmp_path), kit.cfg(INDEX), read_only=False)
     _build(svc, [(0, T0, 0, ["T#a", "T#b", "T#c"]), (100, T0, 0, [])])
     assert len(svc.files) == 2 and svc.files[1].index_count == 1
     svc.close()
-    svc2 = IndexService(str(tmp_path / "other"), _cfg(), read_only=False)
+    svc2 = IndexService(str(tmp_path / "other"), kit.cfg(INDEX), read_only=False)
     _build(svc2, [(0, T0, 0, [])])
     assert len(svc2.files) == 1  # an index file exists even for records without keys
     svc2.close()
 
 
 def test_transaction_types_and_redispatch(tmp_path):
-    svc = IndexService(str(tmp_path), _cfg(max_index_num=64), read_only=False)
+    svc = IndexService(str(tmp_path), kit.cfg(INDEX, max_index_num=64), read_only=False)
     _build(svc, [(0, T0, 0x4, ["T#prep"]), (100, T0, 0xC, ["T#rollback"]), (200, T0, 0x8, ["T#commit"])])
     assert svc.query_offsets("T", "prep", 10, 0, LONG_MAX)[0] == [0]
     assert svc.query_offsets("T", "rollback", 10, 0, LONG_MAX)[0] == []
@@ -204,7 +200,7 @@ def test_transaction_types_and_redispatch(tmp_path):
 
 
 def test_max_num_is_capped_by_max_msgs_num_batch(tmp_path):
-    svc = IndexService(str(tmp_path), _cfg(max_hash_slot_num=16, max_index_num=256), read_only=False)
+    svc = IndexService(str(tmp_path), kit.cfg(INDEX, max_hash_slot_num=16, max_index_num=256), read_only=False)
     _build(svc, [(i * 100, T0 + i, 0, ["T#same"]) for i in range(100)])
     offs = svc.query_offsets("T", "same", 1000, 0, LONG_MAX)[0]
     assert offs == [i * 100 for i in range(99, 35, -1)]  # 64, newest first
@@ -214,15 +210,15 @@ def test_max_num_is_capped_by_max_msgs_num_batch(tmp_path):
 
 def test_reload_and_abnormal_load(tmp_path):
     cp = StoreCheckpoint(str(tmp_path / "checkpoint"), read_only=False)
-    svc = IndexService(str(tmp_path), _cfg(), read_only=False, checkpoint=cp)
+    svc = IndexService(str(tmp_path), kit.cfg(INDEX), read_only=False, checkpoint=cp)
     _build(svc, [(0, T0, 0, ["T#a", "T#b", "T#c"]), (100, T0 + 5000, 0, ["T#d"])])
     svc.close()
     assert cp.values.index_msg_timestamp == T0
-    ok = IndexService(str(tmp_path), _cfg(), read_only=True, checkpoint=cp)
+    ok = IndexService(str(tmp_path), kit.cfg(INDEX), read_only=True, checkpoint=cp)
     assert ok.load(last_exit_ok=True) == [] and len(ok.files) == 2
     assert ok.query_offsets("T", "d", 10, 0, LONG_MAX)[0] == [100]
     ok.close()
-    crashed = IndexService(str(tmp_path), _cfg(), read_only=True, checkpoint=cp)
+    crashed = IndexService(str(tmp_path), kit.cfg(INDEX), read_only=True, checkpoint=cp)
     dropped = crashed.load(last_exit_ok=False)
     assert [f.end_ts for f in dropped] == [T0 + 5000] and len(crashed.files) == 1
     for f in dropped:
@@ -231,16 +227,16 @@ def test_reload_and_abnormal_load(tmp_path):
     # a file of another size is damage (the store's geometry is the files' common size, checked by
     # layout before): not used; a reader leaves it, a writer moves it aside as <name>.damaged
     names = sorted(os.listdir(tmp_path / "index"))
-    wrong = IndexService(str(tmp_path), _cfg(max_index_num=8), read_only=True)
+    wrong = IndexService(str(tmp_path), kit.cfg(INDEX, max_index_num=8), read_only=True)
     assert wrong.load(last_exit_ok=True) == [] and wrong.files == []
     assert sorted(os.listdir(tmp_path / "index")) == names
-    wrong_w = IndexService(str(tmp_path), _cfg(max_index_num=8), read_only=False)
+    wrong_w = IndexService(str(tmp_path), kit.cfg(INDEX, max_index_num=8), read_only=False)
     assert wrong_w.load(last_exit_ok=True) == [] and wrong_w.files == []
     assert sorted(os.listdir(tmp_path / "index")) == [n + ".damaged" for n in names]
 
 
 def test_delete_expired(tmp_path):
-    svc = IndexService(str(tmp_path), _cfg(), read_only=False)
+    svc = IndexService(str(tmp_path), kit.cfg(INDEX), read_only=False)
     _build(svc, [(i * 100, T0 + i, 0, ["T#k"]) for i in range(7)])
     assert [f.end_phy for f in svc.files] == [200, 500, 600]
     assert svc.delete_expired(100) == []                # the first file ends at 200
@@ -298,7 +294,7 @@ def test_a_damaged_chain_link_never_loops(tmp_path, loop):
     """A prevIndex that points at its own item or forward (bytes damaged on disk) ends the walk:
     items only ever link back to older ones. It used to loop forever (growing the result when the
     hash matched), read-only opens included."""
-    svc = IndexService(str(tmp_path), _cfg(max_hash_slot_num=1, max_index_num=16), read_only=False)
+    svc = IndexService(str(tmp_path), kit.cfg(INDEX, max_hash_slot_num=1, max_index_num=16), read_only=False)
     _build(svc, [(100 + i, 1000 + i, 0, [f"T#k{i}"]) for i in range(6)])  # one slot: one chain of 6 items
     f = svc.files[0]
     items = np.frombuffer(f.mf.mm, dtype=IX.ITEM_DTYPE, count=f.index_num, offset=IX.item_pos(f.slot_num, 0))

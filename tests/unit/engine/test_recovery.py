@@ -7,21 +7,19 @@ import shutil
 
 import numpy as np
 
-from rmqstore import Message, MessageStore, MessageStoreConfig
+from rmqstore import Message, MessageStore
 from rmqstore.engine import recovery as R
 from rmqstore.format import index_file as IF
+from tests import kit
 
 
-def _cfg(**kw) -> MessageStoreConfig:
-    base = dict(mapped_file_size_commit_log=10 * 1024 * 1024, mapped_file_size_consume_queue=1000,
-                max_hash_slot_num=64, max_index_num=256, flush_disk_type="SYNC_FLUSH")
-    base.update(kw)
-    return MessageStoreConfig(**base)
+#: the kit's small consume-queue and index files, a 10 MiB commitlog segment, SYNC_FLUSH
+GEOMETRY = dict(mapped_file_size_commit_log=10 * 1024 * 1024, flush_disk_type="SYNC_FLUSH")
 
 
-def _msg(i: int, topic: str = "FooBar") -> Message:
-    return Message.create(topic, f"Once, there was a message {i}".encode(), tags="TAG1", keys=[f"k{i}"],
-                          queue_id=0)
+def _nth(i: int) -> Message:
+    """The i-th message of upstream's DefaultMessageStoreTest (one queue, tag TAG1, key k<i>)."""
+    return kit.msg("FooBar", f"Once, there was a message {i}".encode(), i=i, tags="TAG1")
 
 
 def test_upstream_recovery_scenario(tmp_path):
@@ -30,20 +28,20 @@ def test_upstream_recovery_scenario(tmp_path):
     continues; the same with an abort file."""
     for crashed in (False, True):
         path = tmp_path / f"s{crashed}"
-        cfg = _cfg()
+        cfg = kit.cfg(GEOMETRY)
         with MessageStore.open(path, cfg) as st:
             for i in range(100):
-                st.put_message(_msg(i))
+                st.put_message(_nth(i))
             st.wait_dispatched(timeout=10)
             max_phy, max_cq = st.max_phy_offset, st.get_max_offset_in_queue("FooBar", 0)
         with MessageStore.open(path, cfg) as st:
             assert (st.max_phy_offset, st.get_max_offset_in_queue("FooBar", 0)) == (max_phy, max_cq)
             for i in range(100, 200):
-                st.put_message(_msg(i))
+                st.put_message(_nth(i))
             second_last_end = st.max_phy_offset
             st.wait_dispatched(timeout=10)
             max_cq = st.get_max_offset_in_queue("FooBar", 0)
-            last = st.put_message(_msg(200))
+            last = st.put_message(_nth(200))
         body_len = len(f"Once, there was a message {200}")
         with open(path / "commitlog" / f"{0:020d}", "r+b") as fh:
             fh.seek(last.phy_offset + 84 + body_len + 4)
@@ -58,7 +56,7 @@ def test_upstream_recovery_scenario(tmp_path):
             assert st.look_message_by_offset(last.phy_offset) is None
             assert st.query_message("FooBar", "k200").messages == []
             assert [m.queue_offset for m in st.query_message("FooBar", "k199").messages] == [199]
-            r = st.put_message(_msg(201))
+            r = st.put_message(_nth(201))
             assert r.ok and r.phy_offset == second_last_end and r.queue_offset == max_cq
             st.wait_dispatched(timeout=10)
             assert [m.phy_offset for m in st.query_message("FooBar", "k201").messages] == [r.phy_offset]
@@ -66,10 +64,10 @@ def test_upstream_recovery_scenario(tmp_path):
 
 
 def _small(tmp_path, n: int = 60, **kw):
-    cfg = _cfg(mapped_file_size_commit_log=4096, **kw)
+    cfg = kit.cfg(GEOMETRY, mapped_file_size_commit_log=4096, **kw)
     path = tmp_path / "s"
     with MessageStore.open(path, cfg) as st:
-        puts = [st.put_message(_msg(i)) for i in range(n)]
+        puts = [st.put_message(_nth(i)) for i in range(n)]
     return cfg, path, puts
 
 
@@ -149,10 +147,10 @@ def test_choose_start_segment(tmp_path):
 def test_index_tail_cut_repairs_slots_ahead_of_the_header(tmp_path):
     """A crash between an index put's slot writes and its header write leaves slots pointing past
     the item count: recovery cuts the file back and the re-dispatch adds the items again."""
-    cfg = _cfg(mapped_file_size_commit_log=64 * 1024, max_index_num=1024)
+    cfg = kit.cfg(GEOMETRY, mapped_file_size_commit_log=64 * 1024, max_index_num=1024)
     path = tmp_path / "s"
     with MessageStore.open(path, cfg) as st:
-        puts = [st.put_message(_msg(i)) for i in range(40)]
+        puts = [st.put_message(_nth(i)) for i in range(40)]
         st.wait_dispatched(timeout=10)
         shutil.copytree(path, tmp_path / "crash", ignore=shutil.ignore_patterns("lock", "*.creating"))
     crash = tmp_path / "crash"
@@ -174,10 +172,10 @@ def test_index_tail_cut_repairs_slots_ahead_of_the_header(tmp_path):
 
 
 def test_truncate_index_file_unit(tmp_path):
-    cfg = _cfg(mapped_file_size_commit_log=64 * 1024, max_index_num=1024)
+    cfg = kit.cfg(GEOMETRY, mapped_file_size_commit_log=64 * 1024, max_index_num=1024)
     path = tmp_path / "s"
     with MessageStore.open(path, cfg) as st:
-        puts = [st.put_message(_msg(i)) for i in range(30)]
+        puts = [st.put_message(_nth(i)) for i in range(30)]
         st.wait_dispatched(timeout=10)
         f = st.index_service.files[-1]
         ts_at = R.store_ts_reader(st.commit_log.queue.files)

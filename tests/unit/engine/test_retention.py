@@ -11,36 +11,31 @@ import time
 
 import pytest
 
-from rmqstore import GetMessageStatus, Message, MessageStore, MessageStoreConfig, PutMessageStatus
+from rmqstore import GetMessageStatus, MessageStore, PutMessageStatus
 from rmqstore.engine import retention as RT
+from tests import kit
 
 HOUR_MS = 3_600_000
 TOPIC = "Clean"
 
 
-def _cfg(**kw) -> MessageStoreConfig:
-    # upstream's test geometry: 128-byte commitlog and CQ segments (CQ rounded to 140 = 7 units),
-    # maxIndexNum 8 (7 keys per index file), one 120-byte message per commitlog segment
-    base = dict(mapped_file_size_commit_log=128, mapped_file_size_consume_queue=128, max_hash_slot_num=8,
+#: upstream's test geometry: 128-byte commitlog and CQ segments (CQ rounded to 140 = 7 units),
+#: maxIndexNum 8 (7 keys per index file), one 120-byte message per commitlog segment
+GEOMETRY = dict(mapped_file_size_commit_log=128, mapped_file_size_consume_queue=128, max_hash_slot_num=8,
                 max_index_num=8, file_reserved_time=1, delete_when=";".join(f"{h:02d}" for h in range(24)),
                 flush_disk_type="ASYNC_FLUSH")
-    base.update(kw)
-    return MessageStoreConfig(**base)
-
-
-def _msg(i: int) -> Message:
-    props = {"KEYS": f"k{i:03d}"}  # 10 bytes of properties
-    body = b"b" * (120 - 91 - len(TOPIC) - 10)
-    return Message(topic=TOPIC, body=body, queue_id=0, properties=props)
+#: with 10 bytes of properties (KEYS k000, k001, ...: ``kit.msg(..., {"KEYS": f"k{i:03d}"})``), a
+#: record of 120 bytes
+BODY = b"b" * (120 - 91 - len(TOPIC) - 10)
 
 
 @pytest.fixture
 def store55(tmp_path, monkeypatch):
     monkeypatch.setattr(RT, "disk_used_ratio", lambda path: 0.10)
     path = tmp_path / "s"
-    st = MessageStore.open(path, _cfg())
+    st = MessageStore.open(path, kit.cfg(GEOMETRY))
     for i in range(55):
-        r = st.put_message(_msg(i))
+        r = st.put_message(kit.msg(TOPIC, BODY, {"KEYS": f"k{i:03d}"}, queue_id=0))
         assert r.ok and r.wrote_bytes == 120
     st.wait_dispatched(timeout=10)
     yield st
@@ -127,21 +122,21 @@ def test_disk_full_refuses_puts_until_space_returns(store55, monkeypatch):
     monkeypatch.setattr(RT, "disk_used_ratio", lambda path: 0.95)
     res = st.clean_expired(dry_run=False)
     assert res.disk_full and st.disk_full
-    r = st.put_message(_msg(99))
+    r = st.put_message(kit.msg(TOPIC, BODY, {"KEYS": f"k{99:03d}"}, queue_id=0))
     assert r.status is PutMessageStatus.SERVICE_NOT_AVAILABLE and "disk" in r.error
     monkeypatch.setattr(RT, "disk_used_ratio", lambda path: 0.50)
     assert not st.clean_expired(dry_run=False).disk_full and not st.disk_full
-    assert st.put_message(_msg(99)).ok
+    assert st.put_message(kit.msg(TOPIC, BODY, {"KEYS": f"k{99:03d}"}, queue_id=0)).ok
 
 
 def test_dry_run_on_a_read_only_store(tmp_path, monkeypatch):
     monkeypatch.setattr(RT, "disk_used_ratio", lambda path: 0.10)
     path = tmp_path / "s"
-    with MessageStore.open(path, _cfg()) as st:
+    with MessageStore.open(path, kit.cfg(GEOMETRY)) as st:
         for i in range(20):
-            st.put_message(_msg(i))
+            st.put_message(kit.msg(TOPIC, BODY, {"KEYS": f"k{i:03d}"}, queue_id=0))
         _age(st, 20, 2)
-    with MessageStore.open(path, _cfg(), read_only=True) as ro:
+    with MessageStore.open(path, kit.cfg(GEOMETRY), read_only=True) as ro:
         res = ro.clean_expired(dry_run=True, force=True)
         assert len(res.commitlog_files) == 10 and res.bytes_freed >= 10 * 128
         with pytest.raises(PermissionError):
@@ -162,10 +157,10 @@ def _offsets_file(path, table: dict, unquoted: bool = True) -> None:
 def test_retain_unconsumed_groups(tmp_path, monkeypatch):
     monkeypatch.setattr(RT, "disk_used_ratio", lambda path: 0.10)
     path = tmp_path / "s"
-    cfg = _cfg(retain_unconsumed_groups=("G1", "G2"))
+    cfg = kit.cfg(GEOMETRY, retain_unconsumed_groups=("G1", "G2"))
     with MessageStore.open(path, cfg) as st:
         for i in range(30):
-            st.put_message(_msg(i))
+            st.put_message(kit.msg(TOPIC, BODY, {"KEYS": f"k{i:03d}"}, queue_id=0))
         st.wait_dispatched(timeout=10)
         _age(st, 30, 2)
         # no committed offsets for the groups: everything is kept
@@ -199,9 +194,9 @@ def test_background_retention(tmp_path, monkeypatch):
     monkeypatch.setattr(RT, "FIRST_CLEAN_DELAY_S", 0.0)
     monkeypatch.setattr(RT, "CLEAN_INTERVAL_S", 0.05)
     path = tmp_path / "s"
-    with MessageStore.open(path, _cfg()) as st:
+    with MessageStore.open(path, kit.cfg(GEOMETRY)) as st:
         for i in range(12):
-            st.put_message(_msg(i))
+            st.put_message(kit.msg(TOPIC, BODY, {"KEYS": f"k{i:03d}"}, queue_id=0))
         _age(st, 12, 2)
         deadline = time.monotonic() + 30
         while st.min_phy_offset < 10 * 128 and time.monotonic() < deadline:

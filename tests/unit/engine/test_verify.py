@@ -7,27 +7,27 @@ import os
 
 import pytest
 
-from rmqstore import Message, MessageStore, MessageStoreConfig, ReadOnlyStoreError
+from rmqstore import Message, MessageStore, ReadOnlyStoreError
 from rmqstore.engine.verify import KINDS, Finding
 from rmqstore.format.checkpoint import CheckpointValues
+from tests import kit
 
 
-def _cfg(**kw) -> MessageStoreConfig:
-    base = dict(mapped_file_size_commit_log=8192, mapped_file_size_consume_queue=200, max_hash_slot_num=16,
+SEGMENT = 8192
+GEOMETRY = dict(mapped_file_size_commit_log=SEGMENT, mapped_file_size_consume_queue=200, max_hash_slot_num=16,
                 max_index_num=64, flush_disk_type="ASYNC_FLUSH")
-    base.update(kw)
-    return MessageStoreConfig(**base)
 
 
-def _msg(i: int) -> Message:
-    return Message.create("V", f"body {i}".encode() * 3, tags=f"t{i % 2}", keys=[f"k{i}"], queue_id=i % 2)
+def _nth(i: int) -> Message:
+    """The i-th message of the store ``built`` writes (two queues, two tags, key k<i>)."""
+    return kit.msg("V", f"body {i}".encode() * 3, i=i, tags=f"t{i % 2}", queues=2)
 
 
 @pytest.fixture
 def built(tmp_path):
     path = tmp_path / "s"
-    with MessageStore.open(path, _cfg()) as st:
-        puts = [st.put_message(_msg(i)) for i in range(60)]
+    with MessageStore.open(path, kit.cfg(GEOMETRY)) as st:
+        puts = [st.put_message(_nth(i)) for i in range(60)]
     return path, puts
 
 
@@ -45,9 +45,9 @@ def test_finding_shape():
 
 def test_sound_store_has_no_findings(built):
     path, _ = built
-    with MessageStore.open(path, _cfg(), read_only=True) as ro:
+    with MessageStore.open(path, kit.cfg(GEOMETRY), read_only=True) as ro:
         assert ro.verify() == []
-    with MessageStore.open(path, _cfg()) as st:
+    with MessageStore.open(path, kit.cfg(GEOMETRY)) as st:
         assert st.verify() == [] and st.verify(fix=True) == []
         seen = []
         assert st.verify(progress=seen.append) == []
@@ -55,24 +55,14 @@ def test_sound_store_has_no_findings(built):
         assert seen and seen[-1] == work_bytes(st) > st.max_phy_offset - st.min_phy_offset
 
 
-def _patch(path, pos: int, data: bytes) -> None:
-    with open(path, "r+b") as fh:
-        fh.seek(pos)
-        fh.write(data)
-
-
-def _seg(path, phy: int):
-    return str(path / "commitlog" / f"{phy - phy % 8192:020d}"), phy % 8192
-
-
 def test_record_crc_and_record_invalid(built):
     path, puts = built
     a, b = puts[10], puts[40]
-    seg_a, pos_a = _seg(path, a.phy_offset)
-    seg_b, pos_b = _seg(path, b.phy_offset)
-    _patch(seg_a, pos_a + 90, b"\xff")          # body byte
-    _patch(seg_b, pos_b + 28, b"\x7f" * 8)       # PHYSICALOFFSET
-    with MessageStore.open(path, _cfg()) as st:
+    seg_a, pos_a = kit.segment_of(path, a.phy_offset, SEGMENT)
+    seg_b, pos_b = kit.segment_of(path, b.phy_offset, SEGMENT)
+    kit.patch_file(seg_a, pos_a + 90, b"\xff")          # body byte
+    kit.patch_file(seg_b, pos_b + 28, b"\x7f" * 8)       # PHYSICALOFFSET
+    with MessageStore.open(path, kit.cfg(GEOMETRY)) as st:
         got = [(f.kind, f.path, f.offset) for f in st.verify() if f.kind.startswith("record")]
         assert got == [("record_crc", seg_a, pos_a), ("record_invalid", seg_b, pos_b)]
         out = st.verify(fix=True)
@@ -83,8 +73,8 @@ def test_cq_unit_and_cq_gap_then_fix(built):
     path, puts = built
     cq0 = path / "consumequeue" / "V" / "0"
     first = sorted(os.listdir(cq0))[0]
-    _patch(str(cq0 / first), 2 * 20 + 8, b"\x00\x00\x00\x05")   # unit 2: size
-    with MessageStore.open(path, _cfg(), read_only=True) as ro:
+    kit.patch_file(str(cq0 / first), 2 * 20 + 8, b"\x00\x00\x00\x05")   # unit 2: size
+    with MessageStore.open(path, kit.cfg(GEOMETRY), read_only=True) as ro:
         # a reader of a cleanly closed store judges the queues; the damaged unit is outside its view
         # only if it is the last one, which it is not
         kinds = {(f.kind, f.path, f.offset) for f in ro.verify()}
@@ -93,10 +83,10 @@ def test_cq_unit_and_cq_gap_then_fix(built):
     cq1 = path / "consumequeue" / "V" / "1"
     last = sorted(os.listdir(cq1))[-1]
     os.unlink(cq1 / last)
-    with MessageStore.open(path, _cfg(), read_only=True) as ro:
+    with MessageStore.open(path, kit.cfg(GEOMETRY), read_only=True) as ro:
         gaps = [f for f in ro.verify() if f.kind == "cq_gap"]
         assert len(gaps) == 1 and gaps[0].path.startswith(str(path / "commitlog")) and gaps[0].offset is not None
-    with MessageStore.open(path, _cfg()) as st:
+    with MessageStore.open(path, kit.cfg(GEOMETRY)) as st:
         # a normal recovery re-dispatches from the end of the most advanced queue (upstream), so
         # queue 1's lost tail stays lost: upstream's gap rule would append its next unit at the
         # wrong offset, rmqstore fills the gap with blank units (the later records keep their
@@ -115,10 +105,10 @@ def test_index_item_then_fix(built):
     name = sorted(os.listdir(idx))[0]
     from rmqstore.format import index_file as IF
     pos = IF.item_pos(16, 3)
-    _patch(str(idx / name), pos + 4, (10**9).to_bytes(8, "big"))   # item 3 points nowhere
+    kit.patch_file(str(idx / name), pos + 4, (10**9).to_bytes(8, "big"))   # item 3 points nowhere
     stats = path / "config" / "rmqstore-index.json"
     stats.unlink()  # as in a store a Java broker closed: the open does not know the file changed
-    with MessageStore.open(path, _cfg()) as st:
+    with MessageStore.open(path, kit.cfg(GEOMETRY)) as st:
         found = st.verify()
         assert ("index_item", str(idx / name), pos) in {(f.kind, f.path, f.offset) for f in found}
         assert {f.kind for f in found} == {"index_item"}
@@ -134,23 +124,23 @@ def test_an_index_file_changed_since_the_clean_close_is_checked_at_open(built, c
     idx = path / "index"
     name = sorted(os.listdir(idx))[0]
     from rmqstore.format import index_file as IF
-    _patch(str(idx / name), IF.item_pos(16, 3) + 4, (10**9).to_bytes(8, "big"))
+    kit.patch_file(str(idx / name), IF.item_pos(16, 3) + 4, (10**9).to_bytes(8, "big"))
     assert (path / "config" / "rmqstore-index.json").exists()
     before = {n: (idx / n).read_bytes() for n in os.listdir(idx)}
     with caplog.at_level("ERROR", logger="rmqstore"):
-        with MessageStore.open(path, _cfg(), read_only=True) as ro:  # answers from a scan, writes nothing
+        with MessageStore.open(path, kit.cfg(GEOMETRY), read_only=True) as ro:  # answers from a scan, writes nothing
             assert ro.derived_files_restored == ["index"]
             for i, r in enumerate(puts):
                 assert [m.phy_offset for m in ro.query_message("V", f"k{i}").messages] == [r.phy_offset]
             assert {f.kind for f in ro.verify()} == {"index_item"}  # verify judges the files on disk
     assert any("changed since the last clean close and is damaged" in r.getMessage() for r in caplog.records)
     assert {n: (idx / n).read_bytes() for n in os.listdir(idx)} == before
-    with MessageStore.open(path, _cfg()) as st:  # a writer rebuilds the index
+    with MessageStore.open(path, kit.cfg(GEOMETRY)) as st:  # a writer rebuilds the index
         assert st.derived_files_restored == ["index"]
         assert st.verify() == []
         for i, r in enumerate(puts):
             assert [m.phy_offset for m in st.query_message("V", f"k{i}").messages] == [r.phy_offset]
-    with MessageStore.open(path, _cfg()) as st:
+    with MessageStore.open(path, kit.cfg(GEOMETRY)) as st:
         assert st.derived_files_restored == []
 
 
@@ -161,13 +151,13 @@ def test_checkpoint_ahead_then_fix(built):
     cp.confirm_phy_offset = 10**12
     cp.physic_msg_timestamp = puts[-1].store_timestamp + 10**9
     cp_path.write_bytes(cp.pack())
-    with MessageStore.open(path, _cfg(), read_only=True) as ro:
+    with MessageStore.open(path, kit.cfg(GEOMETRY), read_only=True) as ro:
         found = ro.verify()
         assert sorted((f.kind, f.path, f.offset) for f in found) == [("checkpoint_ahead", str(cp_path), 0),
                                                                      ("checkpoint_ahead", str(cp_path), 32)]
         with pytest.raises(ReadOnlyStoreError):
             ro.verify(fix=True)
-    with MessageStore.open(path, _cfg(flush_interval_consume_queue=3_600_000)) as st:
+    with MessageStore.open(path, kit.cfg(GEOMETRY, flush_interval_consume_queue=3_600_000)) as st:
         assert st.verify() == []  # a writer's recovery rewrote it from the data
         cp = CheckpointValues.unpack(cp_path.read_bytes())
         cp.logics_msg_timestamp = puts[-1].store_timestamp + 5000
@@ -181,10 +171,10 @@ def test_checkpoint_ahead_then_fix(built):
 
 def test_tail_garbage_on_a_writer_is_cut_by_fix(built):
     path, puts = built
-    with MessageStore.open(path, _cfg()) as st:
+    with MessageStore.open(path, kit.cfg(GEOMETRY)) as st:
         end = st.max_phy_offset
-        seg, pos = _seg(path, end)
-        _patch(seg, pos + 5, b"garbage!")
+        seg, pos = kit.segment_of(path, end, SEGMENT)
+        kit.patch_file(seg, pos + 5, b"garbage!")
         found = st.verify()
         assert [(f.kind, f.path, f.offset) for f in found] == [("tail_garbage", seg, pos + 5)]
         out = st.verify(fix=True)
@@ -192,7 +182,7 @@ def test_tail_garbage_on_a_writer_is_cut_by_fix(built):
         saved = os.listdir(path / "recovery")
         assert len(saved) == 1 and (path / "recovery" / saved[0]).read_bytes().endswith(b"garbage!")
         assert st.verify() == []
-        assert st.put_message(_msg(99)).phy_offset == end
+        assert st.put_message(_nth(99)).phy_offset == end
 
 
 def test_progress_covers_every_phase(built):
@@ -201,7 +191,7 @@ def test_progress_covers_every_phase(built):
     from rmqstore.engine.verify import work_bytes
 
     seen: list[int] = []
-    with MessageStore.open(built[0], _cfg(), read_only=True) as ro:
+    with MessageStore.open(built[0], kit.cfg(GEOMETRY), read_only=True) as ro:
         total = work_bytes(ro)
         cl_bytes = ro.max_phy_offset - ro.min_phy_offset
         assert ro.verify(progress=seen.append) == []
@@ -216,20 +206,20 @@ def test_after_a_crash_the_files_a_writer_appended_to_are_not_judged_but_older_o
     path, puts = built  # closed cleanly: config/rmqstore-index.json records every index file
     names_at_close = sorted(os.listdir(path / "index"))
     crash = tmp_path / "crash"
-    with MessageStore.open(path, _cfg()) as st:  # a writer appends (the newest file fills, new ones follow)
-        more = [st.put_message(_msg(i)) for i in range(60, 140)]
+    with MessageStore.open(path, kit.cfg(GEOMETRY)) as st:  # a writer appends (the newest file fills, new ones follow)
+        more = [st.put_message(_nth(i)) for i in range(60, 140)]
         st.wait_dispatched()
         st.index_service.flush()
         shutil.copytree(path, crash, ignore=shutil.ignore_patterns("lock"))  # abort present: a crash
     assert len(os.listdir(crash / "index")) > len(names_at_close)
     with caplog.at_level("ERROR", logger="rmqstore"):
-        with MessageStore.open(crash, _cfg(), read_only=True) as ro:  # appended files: no false alarm
+        with MessageStore.open(crash, kit.cfg(GEOMETRY), read_only=True) as ro:  # appended files: no false alarm
             assert "index" not in ro.derived_files_restored
             for i, r in enumerate(puts + more):
                 assert [m.phy_offset for m in ro.query_message("V", f"k{i}").messages] == [r.phy_offset]
     assert not any("is damaged" in r.getMessage() for r in caplog.records)
-    _patch(str(crash / "index" / names_at_close[0]), IF.item_pos(16, 3) + 4, (10**9).to_bytes(8, "big"))
-    with MessageStore.open(crash, _cfg(), read_only=True) as ro:  # an older file changed: judged
+    kit.patch_file(str(crash / "index" / names_at_close[0]), IF.item_pos(16, 3) + 4, (10**9).to_bytes(8, "big"))
+    with MessageStore.open(crash, kit.cfg(GEOMETRY), read_only=True) as ro:  # an older file changed: judged
         assert ro.derived_files_restored == ["index"]
         for i, r in enumerate(puts + more):
             assert [m.phy_offset for m in ro.query_message("V", f"k{i}").messages] == [r.phy_offset]

@@ -6,13 +6,10 @@ import threading
 import pytest
 
 from rmqstore import GetMessageStatus, Message, PutMessageStatus
+from tests.kit import msg
 
 S = GetMessageStatus
 T0 = 1_700_000_000_000
-
-
-def msg(topic="T", body=b"b", props=None, **kw) -> Message:
-    return Message(topic=topic, body=body, properties=props, **kw)
 
 
 def _fill(st, n, topic="T", queue_id=0, tags=None, keys=None, ts=None):

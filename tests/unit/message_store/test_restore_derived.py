@@ -8,25 +8,17 @@ import shutil
 
 import pytest
 
-from rmqstore import Message, MessageStore, MessageStoreConfig
+from rmqstore import Message, MessageStore
+from tests import kit
 
-CFG = MessageStoreConfig(mapped_file_size_commit_log=8192, mapped_file_size_consume_queue=20 * 8,
-                         max_hash_slot_num=16, max_index_num=64)
+CFG = kit.cfg(mapped_file_size_commit_log=8192, mapped_file_size_consume_queue=20 * 8, max_hash_slot_num=16,
+              max_index_num=64)
 
 
 def _build(path, n=40):
     with MessageStore.open(path, CFG) as st:
         rs = [st.put_message(Message.create("T", b"m%d" % i, keys=[f"k{i}"], queue_id=i % 2)) for i in range(n)]
     return rs
-
-
-def _files(path):
-    out = {}
-    for root, _, names in os.walk(path):
-        for n in names:
-            with open(os.path.join(root, n), "rb") as fh:
-                out[os.path.relpath(os.path.join(root, n), path)] = fh.read()
-    return out
 
 
 def _all_served(st, rs):
@@ -47,7 +39,7 @@ def test_lost_derived_files_are_rebuilt_at_open(tmp_path, lose, caplog):
         shutil.rmtree(path / "consumequeue" / "T" / "1")
     if "first file" in lose:
         os.unlink(path / "consumequeue" / "T" / "0" / sorted(os.listdir(path / "consumequeue" / "T" / "0"))[0])
-    before = _files(path)
+    before = kit.tree_bytes(path)
     with caplog.at_level("WARNING", logger="rmqstore"):
         with MessageStore.open(path, CFG, read_only=True) as ro:  # a reader answers from a scan, writes nothing
             assert ro.derived_files_restored
@@ -55,7 +47,7 @@ def test_lost_derived_files_are_rebuilt_at_open(tmp_path, lose, caplog):
             assert shadow and os.path.isdir(shadow)
             _all_served(ro, rs)
     assert any("answering from a scan of the commitlog" in r.getMessage() for r in caplog.records)
-    assert _files(path) == before
+    assert kit.tree_bytes(path) == before
     assert not os.path.exists(shadow)  # removed at close
     caplog.clear()
     with caplog.at_level("WARNING", logger="rmqstore"):
@@ -113,7 +105,7 @@ def test_a_reader_of_a_crashed_store_continues_the_queues_behind_from_the_tail(t
     more = [st.put_message(Message.create("T", b"late %d" % i, keys=[f"k{60 + i}"], queue_id=1)) for i in range(7)]
     shutil.copytree(path, crash, ignore=shutil.ignore_patterns("lock"))  # abort present
     st.close()
-    before = _files(crash)
+    before = kit.tree_bytes(crash)
     with caplog.at_level("WARNING", logger="rmqstore"):
         with MessageStore.open(crash, CFG, read_only=True) as ro:
             assert ro.derived_files_restored == ["T/1", "index"]  # the index is behind too: its tail
@@ -130,4 +122,4 @@ def test_a_reader_of_a_crashed_store_continues_the_queues_behind_from_the_tail(t
                     [r.phy_offset]
                 assert [m.phy_offset for m in ro.query_message("T", f"k{60 + i}").messages] == [r.phy_offset]
             assert ro.get_max_offset_in_queue("T", 1) == more[-1].queue_offset + 1
-    assert _files(crash) == before
+    assert kit.tree_bytes(crash) == before

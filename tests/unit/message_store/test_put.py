@@ -1,6 +1,7 @@
 """MessageStore write path (DefaultMessageStoreTest, AppendCallbackTest, BatchPutMessageTest).
 
-``message_store.py`` sits at the package root; its tests live with the engine it drives.
+The append lock and the commit log's reads: tests/unit/engine/test_commit_log.py; a Message
+refusing bad input when it is built: tests/unit/test_types.py.
 """
 from __future__ import annotations
 
@@ -15,15 +16,11 @@ from rmqstore import Message, PutMessageResult, PutMessageStatus
 from rmqstore.format import message as M
 from rmqstore.format import properties as P
 from rmqstore.format.hashes import crc32
+from tests.kit import msg
 
 OK = PutMessageStatus.PUT_OK
 ILLEGAL = PutMessageStatus.MESSAGE_ILLEGAL
 T0 = 1_700_000_000_000
-
-
-def msg(topic="T", body=b"body", props=None, **kw) -> Message:
-    """A message with exactly the given properties (no UNIQ_KEY), so lengths are predictable."""
-    return Message(topic=topic, body=body, properties=props, **kw)
 
 
 def _segment_bytes(store, phy, n) -> bytes:
@@ -91,8 +88,8 @@ def test_topic_length_chooses_the_version(open_store, make_config, length, magic
 
 def test_v2_topic_needs_auto_message_version(open_store, make_config):
     st = open_store(cfg=make_config(auto_message_version_on_topic_len=False))
-    assert st.put_message(msg("t" * 128)).status is ILLEGAL
-    assert st.put_message(msg("t" * 127)).status is OK
+    assert st.put_message(msg("t" * 128, body=b"body")).status is ILLEGAL
+    assert st.put_message(msg("t" * 127, body=b"body")).status is OK
 
 
 def _assert_nothing_written_then_usable(st, topic="T"):
@@ -118,44 +115,10 @@ def test_illegal_messages_write_nothing(open_store, bad):
     _assert_nothing_written_then_usable(st)
 
 
-@pytest.mark.parametrize("bad, error", [
-    (dict(body=None), TypeError), (dict(body=123), TypeError), (dict(body="text"), TypeError),
-    (dict(body={"a": 1}), TypeError), (dict(topic=b"T"), TypeError), (dict(queue_id="1"), TypeError),
-    (dict(flag=1.5), TypeError), (dict(properties={"a\x01b": "v"}), ValueError),
-    (dict(properties=[("k", "v\x02w")]), ValueError), (dict(properties={"": "v"}), ValueError),
-    (dict(properties={1: "v"}), TypeError), (dict(properties=5), TypeError),
-])
-def test_bad_input_is_refused_at_the_door(bad, error):
-    """Wrong types and separator characters fail when the Message is built, before any put: a body
-    of 123 used to be stored as 123 zero bytes, a name holding \x01 corrupted the properties."""
-    kw = dict(topic="T", body=b"x")
-    kw.update(bad)
-    with pytest.raises(error) as e:
-        Message(**kw)
-    assert str(e.value)
-
-
-def test_create_refuses_keys_with_spaces_and_bad_types():
-    with pytest.raises(ValueError, match="contains a space"):
-        Message.create("T", b"", keys="x y")  # upstream would split it into two keys
-    with pytest.raises(ValueError, match="contains a space"):
-        Message.create("T", b"", keys=["ok", "x y"])
-    with pytest.raises(TypeError):
-        Message.create("T", b"", keys=["ok", 7])
-    with pytest.raises(TypeError):
-        Message.create("T", b"", tags=5)
-    with pytest.raises(ValueError):
-        Message.create("T", b"", tags="a\x02b")
-    with pytest.raises(TypeError, match="encode it first"):
-        Message.create("T", "text body")
-    m = Message.create("T", bytearray(b"ab"), keys=["k1", "k2"], properties={"n": 5})
-    assert m.body == b"ab" and type(m.body) is bytes and m.properties["KEYS"] == "k1 k2"
-
-
 def test_retry_and_separator_characters_are_legal_topics(open_store):
     st = open_store()
     for topic in ("%RETRY%group_A", "a|b", "A-Z_0-9"):
-        assert st.put_message(msg(topic)).status is OK
+        assert st.put_message(msg(topic, body=b"body")).status is OK
 
 
 def test_body_size_limit(open_store, make_config):
@@ -169,10 +132,10 @@ def test_body_size_limit(open_store, make_config):
 
 def test_properties_size_limit(open_store, make_config):
     st = open_store(cfg=make_config(mapped_file_size_commit_log=1 << 17))
-    exceeded = st.put_message(msg(props=[("big", "v" * (32768 - 5))]))  # "big\x01" + v + "\x02" = 32768
+    exceeded = st.put_message(msg(props=[("big", "v" * (32768 - 5))], body=b"body"))  # "big\x01" + v + "\x02" = 32768
     assert exceeded.status is PutMessageStatus.PROPERTIES_SIZE_EXCEEDED
     _assert_nothing_written_then_usable(st)
-    r = st.put_message(msg(props=[("big", "v" * (32767 - 5))]))
+    r = st.put_message(msg(props=[("big", "v" * (32767 - 5))], body=b"body"))
     assert r.status is OK and r.queue_offset == 1
     raw = _segment_bytes(st, r.phy_offset, r.wrote_bytes)
     assert struct.unpack_from(">h", raw, 88 + 4 + 1 + 1)[0] == 32767
@@ -185,7 +148,7 @@ def test_properties_size_limit_in_a_batch(open_store, make_config, dict_props):
     st = open_store(cfg=make_config(mapped_file_size_commit_log=1 << 18))
 
     def batch(n):
-        return [msg(props={"big": "v" * n} if dict_props else [("big", "v" * n)]) for n in (10, n, 20)]
+        return [msg(props={"big": "v" * n} if dict_props else [("big", "v" * n)], body=b"body") for n in (10, n, 20)]
     assert st.put_messages(batch(32768 - 5)).status is PutMessageStatus.PROPERTIES_SIZE_EXCEEDED
     _assert_nothing_written_then_usable(st)
     r = st.put_messages(batch(32767 - 5))
@@ -198,8 +161,9 @@ def test_properties_size_limit_in_a_batch(open_store, make_config, dict_props):
 def test_properties_size_limit_counts_the_crc_entry(open_store, make_config):
     st = open_store(cfg=make_config(mapped_file_size_commit_log=1 << 17, enabled_append_prop_crc=True))
     # 32747 bytes of properties + 20 reserved = 32767
-    assert st.put_message(msg(props=[("big", "v" * (32748 - 5))])).status is PutMessageStatus.PROPERTIES_SIZE_EXCEEDED
-    r = st.put_message(msg(props=[("big", "v" * (32747 - 5))]))
+    exceeded = st.put_message(msg(props=[("big", "v" * (32748 - 5))], body=b"body"))
+    assert exceeded.status is PutMessageStatus.PROPERTIES_SIZE_EXCEEDED
+    r = st.put_message(msg(props=[("big", "v" * (32747 - 5))], body=b"body"))
     assert r.status is OK and r.wrote_bytes == 91 + 4 + 1 + 32767
 
 
@@ -211,9 +175,9 @@ def test_record_larger_than_a_segment_is_illegal(open_store, make_config):
 
 def test_properties_crc_mode_record(open_store, make_config):
     st = open_store(cfg=make_config(enabled_append_prop_crc=True))
-    r1 = st.put_message(msg(props=[("TAGS", "abc")], store_timestamp=T0))
+    r1 = st.put_message(msg(props=[("TAGS", "abc")], store_timestamp=T0, body=b"body"))
     r2 = st.put_message(msg(props=None, body=b""))
-    r3 = st.put_message(msg(props=[("k", "v"), ("__CRC32#", "1234567890")]))  # producer's entry replaced
+    r3 = st.put_message(msg(props=[("k", "v"), ("__CRC32#", "1234567890")], body=b"body"))  # producer's entry replaced
     for r, body, props_len in ((r1, b"body", 9 + 20), (r2, b"", 20), (r3, b"body", 4 + 20)):
         raw = _segment_bytes(st, r.phy_offset, r.wrote_bytes)
         assert r.wrote_bytes == 91 + len(body) + 1 + props_len
@@ -257,7 +221,7 @@ def test_transaction_types(open_store):
 ])
 def test_schedule_topic_tags_code(open_store, props, want):
     st = open_store()
-    r = st.put_message(msg("SCHEDULE_TOPIC_XXXX", props=props, queue_id=2, store_timestamp=T0))
+    r = st.put_message(msg("SCHEDULE_TOPIC_XXXX", props=props, queue_id=2, store_timestamp=T0, body=b"body"))
     assert r.status is OK
     st.wait_dispatched()
     assert st.find_consume_queue("SCHEDULE_TOPIC_XXXX", 2).get_unit(0) == (r.phy_offset, r.wrote_bytes, want)
@@ -273,7 +237,7 @@ def test_schedule_topic_tags_code(open_store, props, want):
 ])
 def test_tags_code(open_store, props, want):
     st = open_store()
-    r = st.put_message(msg("T", props=props, store_timestamp=T0))
+    r = st.put_message(msg("T", props=props, store_timestamp=T0, body=b"body"))
     st.wait_dispatched()
     assert st.find_consume_queue("T", 0).get_unit(0) == (r.phy_offset, r.wrote_bytes, want)
     assert st.look_message_by_offset(r.phy_offset).tags_code == want
@@ -384,13 +348,13 @@ def test_batch_records_have_their_own_lengths(open_store):
 
 
 @pytest.mark.parametrize("batch,reason", [
-    ([msg("A"), msg("B")], "one topic"),
-    ([msg("A", queue_id=0), msg("A", queue_id=1)], "one topic"),
-    ([msg("A", sys_flag=0x4)], "transactional"),
-    ([msg("A", props=[("DELAY", "2")])], "delayed"),
+    ([msg("A", body=b"body"), msg("B", body=b"body")], "one topic"),
+    ([msg("A", queue_id=0, body=b"body"), msg("A", queue_id=1, body=b"body")], "one topic"),
+    ([msg("A", sys_flag=0x4, body=b"body")], "transactional"),
+    ([msg("A", props=[("DELAY", "2")], body=b"body")], "delayed"),
     ([msg("A", body=b"x" * 600), msg("A", body=b"x" * 600)], "message body size exceeded"),
     ([], "empty"),
-    ([msg("A"), msg("A b")], "topic"),
+    ([msg("A", body=b"body"), msg("A b", body=b"body")], "topic"),
 ])
 @pytest.mark.parametrize("dict_props", [False, True])  # dicts take the vectorised path, pairs the general one
 def test_bad_batches_write_nothing(open_store, make_config, batch, reason, dict_props):
@@ -431,50 +395,6 @@ def test_four_writer_threads_get_contiguous_queue_offsets(open_store, make_confi
     assert [st.get_commit_log_offset_in_queue("Threads", 0, r.queue_offset) for r in by_q] == [
         r.phy_offset for r in by_q]
     assert st.query_message("Threads", "t2-77").messages[0].body == b"2-77"
-
-
-def test_append_lock_excludes_a_holder_that_gives_the_gil_away():
-    from rmqstore.engine.commit_log import AppendLock
-
-    lock, box = AppendLock(), [0]
-
-    def worker():
-        for _ in range(500):
-            with lock:
-                v = box[0]
-                time.sleep(0)  # the GIL goes to another thread inside the critical section
-                box[0] = v + 1
-
-    threads = [threading.Thread(target=worker) for _ in range(4)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert box[0] == 2000 and not lock.locked()
-
-
-def test_append_lock_blocks_after_its_spins(monkeypatch):
-    """A holder in a long GIL-free call: the waiter yields SPINS times, then blocks until release."""
-    from rmqstore.engine import commit_log as CL
-
-    yields = []
-    monkeypatch.setattr(CL, "_sleep", lambda s: (yields.append(s), time.sleep(s)))
-    lock, held, order = CL.AppendLock(), threading.Event(), []
-
-    def holder():
-        with lock:
-            held.set()
-            time.sleep(0.3)
-            order.append("released")
-
-    t = threading.Thread(target=holder)
-    t.start()
-    held.wait()
-    with lock:
-        order.append("waiter in")
-    t.join()
-    assert order == ["released", "waiter in"]
-    assert yields == [0] * CL.AppendLock.SPINS  # bounded: no busy wait for the whole 0.3 s
 
 
 def test_sync_flush_like_reput_message_service_test(open_store, make_config):
@@ -519,7 +439,7 @@ def test_out_of_range_fields_are_illegal(open_store, field, value, host, batch):
     is written and the store stays usable. ("dict": a batch of two with dict properties, the
     vectorised path.)"""
     st = open_store()
-    bad = msg(store_host=host, **{field: value})
+    bad = msg(store_host=host, **{field: value}, body=b"body")
     if batch == "dict":
         r = st.put_messages([dataclasses.replace(bad, properties={"a": v}) for v in "12"])
     else:

@@ -17,17 +17,16 @@ import pytest
 from rmqstore import Message, MessageStore, MessageStoreConfig, PutMessageStatus
 from rmqstore.format.checkpoint import CheckpointValues
 from rmqstore.io import mapped_file as MFM
+from tests import kit
 
 
-def _cfg(**kw) -> MessageStoreConfig:
-    base = dict(mapped_file_size_commit_log=32 * 1024, mapped_file_size_consume_queue=400, max_hash_slot_num=16,
+GEOMETRY = dict(mapped_file_size_commit_log=32 * 1024, mapped_file_size_consume_queue=400, max_hash_slot_num=16,
                 max_index_num=64)
-    base.update(kw)
-    return MessageStoreConfig(**base)
 
 
-def _msg(i: int) -> Message:
-    return Message.create("Flush", b"x" * (i % 200), keys=[f"k{i}"], queue_id=i % 3)
+def _nth(i: int) -> Message:
+    """The i-th message of these tests (three queues, key k<i>, up to 199 bytes of body)."""
+    return kit.msg("Flush", b"x" * (i % 200), i=i, queues=3)
 
 
 class _MsyncLog:
@@ -55,17 +54,12 @@ class _MsyncLog:
         return max((pos for p, pos in self.entries[:upto] if p == path), default=0)
 
 
-def _seg(cfg, store: str, phy: int) -> tuple[str, int]:
-    size = cfg.mapped_file_size_commit_log
-    return os.path.join(store, "commitlog", f"{phy - phy % size:020d}"), phy % size
-
-
 def _put_threads(st, n_threads: int, per: int, log: _MsyncLog) -> list:
     acks, lock = [], threading.Lock()
 
     def run(t: int) -> None:
         for i in range(per):
-            r = st.put_message(_msg(t * 1000 + i))
+            r = st.put_message(_nth(t * 1000 + i))
             mark = log.mark()
             with lock:
                 acks.append((r, mark, t * 1000 + i))
@@ -91,13 +85,13 @@ def _power_loss_image(cfg, src: str, dst: str, log: _MsyncLog) -> None:
 
 def test_sync_flush_acknowledges_only_what_is_on_disk(tmp_path, monkeypatch):
     log = _MsyncLog(monkeypatch)
-    cfg = _cfg(flush_disk_type="SYNC_FLUSH")
+    cfg = kit.cfg(GEOMETRY, flush_disk_type="SYNC_FLUSH")
     path = str(tmp_path / "s")
     st = MessageStore.open(path, cfg)
     acks = _put_threads(st, 4, 60, log)
     assert all(r.status is PutMessageStatus.PUT_OK for r, _, _ in acks)
     for r, mark, _ in acks:
-        seg, pos = _seg(cfg, path, r.phy_offset)
+        seg, pos = kit.segment_of(path, r.phy_offset, cfg.mapped_file_size_commit_log)
         assert log.flushed(seg, mark) >= pos + r.wrote_bytes, "PUT_OK before its record was msync'd"
     # group commit: fewer msyncs of the commitlog than puts
     cl_syncs = sum(1 for p, _ in log.entries if os.sep + "commitlog" + os.sep in p)
@@ -115,14 +109,17 @@ def test_sync_flush_acknowledges_only_what_is_on_disk(tmp_path, monkeypatch):
 
 def test_async_flush_acknowledges_before_disk(tmp_path, monkeypatch):
     log = _MsyncLog(monkeypatch)
-    cfg = _cfg(flush_disk_type="ASYNC_FLUSH", flush_interval_commit_log=60_000,
-               flush_commit_log_thorough_interval=600_000)
+    cfg = kit.cfg(GEOMETRY, flush_disk_type="ASYNC_FLUSH", flush_interval_commit_log=60_000,
+                  flush_commit_log_thorough_interval=600_000)
     path = str(tmp_path / "s")
     st = MessageStore.open(path, cfg)
     acks = _put_threads(st, 2, 30, log)
     assert all(r.status is PutMessageStatus.PUT_OK for r, _, _ in acks)
-    not_on_disk = [r for r, mark, _ in acks
-                   if log.flushed(_seg(cfg, path, r.phy_offset)[0], mark) < _seg(cfg, path, r.phy_offset)[1] + r.wrote_bytes]
+    not_on_disk = []
+    for r, mark, _ in acks:
+        seg, pos = kit.segment_of(path, r.phy_offset, cfg.mapped_file_size_commit_log)
+        if log.flushed(seg, mark) < pos + r.wrote_bytes:
+            not_on_disk.append(r)
     assert not_on_disk, "ASYNC_FLUSH waited for the disk"
     _power_loss_image(cfg, path, str(tmp_path / "img"), log)
     # a process crash loses nothing (the page cache survives), a power loss loses the unflushed
@@ -138,7 +135,7 @@ def test_async_flush_acknowledges_before_disk(tmp_path, monkeypatch):
 
 
 def test_flush_disk_timeout(tmp_path, monkeypatch):
-    cfg = _cfg(flush_disk_type="SYNC_FLUSH", sync_flush_timeout=200)
+    cfg = kit.cfg(GEOMETRY, flush_disk_type="SYNC_FLUSH", sync_flush_timeout=200)
     orig = MFM.MappedFile.flush
     in_flush, follower_done = threading.Event(), threading.Event()
 
@@ -151,10 +148,10 @@ def test_flush_disk_timeout(tmp_path, monkeypatch):
     monkeypatch.setattr(MFM.MappedFile, "flush", slow_flush)
     res = {}
     with MessageStore.open(tmp_path / "s", cfg) as st:
-        leader = threading.Thread(target=lambda: res.__setitem__("leader", st.put_message(_msg(1))), name="leader")
+        leader = threading.Thread(target=lambda: res.__setitem__("leader", st.put_message(_nth(1))), name="leader")
         leader.start()
         assert in_flush.wait(10)
-        res["follower"] = st.put_message(_msg(2))
+        res["follower"] = st.put_message(_nth(2))
         follower_done.set()
         leader.join()
         assert res["follower"].status is PutMessageStatus.FLUSH_DISK_TIMEOUT
@@ -167,12 +164,12 @@ def test_flush_disk_timeout(tmp_path, monkeypatch):
 
 
 def test_async_flusher_flushes_on_its_own(tmp_path):
-    cfg = _cfg(flush_disk_type="ASYNC_FLUSH", flush_interval_commit_log=10, flush_commit_log_least_pages=4,
-               flush_commit_log_thorough_interval=50, flush_interval_consume_queue=10,
-               flush_consume_queue_thorough_interval=50)
+    cfg = kit.cfg(GEOMETRY, flush_disk_type="ASYNC_FLUSH", flush_interval_commit_log=10, flush_commit_log_least_pages=4,
+                  flush_commit_log_thorough_interval=50, flush_interval_consume_queue=10,
+                  flush_consume_queue_thorough_interval=50)
     with MessageStore.open(tmp_path / "s", cfg) as st:
         for i in range(20):  # far less than 4 pages: only the thorough flush writes it
-            assert st.put_message(_msg(i)).ok
+            assert st.put_message(_nth(i)).ok
         deadline = time.monotonic() + 30
         while st.commit_log.flushed_offset < st.max_phy_offset and time.monotonic() < deadline:
             time.sleep(0.01)
@@ -188,14 +185,14 @@ def test_async_flusher_flushes_on_its_own(tmp_path):
 
 
 def test_flush_and_clean_close(tmp_path):
-    cfg = _cfg(flush_disk_type="ASYNC_FLUSH", flush_interval_commit_log=60_000,
-               flush_commit_log_thorough_interval=600_000)
+    cfg = kit.cfg(GEOMETRY, flush_disk_type="ASYNC_FLUSH", flush_interval_commit_log=60_000,
+                  flush_commit_log_thorough_interval=600_000)
     path = tmp_path / "s"
     with MessageStore.open(path, cfg) as st:
         assert os.path.exists(path / "abort")
         last = None
         for i in range(10):
-            last = st.put_message(_msg(i))
+            last = st.put_message(_nth(i))
         assert st.flush() == st.max_phy_offset == last.phy_offset + last.wrote_bytes
         cp = CheckpointValues.unpack(open(path / "checkpoint", "rb").read())
         assert cp.physic_msg_timestamp == last.store_timestamp
@@ -209,7 +206,7 @@ def test_flush_and_clean_close(tmp_path):
 def test_close_keeps_abort_when_dispatch_cannot_finish(tmp_path, monkeypatch):
     """A shutdown with undispatched messages (here: no room for a consume-queue file) keeps the
     abort file, so the next open recovers them."""
-    cfg = _cfg(flush_disk_type="SYNC_FLUSH")
+    cfg = kit.cfg(GEOMETRY, flush_disk_type="SYNC_FLUSH")
     path = tmp_path / "s"
     real = os.posix_fallocate
     full = {"on": True}
@@ -221,7 +218,7 @@ def test_close_keeps_abort_when_dispatch_cannot_finish(tmp_path, monkeypatch):
 
     monkeypatch.setattr(os, "posix_fallocate", fallocate)
     st = MessageStore.open(path, cfg)
-    puts = [st.put_message(_msg(i)) for i in range(5)]
+    puts = [st.put_message(_nth(i)) for i in range(5)]
     assert all(r.ok for r in puts)
     st.close()
     assert os.path.exists(path / "abort")
@@ -241,4 +238,4 @@ def test_flush_disk_type_from_broker_conf(tmp_path, mode):
     cfg = MessageStoreConfig.from_properties(str(conf), mapped_file_size_commit_log=4096)
     assert (cfg.flush_disk_type, cfg.sync_flush_timeout, cfg.flush_interval_commit_log) == (mode, 1234, 77)
     with MessageStore.open(tmp_path / "s", cfg) as st:
-        assert st.put_message(_msg(1)).status is PutMessageStatus.PUT_OK
+        assert st.put_message(_nth(1)).status is PutMessageStatus.PUT_OK

@@ -1,0 +1,107 @@
+"""layout.py: what a directory holds, and segment sizes inferred from the files themselves
+(FORMAT.md §1.2: segments named by their 20-digit start offset, index files 40 + slots*4 +
+items*20 bytes). The directories are built by hand here, so the expected sizes are known."""
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from rmqstore import ConfigError, MessageStoreConfig, StoreNotFoundError
+from rmqstore.layout import check_geometry, infer_config, is_store_dir, resolve_config
+from tests.kit import load_vector
+
+
+def _segments(directory, starts, size: int) -> None:
+    os.makedirs(directory, exist_ok=True)
+    for s in starts:
+        with open(os.path.join(directory, f"{s:020d}"), "wb") as fh:
+            fh.truncate(size)
+
+
+def _index_file(store, slots: int, items: int, name="20240131235959123") -> None:
+    os.makedirs(store / "index", exist_ok=True)
+    with open(store / "index" / name, "wb") as fh:
+        fh.truncate(40 + slots * 4 + items * 20)
+
+
+def test_is_store_dir(tmp_path):
+    assert not is_store_dir(str(tmp_path / "missing"))
+    assert not is_store_dir(str(tmp_path))
+    (tmp_path / "notes.txt").write_text("x")
+    assert not is_store_dir(str(tmp_path))
+    for marker in ("lock", "checkpoint"):
+        d = tmp_path / marker
+        d.mkdir()
+        (d / marker).write_bytes(b"")
+        assert is_store_dir(str(d))
+    for marker in ("commitlog", "consumequeue"):
+        d = tmp_path / ("d-" + marker)
+        (d / marker).mkdir(parents=True)
+        assert is_store_dir(str(d))
+
+
+def test_sizes_come_from_the_files(tmp_path):
+    store = tmp_path / "s"
+    _segments(store / "commitlog", [0], 8192)
+    _segments(store / "consumequeue" / "T" / "0", [0], 1000)
+    _index_file(store, 16, 64)
+    cfg = infer_config(str(store))
+    assert (cfg.mapped_file_size_commit_log, cfg.cq_file_size, cfg.max_hash_slot_num, cfg.max_index_num) == (
+        8192, 1000, 16, 64)
+    default = MessageStoreConfig()
+    assert cfg.replace(mapped_file_size_commit_log=default.mapped_file_size_commit_log,
+                       mapped_file_size_consume_queue=default.mapped_file_size_consume_queue,
+                       max_hash_slot_num=default.max_hash_slot_num, max_index_num=default.max_index_num) == default
+
+
+def test_the_name_spacing_wins_over_a_damaged_files_length(tmp_path):
+    """Segment k+1 starts exactly fileSize after segment k: with two segments the names say the size
+    even when a file was cut short."""
+    store = tmp_path / "s"
+    _segments(store / "commitlog", [0, 4096, 8192], 100)
+    _segments(store / "consumequeue" / "T" / "3", [0, 200], 20)
+    cfg = infer_config(str(store))
+    assert (cfg.mapped_file_size_commit_log, cfg.cq_file_size) == (4096, 200)
+
+
+def test_an_index_size_without_upstreams_ratio_is_not_guessed(tmp_path):
+    store = tmp_path / "s"
+    _segments(store / "commitlog", [0], 4096)
+    _index_file(store, 10, 7)  # 40 + 40 + 140: not 40 + 84 * slots
+    base = MessageStoreConfig(max_hash_slot_num=64, max_index_num=256)
+    cfg = infer_config(str(store), base)
+    assert (cfg.max_hash_slot_num, cfg.max_index_num, cfg.mapped_file_size_commit_log) == (64, 256, 4096)
+
+
+def test_infer_config_of_no_directory(tmp_path):
+    with pytest.raises(StoreNotFoundError):
+        infer_config(str(tmp_path / "missing"))
+
+
+def test_check_geometry_names_both_sizes(tmp_path):
+    store = tmp_path / "s"
+    _segments(store / "commitlog", [0], 8192)
+    check_geometry(str(store), MessageStoreConfig(mapped_file_size_commit_log=8192))
+    with pytest.raises(ConfigError, match="8192.*4096|4096.*8192"):
+        check_geometry(str(store), MessageStoreConfig(mapped_file_size_commit_log=4096))
+
+
+def test_resolve_config(tmp_path):
+    new = str(tmp_path / "new")
+    assert resolve_config(new, None) == MessageStoreConfig.embedded()
+    given = MessageStoreConfig(mapped_file_size_commit_log=4096)
+    assert resolve_config(new, given) is given
+    store = tmp_path / "s"
+    _segments(store / "commitlog", [0], 8192)
+    assert resolve_config(str(store), None).mapped_file_size_commit_log == 8192
+    with pytest.raises(ConfigError):
+        resolve_config(str(store), given)
+
+
+@pytest.mark.parametrize("name", ["basic", "propcrc", "rollover"])
+def test_rocketmqs_stores_give_back_the_sizes_they_were_written_with(name):
+    vs = load_vector(name)
+    want, got = vs.config, infer_config(vs.path)
+    assert (got.mapped_file_size_commit_log, got.cq_file_size, got.index_file_size) == (
+        want.mapped_file_size_commit_log, want.cq_file_size, want.index_file_size)
