@@ -171,9 +171,11 @@ def to_jsonable(obj: Any) -> Any:
         return obj.isoformat()
     if isinstance(obj, os.PathLike):
         return os.fspath(obj)
+    if getattr(obj, "ndim", 0) and callable(getattr(obj, "tolist", None)):  # numpy array (.item() refuses)
+        return to_jsonable(obj.tolist())
     if hasattr(obj, "item") and callable(obj.item):  # numpy scalar
         return to_jsonable(obj.item())
-    if hasattr(obj, "tolist") and callable(obj.tolist):  # numpy array
+    if hasattr(obj, "tolist") and callable(obj.tolist):
         return to_jsonable(obj.tolist())
     return str(obj)
 

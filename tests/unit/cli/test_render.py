@@ -72,6 +72,9 @@ def test_to_jsonable():
     assert R.to_jsonable(np.int64(7)) == 7 and type(R.to_jsonable(np.int64(7))) is int
     assert R.to_jsonable(Path("/tmp/x")) == "/tmp/x"
     assert R.to_jsonable(_Result("r", (1, b"\x00"))) == {"name": "r", "sizes": [1, "00"]}
+    arr = R.to_jsonable(np.array([[1, 2], [3, 4]], dtype=np.int64))  # arrays of any size (not .item())
+    assert arr == [[1, 2], [3, 4]] and type(arr[0][0]) is int
+    assert R.to_jsonable(np.array(5.5)) == 5.5
 
 
 def _record(**kw) -> MessageRecord:
