@@ -189,6 +189,7 @@ def read_partition(opts: ReadOptions, flt: RowFilter, schema: StructType, part) 
     broker_col = arrow_schema.get_field_index(BROKER_NAME)
     decoded = arrow_schema.remove(broker_col) if broker_col >= 0 else arrow_schema
     topics = C.TopicDecoder()
+    body = C.Body.of(opts.include_body, opts.raw_body)
     allowed: dict[int, bool] = {}
     crc = opts.verify_crc
     prop_crc = crc and loc.cfg.force_verify_prop_crc
@@ -208,8 +209,7 @@ def read_partition(opts: ReadOptions, flt: RowFilter, schema: StructType, part) 
                 continue
             if not m.all():
                 batch, codes = S.take(batch, m), codes[m]
-        out = C.record_batch_to_arrow(seg.mm, seg.u8, seg.start, batch, decoded, topics, codes,
-                                      include_body=opts.include_body, raw_body=opts.raw_body)
+        out = C.record_batch_to_arrow(seg, batch, decoded, topics, codes, body)
         if broker_col >= 0:
             names = pa.array([loc.broker_name], pa.string()).take(np.zeros(out.num_rows, dtype=np.int32))
             out = out.add_column(broker_col, arrow_schema.field(broker_col), names)
