@@ -393,8 +393,8 @@ def prepare_index_file(cfg: MessageStoreConfig, path: str, prev) -> None:
     if prev is not None:
         p = load_slice(prev[0], ITEM_DTYPE, prev[1], 1)
         prev_phy, prev_ts = int(p["phy"][0]), int(p["ts"][0])
-    IndexFile(path, cfg.max_hash_slot_num, cfg.max_index_num, read_only=False, create=True,
-              prev_end_phy=prev_phy, prev_end_ts=prev_ts).close()
+    IndexFile.create(path, cfg.max_hash_slot_num, cfg.max_index_num,
+                     prev_end_phy=prev_phy, prev_end_ts=prev_ts).close()
 
 
 def finish_index_file(cfg: MessageStoreConfig, path: str, slices, slot_count: int, index_dir: str) -> None:
