@@ -281,7 +281,7 @@ class PopService:
         props.setdefault(DLQ_ORIGIN_TOPIC, origin)
         props.setdefault(DLQ_ORIGIN_MESSAGE_ID, uniq)
         props.pop(P.DELAY, None)
-        msg = M.copy_of(rec, dlq, 0, props, store_host=b.store_host, reconsume_times=rec.reconsume_times)
+        msg = M.copy_of(rec, dlq, 0, props, store_host=b.store_host)
         result = b.store.put_message(msg)
         if not result.ok:
             raise PopError("internal", f"dead-lettering {uniq} failed: {result.status.value}")
@@ -424,7 +424,8 @@ class PopService:
             props = dict(rec.properties)
             props.setdefault(M.RETRY_TOPIC, ck.origin)
             props.setdefault(FIRST_POP_TIME, str(ck.pop_time))
-            msg = M.copy_of(rec, retry, 0, props, store_host=b.store_host, reconsume_times=reconsume)
+            msg = M.copy_of(rec, retry, 0, props, store_host=b.store_host)
+            msg.reconsume_times = reconsume
             result = b.store.put_message(msg)
             if not result.ok:
                 log.error("revive: storing %s again failed (%s): retried on the next round", rec.msg_id,
