@@ -28,7 +28,7 @@ log = logging.getLogger(__name__)
 
 class _Dispatch:
     """Dispatch every commitlog span (stage 1 of rebuild): the span summaries, the end of valid
-    data ``end`` and the spans whose records lie before it (ids ``<= last_span``)."""
+    data ``end`` and how many spans hold records before it (``used_spans``: ids ``< used_spans``)."""
 
     def __init__(self, spark: SparkSession, loc: StoreLoc, split_size: int, check_crc: bool, steps: Steps,
                  tmp: str):
@@ -51,7 +51,7 @@ class _Dispatch:
         self.info: list[dict] = []
         self.summaries: list[S.SpanSummary] = []
         self.end = S.ChainEnd(self.segments[0] if self.segments else 0, S.END)
-        self.last_span = -1
+        self.used_spans = 0
         if not groups:
             return
         steps.mark("plan")
@@ -66,13 +66,13 @@ class _Dispatch:
                     f"records of the span [{sm.span.start}, {sm.span.end}) do not line up with the end of "
                     f"valid data at {end.offset} (a message body that looks like a record?); retry with "
                     "another split size", path=S.segment_path(store_dir, sm.span.seg), offset=end.offset)
-        self.last_span = max((sid for sid, sm in enumerate(self.summaries)
-                              if sm.first is not None and sm.first < end.offset), default=-1)
+        used = [sid for sid, sm in enumerate(self.summaries) if sm.first is not None and sm.first < end.offset]
+        self.used_spans = used[-1] + 1 if used else 0
         steps.mark("chain")
 
     def counts(self) -> list[dict]:
         """What was dispatched per span, for the spans before the end of valid data, in order."""
-        return [x["dispatch"] for x in self.info[:self.last_span + 1]]
+        return [x["dispatch"] for x in self.info[:self.used_spans]]
 
 
 def _dispatch_spans(spark: SparkSession, spec: dict, groups: list[list[list[int]]]) -> list[dict]:
