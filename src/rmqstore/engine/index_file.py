@@ -280,12 +280,17 @@ class IndexFile:
                 break
             n = prev
 
-    def flush(self, header: bool = True) -> None:
-        """fdatasync the file; ``header=False`` for a shard writer, whose header is not its own."""
+    def flush(self) -> None:
+        """Write the header and fdatasync the file."""
         if self.read_only:
             return
-        if header:
-            self.write_header()
+        self.write_header()
+        self.flush_data()
+
+    def flush_data(self) -> None:
+        """fdatasync the file, header left as it is on disk (a shard writer: the header is not its own)."""
+        if self.read_only:
+            return
         self.mf.wrote_position = self.mf.file_size
         self.mf.flush(0)
 

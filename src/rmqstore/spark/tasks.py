@@ -376,7 +376,7 @@ def write_index_shard(cfg: MessageStoreConfig, path: str, no: int, slices, shard
     try:
         count, new_slots = f.put_shard(b["hash"].astype(np.int64), b["phy"].astype(np.int64),
                                        b["ts"].astype(np.int64), shard, shards)
-        f.flush(header=False)
+        f.flush_data()
     finally:
         f.close()
     return {"kind": "index", "file": no, "name": os.path.basename(path), "count": count, "files": 0,

@@ -273,7 +273,7 @@ def test_put_shard_writes_what_put_batch_writes(tmp_path_factory, n, slots, shar
         f = IndexFile(str(d / "b"), slots, 130, read_only=False)
         c, u = f.put_shard(hashes, phys, ts, j, shards)
         written, used = written + c, used + u
-        f.flush(header=False)
+        f.flush_data()
         f.close()
     assert written == n and used == len(set((hashes % slots).tolist()))
     f = IndexFile(str(d / "b"), slots, 130, read_only=False)
