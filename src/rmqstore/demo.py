@@ -12,6 +12,7 @@ import random
 import shutil
 import time
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from .config import MessageStoreConfig
 from .message_store import MessageStore
@@ -47,89 +48,105 @@ def _body(rng: random.Random, i: int, topic: str) -> bytes:
             f'"customer":"c{rng.randint(1, 5000)}","note":"{pad}"}}').encode()
 
 
-def run_demo(store_dir: str = "data/store", messages: int = 100_000, *, fresh: bool = True,
-             cfg: MessageStoreConfig | None = None, seed: int = 7, progress=None) -> DemoReport:
-    """Run the workload; ``progress(advance)`` is called while writing if given."""
-    if fresh and os.path.exists(store_dir):
-        shutil.rmtree(store_dir)
-    rng = random.Random(seed)
-    rep = DemoReport(os.path.abspath(store_dir))
-    sample: list[tuple[int, str, int, str, str, int]] = []  # (i, topic, qid, key, msg_id, queue_offset)
-    with MessageStore.open(store_dir, cfg) as st:
-        t0 = time.perf_counter()
-        for i in range(messages):
-            topic = TOPICS[i % len(TOPICS)]
-            qid = rng.randrange(QUEUES)
-            key = f"order-{i}"
-            keys = [key, f"customer-{rng.randint(1, 5000)}"] if i % 3 else [key]
-            r = st.put_message(Message.create(topic, _body(rng, i, topic), tags=TAGS[i % len(TAGS)],
-                                              keys=keys, queue_id=qid))
-            if r.status is not PutMessageStatus.PUT_OK:
-                raise RuntimeError(f"put {i} failed: {r.status} {r.error}")
-            rep.bytes_written += r.wrote_bytes
-            if i % max(1, messages // 200) == 0:
-                sample.append((i, topic, qid, key, r.msg_id, r.queue_offset))
-            if progress is not None and i % 1000 == 999:
-                progress(1000)
-        t_put = time.perf_counter() - t0
-        rep.messages = messages
-        rep.step("put_message", messages, t_put)
-        t0 = time.perf_counter()
-        st.wait_dispatched()
-        rep.step("dispatch (wait for the tail)", messages, time.perf_counter() - t0)
+class _Sample(NamedTuple):
+    """A message written, kept to look it up again."""
 
-        t0 = time.perf_counter()
-        pulled = 0
-        for topic in TOPICS:
-            for q in range(QUEUES):
-                off = 0
-                while True:
-                    g = st.get_message("demo-group", topic, q, off, 32)
-                    if g.status is not GetMessageStatus.FOUND:
-                        break
-                    pulled += len(g.messages)
-                    off = g.next_begin_offset
-        rep.step("get_message (pull 32 at a time)", pulled, time.perf_counter() - t0)
-        rep.check(f"pulled every message ({pulled}/{messages})", pulled == messages)
+    i: int
+    topic: str
+    qid: int
+    key: str
+    msg_id: str
+    queue_offset: int
 
-        t0 = time.perf_counter()
-        consumed = 0
-        with st.consumer("demo-consumers", list(TOPICS)) as c:
-            while batch := c.poll(max_messages=256, timeout_s=0):
-                consumed += len(batch)
-            c.commit()
-            lag = sum(c.lag().values())
-        rep.step("consumer group poll (all topics) + commit", consumed, time.perf_counter() - t0)
-        rep.check(f"the consumer group consumed every message and has no lag ({consumed}/{messages}, lag {lag})",
-                  consumed == messages and lag == 0)
 
-        t0 = time.perf_counter()
-        found = 0
-        for i, topic, _, key, _, _ in sample:
-            res = st.query_message(topic, key, max_num=32)
-            found += len(res.messages) == 1 and res.messages[0].keys[0] == key
-        rep.step("query_message by key", len(sample), time.perf_counter() - t0)
-        rep.check(f"every sampled key found exactly once ({found}/{len(sample)})", found == len(sample))
+def _write(st: MessageStore, rep: DemoReport, rng: random.Random, messages: int, progress) -> list[_Sample]:
+    """Put the messages; every 200th or so is sampled."""
+    sample: list[_Sample] = []
+    t0 = time.perf_counter()
+    for i in range(messages):
+        topic = TOPICS[i % len(TOPICS)]
+        qid = rng.randrange(QUEUES)
+        key = f"order-{i}"
+        keys = [key, f"customer-{rng.randint(1, 5000)}"] if i % 3 else [key]
+        r = st.put_message(Message.create(topic, _body(rng, i, topic), tags=TAGS[i % len(TAGS)],
+                                          keys=keys, queue_id=qid))
+        if r.status is not PutMessageStatus.PUT_OK:
+            raise RuntimeError(f"put {i} failed: {r.status} {r.error}")
+        rep.bytes_written += r.wrote_bytes
+        if i % max(1, messages // 200) == 0:
+            sample.append(_Sample(i, topic, qid, key, r.msg_id, r.queue_offset))
+        if progress is not None and i % 1000 == 999:
+            progress(1000)
+    t_put = time.perf_counter() - t0
+    rep.messages = messages
+    rep.step("put_message", messages, t_put)
+    t0 = time.perf_counter()
+    st.wait_dispatched()
+    rep.step("dispatch (wait for the tail)", messages, time.perf_counter() - t0)
+    return sample
 
-        t0 = time.perf_counter()
-        by_id = 0
-        uniq_ok = 0
-        for i, topic, _, key, msg_id, _ in sample:
-            rec = st.view_message_by_id(msg_id)
-            by_id += rec is not None and rec.keys[0] == key
-            u = st.query_message_by_unique_key(topic, rec.uniq_key)
-            uniq_ok += [m.phy_offset for m in u.messages] == [rec.phy_offset]
-        rep.step("view_message_by_id + query_message_by_unique_key", 2 * len(sample), time.perf_counter() - t0)
-        rep.check("every sampled msgId and UNIQ_KEY resolves", by_id == uniq_ok == len(sample))
 
-        t0 = time.perf_counter()
-        by_time = 0
-        for i, topic, qid, key, msg_id, qoff in sample:
-            ts = st.get_message_store_timestamp(topic, qid, qoff)
-            off = st.get_offset_in_queue_by_time(topic, qid, ts, boundary="lower")
-            by_time += off <= qoff and st.get_message_store_timestamp(topic, qid, off) == ts
-        rep.step("get_offset_in_queue_by_time", len(sample), time.perf_counter() - t0)
-        rep.check("offset by time lands on the first message of that millisecond", by_time == len(sample))
+def _pull(st: MessageStore, rep: DemoReport, messages: int) -> None:
+    t0 = time.perf_counter()
+    pulled = 0
+    for topic in TOPICS:
+        for q in range(QUEUES):
+            off = 0
+            while True:
+                g = st.get_message("demo-group", topic, q, off, 32)
+                if g.status is not GetMessageStatus.FOUND:
+                    break
+                pulled += len(g.messages)
+                off = g.next_begin_offset
+    rep.step("get_message (pull 32 at a time)", pulled, time.perf_counter() - t0)
+    rep.check(f"pulled every message ({pulled}/{messages})", pulled == messages)
+
+
+def _consume(st: MessageStore, rep: DemoReport, messages: int) -> None:
+    t0 = time.perf_counter()
+    consumed = 0
+    with st.consumer("demo-consumers", list(TOPICS)) as c:
+        while batch := c.poll(max_messages=256, timeout_s=0):
+            consumed += len(batch)
+        c.commit()
+        lag = sum(c.lag().values())
+    rep.step("consumer group poll (all topics) + commit", consumed, time.perf_counter() - t0)
+    rep.check(f"the consumer group consumed every message and has no lag ({consumed}/{messages}, lag {lag})",
+              consumed == messages and lag == 0)
+
+
+def _query(st: MessageStore, rep: DemoReport, sample: list[_Sample]) -> None:
+    """The sampled messages by key, by msgId and UNIQ_KEY, and by store time."""
+    t0 = time.perf_counter()
+    found = 0
+    for s in sample:
+        res = st.query_message(s.topic, s.key, max_num=32)
+        found += len(res.messages) == 1 and res.messages[0].keys[0] == s.key
+    rep.step("query_message by key", len(sample), time.perf_counter() - t0)
+    rep.check(f"every sampled key found exactly once ({found}/{len(sample)})", found == len(sample))
+
+    t0 = time.perf_counter()
+    by_id = 0
+    uniq_ok = 0
+    for s in sample:
+        rec = st.view_message_by_id(s.msg_id)
+        by_id += rec is not None and rec.keys[0] == s.key
+        u = st.query_message_by_unique_key(s.topic, rec.uniq_key)
+        uniq_ok += [m.phy_offset for m in u.messages] == [rec.phy_offset]
+    rep.step("view_message_by_id + query_message_by_unique_key", 2 * len(sample), time.perf_counter() - t0)
+    rep.check("every sampled msgId and UNIQ_KEY resolves", by_id == uniq_ok == len(sample))
+
+    t0 = time.perf_counter()
+    by_time = 0
+    for s in sample:
+        ts = st.get_message_store_timestamp(s.topic, s.qid, s.queue_offset)
+        off = st.get_offset_in_queue_by_time(s.topic, s.qid, ts, boundary="lower")
+        by_time += off <= s.queue_offset and st.get_message_store_timestamp(s.topic, s.qid, off) == ts
+    rep.step("get_offset_in_queue_by_time", len(sample), time.perf_counter() - t0)
+    rep.check("offset by time lands on the first message of that millisecond", by_time == len(sample))
+
+
+def _reopen(store_dir: str, cfg: MessageStoreConfig | None, rep: DemoReport, messages: int) -> None:
     t0 = time.perf_counter()
     with MessageStore.open(store_dir, cfg, read_only=True) as ro:
         total = sum(ro.get_max_offset_in_queue(t, q) for t in TOPICS for q in range(QUEUES))
@@ -137,4 +154,19 @@ def run_demo(store_dir: str = "data/store", messages: int = 100_000, *, fresh: b
         rep.check(f"read-only reopen sees every message ({total})", total == messages)
         rep.check("clean shutdown: reopen needed no repair", ro.recovery_report.clean
                   and ro.recovery_report.mode == "normal")
+
+
+def run_demo(store_dir: str = "data/store", messages: int = 100_000, *, fresh: bool = True,
+             cfg: MessageStoreConfig | None = None, seed: int = 7, progress=None) -> DemoReport:
+    """Run the workload; ``progress(advance)`` is called while writing if given."""
+    if fresh and os.path.exists(store_dir):
+        shutil.rmtree(store_dir)
+    rng = random.Random(seed)
+    rep = DemoReport(os.path.abspath(store_dir))
+    with MessageStore.open(store_dir, cfg) as st:
+        sample = _write(st, rep, rng, messages, progress)
+        _pull(st, rep, messages)
+        _consume(st, rep, messages)
+        _query(st, rep, sample)
+    _reopen(store_dir, cfg, rep, messages)
     return rep

@@ -84,7 +84,8 @@ def export(store_dir: str, out: str, fmt: str, *, topics: set[str] | None = None
     seg_size = cfg.mapped_file_size_commit_log
     names = _columns(fmt, include_body)
     arrow_schema = pa.schema([C.ARROW_SCHEMA.field(n) for n in names])
-    raw = fmt == "jsonl"  # the stored bytes, so that a load writes the same record again
+    # jsonl: the stored bytes, so that a load writes the same record again
+    body = C.Body.of(include_body, raw_body=fmt == "jsonl")
     writer = _writer(fmt, out, arrow_schema, include_body)
     t0 = time.perf_counter()
     messages = skipped = scanned = 0
@@ -107,8 +108,7 @@ def export(store_dir: str, out: str, fmt: str, *, topics: set[str] | None = None
                     continue
                 if not keep.all():
                     batch, codes = S.take(batch, keep), codes[keep]
-                rb = C.record_batch_to_arrow(seg.mm, seg.u8, seg.start, batch, arrow_schema, topic_dec, codes,
-                                             include_body=include_body, raw_body=raw)
+                rb = C.record_batch_to_arrow(seg, batch, arrow_schema, topic_dec, codes, body)
                 writer.write(rb)
                 messages += rb.num_rows
                 if progress is not None:

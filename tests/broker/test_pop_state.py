@@ -47,7 +47,8 @@ def _put(b: Broker, topic: str, n: int, qid: int = 0, **props) -> None:
 
 
 def _pop(b, group="G", topic="T", n=8, invisible=5000, fifo=False, max_attempts=17):
-    out = b.pops.pop(group, topic, [0, 1, 2, 3], n, invisible, fifo=fifo, subscription="*", max_attempts=max_attempts)
+    out = b.pops.pop(POP.PopRequest(group, topic, [0, 1, 2, 3], n, invisible, fifo=fifo, subscription="*",
+                                    max_attempts=max_attempts))
     b.store.wait_dispatched()
     return out
 
@@ -213,8 +214,8 @@ def test_auto_renew_extends_the_invisible_time_while_the_client_is_connected(ope
     b = open_broker()
     _put(b, "T", 2)
     t0 = int(time.time() * 1000)
-    got = b.pops.pop("G", "T", [0, 1, 2, 3], 8, POP.DEFAULT_INVISIBLE_MS, fifo=False, subscription="*",
-                     max_attempts=17, renew_client="c1")
+    got = b.pops.pop(POP.PopRequest("G", "T", [0, 1, 2, 3], 8, POP.DEFAULT_INVISIBLE_MS, fifo=False, subscription="*",
+                                    max_attempts=17, renew_client="c1"))
     assert len(got) == 2
     connected = {"c1"}
     # 5 s before the end: renewed by the default invisible time (the client is connected)
@@ -227,8 +228,8 @@ def test_auto_renew_extends_the_invisible_time_while_the_client_is_connected(ope
     assert b2.pops.revive_due(t0 + 116_000) == 1
     # a client that went away is not renewed for
     b2.store.wait_dispatched()
-    again = b2.pops.pop("G", "T", [0, 1, 2, 3], 8, POP.DEFAULT_INVISIBLE_MS, fifo=False, subscription="*",
-                        max_attempts=17, renew_client="c2")
+    again = b2.pops.pop(POP.PopRequest("G", "T", [0, 1, 2, 3], 8, POP.DEFAULT_INVISIBLE_MS, fifo=False,
+                                       subscription="*", max_attempts=17, renew_client="c2"))
     assert [p.attempt for p in again] == [2]
     t1 = int(time.time() * 1000)
     assert b2.pops.revive_due(t1 + 61_000, alive=lambda c: False) == 1

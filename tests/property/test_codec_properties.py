@@ -250,8 +250,8 @@ def test_index_put_batch_equals_put_key(slots, items, batch, cuts, prev_end):
     ts = T0 + np.array([b[2] for b in batch], dtype=np.int64)
     with tempfile.TemporaryDirectory(dir=SCRATCH) as d:
         def new(name):
-            return IndexFile(os.path.join(d, name), slots, items, read_only=False, create=True,
-                             prev_end_phy=prev_end[0], prev_end_ts=prev_end[1])
+            return IndexFile.create(os.path.join(d, name), slots, items,
+                                    prev_end_phy=prev_end[0], prev_end_ts=prev_end[1])
         one, chunked, scalar = new("one"), new("chunked"), new("scalar")
         n_one = one.put_batch(hashes, phys, ts)
         n_chunked = 0

@@ -54,7 +54,7 @@ def test_columns_match_message_store(vector):
     for sp in S.plan_spans(S.list_segments(vector.path, seg_size), seg_size, 1 << 20):
         topics = C.TopicDecoder()
         for seg, b in S.iter_span_batches(vector.path, seg_size, sp, batch_records=7):
-            rows.extend(C.record_batch_to_arrow(seg.mm, seg.u8, seg.start, b, C.ARROW_SCHEMA, topics).to_pylist())
+            rows.extend(C.record_batch_to_arrow(seg, b, C.ARROW_SCHEMA, topics).to_pylist())
     recs = store_records(vector.path, cfg)
     assert len(rows) == len(recs)
     for row, rec in zip(rows, recs):

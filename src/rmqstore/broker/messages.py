@@ -82,13 +82,12 @@ def half_message(msg: Message, props: dict[str, str]) -> Message:
     return msg
 
 
-def copy_of(rec: MessageRecord, topic: str, queue_id: int, props: dict[str, str], *, store_host: str,
-            sys_flag: int | None = None, reconsume_times: int | None = None) -> Message:
-    """A new message from a stored one (send-back, delay delivery, transaction commit)."""
-    return Message(topic=topic, body=rec.body, queue_id=queue_id, flag=rec.flag,
-                   sys_flag=rec.sys_flag if sys_flag is None else sys_flag, properties=java_properties(props),
-                   born_timestamp=rec.born_timestamp, born_host=rec.born_host, store_host=store_host,
-                   reconsume_times=rec.reconsume_times if reconsume_times is None else reconsume_times)
+def copy_of(rec: MessageRecord, topic: str, queue_id: int, props: dict[str, str], *, store_host: str) -> Message:
+    """A new message from a stored one (send-back, delay delivery, transaction commit), with its
+    flag, sysFlag, reconsume times, born time and host (a caller sets what differs on the result)."""
+    return Message(topic=topic, body=rec.body, queue_id=queue_id, flag=rec.flag, sys_flag=rec.sys_flag,
+                   properties=java_properties(props), born_timestamp=rec.born_timestamp, born_host=rec.born_host,
+                   store_host=store_host, reconsume_times=rec.reconsume_times)
 
 
 def decode_batch(body: bytes) -> list[tuple[int, bytes, str]]:

@@ -39,18 +39,20 @@ import heapq
 import json
 import logging
 import time
-from dataclasses import dataclass, field
 
 from ..format import properties as P
 from ..types import GetMessageStatus, Message, MessageRecord
 from . import messages as M
 from .metadata import DLQ_PREFIX, PERM_READ, PERM_WRITE, RETRY_PREFIX, REVIVE_TOPIC_PREFIX
+from .pop_records import (ACK_TAG, CK_TAG, NORMAL_TOPIC, RETRY_TOPIC, Checkpoint, PopError, Popped, PopRequest,
+                          decode_handle, encode_handle, retry_topic)
+
+__all__ = ["ACK_TAG", "CK_TAG", "NORMAL_TOPIC", "RETRY_TOPIC", "Checkpoint", "PopError", "PopRequest", "PopService",
+           "Popped", "decode_handle", "encode_handle", "retry_topic"]
 
 log = logging.getLogger("rmqstore.broker")
 
 REVIVE_GROUP = "CID_RMQ_SYS_REVIVE_GROUP"
-CK_TAG, ACK_TAG = "ck", "ack"
-NORMAL_TOPIC, RETRY_TOPIC = "0", "1"
 FIRST_POP_TIME = "1ST_POP_TIME"
 DLQ_ORIGIN_TOPIC = "DLQ_ORIGIN_TOPIC"
 DLQ_ORIGIN_MESSAGE_ID = "DLQ_ORIGIN_MESSAGE_ID"
@@ -63,95 +65,6 @@ RETRY_FIRST_EVERY = 5
 #: after the receive, while the client is connected (the proxy's renewAheadTimeMillis, and a cap)
 RENEW_AHEAD_MS = 10_000
 RENEW_MAX_MS = 3 * 3600 * 1000
-
-
-class PopError(Exception):
-    """A request refused; ``kind`` is one of ``invalid_handle``, ``expired``, ``not_found``, ``bad_request``."""
-
-    def __init__(self, kind: str, message: str):
-        super().__init__(message)
-        self.kind = kind
-
-
-def retry_topic(group: str, topic: str) -> str:
-    """The pop retry topic of a group and topic (``KeyBuilder.buildPopRetryTopicV1``)."""
-    return f"{RETRY_PREFIX}{group}_{topic}"
-
-
-@dataclass(slots=True)
-class Checkpoint:
-    group: str
-    topic: str          # the queue's topic: the real topic or the pop retry topic
-    origin: str         # the topic the client asked for
-    queue_id: int
-    start: int
-    pop_time: int
-    invisible_ms: int
-    offsets: list[int]
-    reconsume: list[int]
-    fifo: bool
-    renewed: bool = False  # written by a change of invisible time (not by a receive)
-    position: int = -1  # the checkpoint's offset in the revive queue
-    acked: set[int] = field(default_factory=set)
-    #: the client whose receive asked for auto-renew (kept in memory only: after a restart the
-    #: message is redelivered when its invisible time ends)
-    renew_client: str | None = None
-
-    @property
-    def key(self) -> tuple:
-        return (self.group, self.topic, self.queue_id, self.start, self.pop_time)
-
-    @property
-    def deadline(self) -> int:
-        return self.pop_time + self.invisible_ms
-
-    def open_offsets(self) -> list[int]:
-        return [o for o in self.offsets if o not in self.acked]
-
-    def body(self, broker_name: str) -> bytes:
-        return json.dumps({"so": self.start, "pt": self.pop_time, "it": self.invisible_ms, "n": len(self.offsets),
-                           "q": self.queue_id, "t": self.topic, "c": self.group, "o": self.origin,
-                           "d": [o - self.start for o in self.offsets], "rt": self.reconsume, "f": self.fifo, "r": self.renewed,
-                           "bn": broker_name}, separators=(",", ":")).encode()
-
-    @classmethod
-    def from_body(cls, body: bytes, position: int) -> "Checkpoint":
-        d = json.loads(body)
-        start = int(d["so"])
-        return cls(group=d["c"], topic=d["t"], origin=d.get("o", d["t"]), queue_id=int(d["q"]), start=start,
-                   pop_time=int(d["pt"]), invisible_ms=int(d["it"]), offsets=[start + int(x) for x in d["d"]],
-                   reconsume=[int(x) for x in d["rt"]], fifo=bool(d.get("f")), renewed=bool(d.get("r")), position=position)
-
-
-@dataclass(slots=True)
-class Popped:
-    """A received message: the record, its receipt handle and delivery attempt."""
-
-    record: MessageRecord
-    topic: str  # the topic the client asked for
-    handle: str
-    attempt: int
-    invisible_ms: int
-
-
-def encode_handle(ck: Checkpoint, offset: int, phy: int, broker_name: str) -> str:
-    kind = RETRY_TOPIC if ck.topic != ck.origin else NORMAL_TOPIC
-    return (f"{ck.start} {ck.pop_time} {ck.invisible_ms} 0 {kind} {broker_name} {ck.queue_id} {offset} {phy}")
-
-
-def decode_handle(handle: str) -> tuple[int, int, int, str, int, int]:
-    """(start, pop time, invisible ms, topic type, queue id, offset); PopError when malformed."""
-    parts = handle.split(" ")
-    if len(parts) < 8:
-        raise PopError("invalid_handle", f"receipt handle is invalid: {len(parts)} fields, expected 8 or 9")
-    try:
-        start, pop_time, invisible = int(parts[0]), int(parts[1]), int(parts[2])
-        kind, qid, offset = parts[4], int(parts[6]), int(parts[7])
-    except ValueError:
-        raise PopError("invalid_handle", "receipt handle is invalid: a number field is not a number") from None
-    if kind not in (NORMAL_TOPIC, RETRY_TOPIC):
-        raise PopError("invalid_handle", f"receipt handle is invalid: topic type {kind!r}")
-    return start, pop_time, invisible, kind, qid, offset
 
 
 class PopService:
@@ -171,7 +84,7 @@ class PopService:
         self._pops = 0
         self.revived = 0
         self.dead_lettered = 0
-        self._watermark = -1
+        self._watermark: int | None = None
         self._end = 0  # the revive queue offset after the last record written or replayed
 
     # --- the durable records --------------------------------------------------------------------------
@@ -230,7 +143,7 @@ class PopService:
             if r.next_begin_offset <= q:
                 break
             q = r.next_begin_offset
-        self._watermark = -1
+        self._watermark = None
         self._end = max(self._end, q)
         return len(self.open)
 
@@ -285,16 +198,16 @@ class PopService:
         return offset
 
     # --- receive ------------------------------------------------------------------------------------------
-    def pop(self, group: str, topic: str, queue_ids: list[int], batch: int, invisible_ms: int, *, fifo: bool,
-            subscription: str | None, max_attempts: int, renew_client: str | None = None) -> list[Popped]:
-        """Receive up to ``batch`` messages of ``topic`` (its queues ``queue_ids``, then the pop retry topic)."""
+    def pop(self, req: PopRequest) -> list[Popped]:
+        """Receive up to ``req.batch`` messages of ``req.topic`` (its queues ``req.queue_ids``, then the
+        pop retry topic)."""
         b = self.broker
         found: list[Popped] = []
-        retry = retry_topic(group, topic)
-        sources = [(topic, q) for q in queue_ids]
+        retry = retry_topic(req.group, req.topic)
+        sources = [(req.topic, q) for q in req.queue_ids]
         self._pops += 1
-        if queue_ids:
-            k = self._pops % len(queue_ids)
+        if req.queue_ids:
+            k = self._pops % len(req.queue_ids)
             sources = sources[k:] + sources[:k]
         if b.topics.get(retry) is not None:
             if self._pops % RETRY_FIRST_EVERY == 0:
@@ -302,16 +215,17 @@ class PopService:
             else:
                 sources.append((retry, 0))
         for source, qid in sources:
-            if len(found) >= batch:
+            if len(found) >= req.batch:
                 break
-            found += self._pop_queue(group, topic, source, qid, batch - len(found), invisible_ms, fifo,
-                                     subscription, max_attempts, renew_client)
+            found += self._pop_queue(req, source, qid, req.batch - len(found))
         return found
 
-    def _pop_queue(self, group, origin, topic, qid, n, invisible_ms, fifo, subscription, max_attempts,
-                   renew_client) -> list[Popped]:
+    def _pop_queue(self, req: PopRequest, topic: str, qid: int, n: int) -> list[Popped]:
+        """Receive up to ``n`` messages of the queue ``(topic, qid)`` (one of ``req.topic`` or its pop
+        retry topic)."""
         b = self.broker
         store = b.store
+        group, origin, fifo, subscription = req.group, req.topic, req.fifo, req.subscription
         lock_key = (group, topic, qid)
         if fifo and lock_key in self.fifo_open:
             return []  # a FIFO queue is held until its messages are acked or their invisible time passed
@@ -329,7 +243,7 @@ class PopService:
         dead: list[MessageRecord] = []
         for rec in records:
             reconsume = attempts.get(rec.queue_offset, rec.reconsume_times) if fifo else rec.reconsume_times
-            if reconsume >= max_attempts:
+            if reconsume >= req.max_attempts:
                 dead.append(rec)
             else:
                 keep.append((rec, reconsume))
@@ -345,8 +259,8 @@ class PopService:
                 self._commit_at_least(group, topic, qid, r.next_begin_offset)
             return []
         ck = Checkpoint(group=group, topic=topic, origin=origin, queue_id=qid, start=offset, pop_time=now,
-                        invisible_ms=invisible_ms, offsets=[rec.queue_offset for rec, _ in keep],
-                        reconsume=[rc for _, rc in keep], fifo=fifo, renew_client=renew_client)
+                        invisible_ms=req.invisible_ms, offsets=[rec.queue_offset for rec, _ in keep],
+                        reconsume=[rc for _, rc in keep], fifo=fifo, renew_client=req.renew_client)
         ck.position = self._write(CK_TAG, ck.body(b.cfg.broker_name))
         self._add(ck)
         if fifo:
@@ -355,7 +269,7 @@ class PopService:
         else:
             self._commit_at_least(group, topic, qid, r.next_begin_offset)
         bn = b.cfg.broker_name
-        return [Popped(rec, origin, encode_handle(ck, rec.queue_offset, rec.phy_offset, bn), rc + 1, invisible_ms)
+        return [Popped(rec, origin, encode_handle(ck, rec.queue_offset, rec.phy_offset, bn), rc + 1, req.invisible_ms)
                 for rec, rc in keep]
 
     def _to_dlq(self, group: str, origin: str, rec: MessageRecord) -> None:
@@ -367,7 +281,7 @@ class PopService:
         props.setdefault(DLQ_ORIGIN_TOPIC, origin)
         props.setdefault(DLQ_ORIGIN_MESSAGE_ID, uniq)
         props.pop(P.DELAY, None)
-        msg = M.copy_of(rec, dlq, 0, props, store_host=b.store_host, reconsume_times=rec.reconsume_times)
+        msg = M.copy_of(rec, dlq, 0, props, store_host=b.store_host)
         result = b.store.put_message(msg)
         if not result.ok:
             raise PopError("internal", f"dead-lettering {uniq} failed: {result.status.value}")
@@ -418,7 +332,7 @@ class PopService:
         b = self.broker
         ck, offset = self._find(group, topic, handle)
         i = ck.offsets.index(offset)
-        phy = int(handle.split(" ")[8]) if handle.count(" ") >= 8 else -1
+        phy = int(handle.split(" ")[8]) if handle.count(" ") >= 8 else None
         new = Checkpoint(group=group, topic=ck.topic, origin=ck.origin, queue_id=ck.queue_id, start=offset,
                          pop_time=int(time.time() * 1000), invisible_ms=invisible_ms, offsets=[offset],
                          reconsume=[ck.reconsume[i]], fifo=ck.fifo, renewed=True)
@@ -430,7 +344,7 @@ class PopService:
         self._add(new)
         if len(ck.acked) >= len(ck.offsets):
             self._close(ck)
-        if phy < 0:
+        if phy is None or phy < 0:
             phy = b.store.get_commit_log_offset_in_queue(new.topic, new.queue_id, offset)
         return encode_handle(new, offset, phy, b.cfg.broker_name)
 
@@ -510,7 +424,8 @@ class PopService:
             props = dict(rec.properties)
             props.setdefault(M.RETRY_TOPIC, ck.origin)
             props.setdefault(FIRST_POP_TIME, str(ck.pop_time))
-            msg = M.copy_of(rec, retry, 0, props, store_host=b.store_host, reconsume_times=reconsume)
+            msg = M.copy_of(rec, retry, 0, props, store_host=b.store_host)
+            msg.reconsume_times = reconsume
             result = b.store.put_message(msg)
             if not result.ok:
                 log.error("revive: storing %s again failed (%s): retried on the next round", rec.msg_id,
@@ -534,8 +449,8 @@ class PopService:
 
     def _advance_watermark(self) -> None:
         store = self.broker.store
-        positions = [ck.position for ck in self.open.values() if ck.position >= 0]
-        positions += [ck.position for ck in self.fifo_expired.values() if ck.position >= 0]
+        positions = [ck.position for ck in self.open.values() if ck.position is not None]
+        positions += [ck.position for ck in self.fifo_expired.values() if ck.position is not None]
         wm = min(positions) if positions else self._end
         if wm != self._watermark and wm >= 0:
             self._watermark = wm

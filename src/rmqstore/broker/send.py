@@ -231,7 +231,8 @@ class SendProcessor:
             props[P.DELAY] = str(level if level != 0 else 3 + rec.reconsume_times)
         if not props.get(M.ORIGIN_MESSAGE_ID):
             props[M.ORIGIN_MESSAGE_ID] = rec.msg_id
-        msg = M.copy_of(rec, topic, qid, props, store_host=b.store_host, reconsume_times=rec.reconsume_times + 1)
+        msg = M.copy_of(rec, topic, qid, props, store_host=b.store_host)
+        msg.reconsume_times = rec.reconsume_times + 1
         msg = M.schedule_if_delayed(msg, props, len(b.delay_levels_ms))
 
         def answer(result) -> RemotingCommand:

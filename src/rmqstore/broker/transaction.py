@@ -71,8 +71,8 @@ class TransactionProcessor:
             topic, qid = props.get(M.REAL_TOPIC), props.get(M.REAL_QID)
             if not topic or qid is None:
                 return "prepared message has no REAL_TOPIC/REAL_QID"
-            msg = M.copy_of(rec, topic, int(qid), props, store_host=rec.store_host,
-                            sys_flag=(rec.sys_flag & ~M.TRANSACTION_MASK) | M.TRANSACTION_COMMIT_TYPE)
+            msg = M.copy_of(rec, topic, int(qid), props, store_host=rec.store_host)
+            msg.sys_flag = (rec.sys_flag & ~M.TRANSACTION_MASK) | M.TRANSACTION_COMMIT_TYPE
             msg.prepared_transaction_offset = rec.phy_offset
             result = b.store.put_message(msg)
             b.schedule_dispatch()

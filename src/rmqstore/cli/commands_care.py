@@ -13,7 +13,7 @@ from rich.text import Text
 from .common import TIME, StoreCommand, store_options
 from .errors import ProblemsFoundError
 from .render import NARROW, TIME_MIN_WIDTH, fmt_bytes, fmt_ts, kv_table, to_jsonable, tz_note
-from .commands_read import require_topic
+from .read_common import require_topic
 
 
 # ---------------------------------------------------------------------------------------------
@@ -63,6 +63,18 @@ def stats(cmd: StoreCommand, topic: str | None) -> None:
         commitlog = {"min_offset": st.min_phy_offset, "max_offset": st.max_phy_offset,
                      "bytes": st.max_phy_offset - st.min_phy_offset}
         path = st.path
+    topic_rows = _topic_rows(queues)
+    totals = {"topics": len(topic_rows), "queues": len(queues), "messages": sum(r["messages"] for r in queues),
+              "bytes": sum(r["bytes"] for r in queues)}
+    doc = {"store": path, "commitlog": commitlog, "totals": totals, "topics": topic_rows, "queues": queues}
+    if cmd.json:
+        cmd.out.emit(doc)
+        return
+    _print_stats(cmd, doc)
+
+
+def _topic_rows(queues: list[dict]) -> list[dict]:
+    """The per-queue rows of stats summed per topic."""
     per_topic: dict[str, dict] = {}
     for r in queues:
         a = per_topic.setdefault(r["topic"], {"topic": r["topic"], "queues": 0, "messages": 0, "bytes": 0,
@@ -74,13 +86,13 @@ def stats(cmd: StoreCommand, topic: str | None) -> None:
             f = a["first_store_timestamp"]
             a["first_store_timestamp"] = r["first_store_timestamp"] if f < 0 else min(f, r["first_store_timestamp"])
         a["last_store_timestamp"] = max(a["last_store_timestamp"], r["last_store_timestamp"])
-    topic_rows = list(per_topic.values())
-    totals = {"topics": len(topic_rows), "queues": len(queues), "messages": sum(r["messages"] for r in queues),
-              "bytes": sum(r["bytes"] for r in queues)}
-    if cmd.json:
-        cmd.out.emit({"store": path, "commitlog": commitlog, "totals": totals, "topics": topic_rows, "queues": queues})
-        return
-    cmd.out.print(kv_table(f"store {path}", [
+    return list(per_topic.values())
+
+
+def _print_stats(cmd: StoreCommand, doc: dict) -> None:
+    """stats as tables: the store's totals, then per topic and per queue."""
+    commitlog, totals = doc["commitlog"], doc["totals"]
+    cmd.out.print(kv_table(f"store {doc['store']}", [
         ("commitlog offsets", f"[{commitlog['min_offset']}, {commitlog['max_offset']})"),
         ("commitlog data", fmt_bytes(commitlog["bytes"])),
         ("topics / queues", f"{totals['topics']} / {totals['queues']}"),
@@ -88,7 +100,7 @@ def stats(cmd: StoreCommand, topic: str | None) -> None:
         ("message bytes", fmt_bytes(totals["bytes"])),
     ]))
     narrow = cmd.out.console.width < NARROW  # then only the last store time, no offsets column
-    for title, rows, per_queue in (("topics", topic_rows, False), ("queues", queues, True)):
+    for title, rows, per_queue in (("topics", doc["topics"], False), ("queues", doc["queues"], True)):
         tb = Table(title=title, caption=tz_note() if per_queue else None)
         tb.add_column("topic")
         tb.add_column("queue" if per_queue else "queues", justify="right")

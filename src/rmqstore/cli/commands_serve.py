@@ -58,24 +58,10 @@ def serve(store: str | None, config: str | None, listen: str, grpc_listen: str |
 
     cmd = StoreCommand(store, config, False)
     bcfg = BrokerConfig.from_properties(cmd.broker_properties())
-    if (grpc_tls_cert is None) != (grpc_tls_key is None):
-        raise click.UsageError("--grpc-tls-cert and --grpc-tls-key go together")
-    if (grpc_tls_cert or grpc_tls_key) and not grpc_listen:
-        raise click.UsageError("--grpc-tls-cert/--grpc-tls-key need --grpc-listen")
-    if grpc_listen:
-        try:
-            from ..broker.broker import parse_listen
-            parse_listen(grpc_listen)
-        except ValueError as e:
-            raise click.UsageError(f"--grpc-listen: {e}") from None
+    _check_grpc_options(grpc_listen, grpc_tls_cert, grpc_tls_key)
     if read_only and not is_store_dir(cmd.store_path):
         raise click.UsageError(f"--read-only needs an existing store (path={cmd.store_path})")
-    if sys.stderr.isatty():  # a terminal: rich's log lines (time, level, message)
-        from rich.console import Console
-        from rich.logging import RichHandler
-        handler: logging.Handler = RichHandler(console=Console(stderr=True), show_path=False)
-    else:
-        handler = _LineHandler()
+    handler = _log_handler()
     log = logging.getLogger("rmqstore")
     log.addHandler(handler)
     log.setLevel(logging.INFO)
@@ -89,18 +75,7 @@ def serve(store: str | None, config: str | None, listen: str, grpc_listen: str |
             for sig in (signal.SIGINT, signal.SIGTERM):
                 loop.add_signal_handler(sig, broker.request_stop)
             await broker.start_async()
-            if json_mode:
-                click.echo(json.dumps({"listening": f"{broker.listen_host}:{broker.server_port}",
-                                       "namesrv_addr": broker.address, "broker_name": bcfg.broker_name,
-                                       "cluster": bcfg.broker_cluster_name, "store": st.path,
-                                       "read_only": read_only, "grpc": broker.grpc_address or None}))
-            else:
-                click.echo(f"listening on {broker.listen_host}:{broker.server_port} (name server and broker "
-                           f"{bcfg.broker_name}; clients use namesrvAddr={broker.address}; store {st.path}"
-                           f"{', read-only' if read_only else ''})")
-                if broker.grpc_address:
-                    click.echo(f"gRPC MessagingService on {broker.grpc_address}"
-                               f"{' (TLS)' if tls else ''}: RocketMQ 5 clients use endpoints={broker.grpc_address}")
+            _announce(broker, bcfg, st.path, read_only, tls is not None, json_mode)
             sys.stdout.flush()
             await broker.wait_stopped()
             await broker.stop_async()
@@ -110,6 +85,43 @@ def serve(store: str | None, config: str | None, listen: str, grpc_listen: str |
         st.close()
         log.removeHandler(handler)
     click.echo("stopped: store closed cleanly", err=True)
+
+
+def _check_grpc_options(grpc_listen: str | None, grpc_tls_cert: str | None, grpc_tls_key: str | None) -> None:
+    if (grpc_tls_cert is None) != (grpc_tls_key is None):
+        raise click.UsageError("--grpc-tls-cert and --grpc-tls-key go together")
+    if (grpc_tls_cert or grpc_tls_key) and not grpc_listen:
+        raise click.UsageError("--grpc-tls-cert/--grpc-tls-key need --grpc-listen")
+    if grpc_listen:
+        try:
+            from ..broker.broker import parse_listen
+            parse_listen(grpc_listen)
+        except ValueError as e:
+            raise click.UsageError(f"--grpc-listen: {e}") from None
+
+
+def _log_handler() -> logging.Handler:
+    if sys.stderr.isatty():  # a terminal: rich's log lines (time, level, message)
+        from rich.console import Console
+        from rich.logging import RichHandler
+        return RichHandler(console=Console(stderr=True), show_path=False)
+    return _LineHandler()
+
+
+def _announce(broker, bcfg, store_path: str, read_only: bool, tls: bool, json_mode: bool) -> None:
+    """The listening line (a JSON object with --json)."""
+    if json_mode:
+        click.echo(json.dumps({"listening": f"{broker.listen_host}:{broker.server_port}",
+                               "namesrv_addr": broker.address, "broker_name": bcfg.broker_name,
+                               "cluster": bcfg.broker_cluster_name, "store": store_path,
+                               "read_only": read_only, "grpc": broker.grpc_address or None}))
+        return
+    click.echo(f"listening on {broker.listen_host}:{broker.server_port} (name server and broker "
+               f"{bcfg.broker_name}; clients use namesrvAddr={broker.address}; store {store_path}"
+               f"{', read-only' if read_only else ''})")
+    if broker.grpc_address:
+        click.echo(f"gRPC MessagingService on {broker.grpc_address}"
+                   f"{' (TLS)' if tls else ''}: RocketMQ 5 clients use endpoints={broker.grpc_address}")
 
 
 COMMANDS = [serve]

@@ -231,51 +231,64 @@ def load(cmd: StoreCommand, file: str, uniq_keys: bool, create: bool) -> None:
     timestamps and hosts into a new store gives the same bytes. The whole file is checked before
     the first message is written; the load stops at the first message the store refuses (exit 13).
     """
-    tmp = None
+    path, shown, tmp = _input(file)
     try:
-        if file == "-":
-            fd, tmp = tempfile.mkstemp(prefix="rmqstore-load-", suffix=".jsonl")
-            with os.fdopen(fd, "wb") as out:
-                with click.open_file("-", "rb") as stdin:
-                    shutil.copyfileobj(stdin, out)
-            path, shown = tmp, "<stdin>"
-        else:
-            if not os.path.isfile(file):
-                raise UsageProblem(f"input file {file!r} does not exist")
-            path, shown = file, file
-        total = os.path.getsize(path)
-        count = 0
-        with cmd.out.status(f"checking {shown}"):
-            for _ in _parse(path, shown, False):
-                count += 1
-        t0 = time.perf_counter()
-        loaded = wrote = 0
-        first_phy = end_phy = None
-        with cmd.open_write(create=create) as st, cmd.out.progress(f"loading {shown}", total, unit="bytes") as bar:
-            for n, msg, done in _parse(path, shown, uniq_keys):
-                r = st.put_message(msg)
-                if not r.ok:
-                    raise PutFailedError(f"{shown}:{n}: the store refused the message: {r.status.value}"
-                                         + (f" ({r.error})" if r.error else "")
-                                         + f"; {loaded} messages before it were loaded",
-                                         hint="fix or remove that line, then load the rest")
-                loaded += 1
-                wrote += r.wrote_bytes
-                first_phy = r.phy_offset if first_phy is None else first_phy
-                end_phy = r.phy_offset + r.wrote_bytes
-                bar.update(done)
-            st.wait_dispatched()
-        secs = time.perf_counter() - t0
+        d, secs = _load(cmd, path, shown, uniq_keys, create)
     finally:
         if tmp is not None:
             os.unlink(tmp)
-    d = {"file": shown, "messages": loaded, "bytes": wrote, "first_phy_offset": first_phy,
-         "end_phy_offset": end_phy, "seconds": round(secs, 3)}
     if cmd.json:
         cmd.out.emit(d)
     else:
+        loaded = d["messages"]
         rate = f"{loaded / secs:,.0f} messages/s" if secs > 0 else "-"
         cmd.out.print(kv_table(f"loaded {loaded:,} messages from {shown} ({rate})", list(d.items())))
+
+
+def _input(file: str) -> tuple[str, str, str | None]:
+    """The file to read, its name in messages, and the temporary file stdin ('-') was copied to."""
+    if file != "-":
+        if not os.path.isfile(file):
+            raise UsageProblem(f"input file {file!r} does not exist")
+        return file, file, None
+    fd, tmp = tempfile.mkstemp(prefix="rmqstore-load-", suffix=".jsonl")
+    try:
+        with os.fdopen(fd, "wb") as out:
+            with click.open_file("-", "rb") as stdin:
+                shutil.copyfileobj(stdin, out)
+    except BaseException:
+        os.unlink(tmp)
+        raise
+    return tmp, "<stdin>", tmp
+
+
+def _load(cmd: StoreCommand, path: str, shown: str, uniq_keys: bool, create: bool) -> tuple[dict, float]:
+    """Check every line of ``path``, then put its messages; what was loaded, and the seconds it took."""
+    total = os.path.getsize(path)
+    count = 0
+    with cmd.out.status(f"checking {shown}"):
+        for _ in _parse(path, shown, False):
+            count += 1
+    t0 = time.perf_counter()
+    loaded = wrote = 0
+    first_phy = end_phy = None
+    with cmd.open_write(create=create) as st, cmd.out.progress(f"loading {shown}", total, unit="bytes") as bar:
+        for n, msg, done in _parse(path, shown, uniq_keys):
+            r = st.put_message(msg)
+            if not r.ok:
+                raise PutFailedError(f"{shown}:{n}: the store refused the message: {r.status.value}"
+                                     + (f" ({r.error})" if r.error else "")
+                                     + f"; {loaded} messages before it were loaded",
+                                     hint="fix or remove that line, then load the rest")
+            loaded += 1
+            wrote += r.wrote_bytes
+            first_phy = r.phy_offset if first_phy is None else first_phy
+            end_phy = r.phy_offset + r.wrote_bytes
+            bar.update(done)
+        st.wait_dispatched()
+    secs = time.perf_counter() - t0
+    return {"file": shown, "messages": loaded, "bytes": wrote, "first_phy_offset": first_phy,
+            "end_phy_offset": end_phy, "seconds": round(secs, 3)}, secs
 
 
 COMMANDS = [send, load]

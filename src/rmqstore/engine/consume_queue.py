@@ -293,30 +293,9 @@ class ConsumeQueue:
         if not files:
             return 0
         lower = boundary == "lower"
-        chosen = None
-        if lower:
-            for i, mf in enumerate(files):
-                if i == len(files) - 1:
-                    chosen = mf
-                    break
-                n = mf.wrote_position // UNIT
-                if n == 0:
-                    continue
-                phy, size, _ = F.UNIT.unpack_from(mf.mm, (n - 1) * UNIT)
-                if store_time(phy, size) >= ts:
-                    chosen = mf
-                    break
-        else:
-            for mf in reversed(files):
-                if mf.wrote_position < UNIT:
-                    continue
-                phy, size, _ = F.UNIT.unpack_from(mf.mm, 0)
-                if store_time(phy, size) <= ts:
-                    chosen = mf
-                    break
-            if chosen is None:
-                return 0
-        mf = chosen
+        mf = _file_for_time(files, ts, store_time, lower)
+        if mf is None:
+            return 0
         low = max(0, self.min_logic_offset - mf.file_from_offset)
         rng = mf.wrote_position
         if rng < UNIT or low >= rng:
@@ -333,38 +312,20 @@ class ConsumeQueue:
             return (mf.file_from_offset + (ceiling + UNIT if lower else ceiling)) // UNIT
         if t_at(floor) > ts:
             return mf.file_from_offset // UNIT if lower else 0
-        left = right = -1
-        high = ceiling
-        found = -1
-        while high >= low:
-            mid = ((low + high) // (2 * UNIT)) * UNIT
-            u = units[mid // UNIT]
-            if int(u["phy_offset"]) < commitlog_min_offset:
-                low = mid + UNIT
-                left = mid
-                continue
-            t = store_time(int(u["phy_offset"]), int(u["size"]))
-            if t < 0:
-                return 0
-            if t == ts:
-                found = mid
-                break
-            if t > ts:
-                high = mid - UNIT
-                right = mid
-            else:
-                low = mid + UNIT
-                left = mid
-        if found != -1:
-            pos = found
-            if lower:
-                while pos - UNIT >= floor and t_at(pos - UNIT) == ts:
-                    pos -= UNIT
-            else:
-                while pos + UNIT <= ceiling and t_at(pos + UNIT) == ts:
-                    pos += UNIT
-        else:
+        try:
+            found, left, right = _bisect_time(units, low, ceiling, ts, store_time, commitlog_min_offset)
+        except _NoStoreTime:
+            return 0
+        if found is None:
             pos = right if lower else left
+        elif lower:
+            pos = found
+            while pos - UNIT >= floor and t_at(pos - UNIT) == ts:
+                pos -= UNIT
+        else:
+            pos = found
+            while pos + UNIT <= ceiling and t_at(pos + UNIT) == ts:
+                pos += UNIT
         return (mf.file_from_offset + pos) // UNIT
 
     def close(self) -> None:
@@ -374,3 +335,57 @@ class ConsumeQueue:
         self.queue.destroy()
         self.max_physic_offset = -1
         self.min_logic_offset = 0
+
+
+def _file_for_time(files: list, ts: int, store_time: Callable[[int, int], int], lower: bool):
+    """The file upstream searches for ``ts``: lower, the first whose last unit's message is stored at
+    or after ``ts`` (else the last file); upper, the last whose first unit's message is stored at
+    or before ``ts`` (None if there is none)."""
+    if lower:
+        for mf in files[:-1]:
+            n = mf.wrote_position // UNIT
+            if n == 0:
+                continue
+            phy, size, _ = F.UNIT.unpack_from(mf.mm, (n - 1) * UNIT)
+            if store_time(phy, size) >= ts:
+                return mf
+        return files[-1]
+    for mf in reversed(files):
+        if mf.wrote_position < UNIT:
+            continue
+        phy, size, _ = F.UNIT.unpack_from(mf.mm, 0)
+        if store_time(phy, size) <= ts:
+            return mf
+    return None
+
+
+class _NoStoreTime(LookupError):
+    """A unit's message has no store time (``store_time`` answered < 0)."""
+
+
+def _bisect_time(units: np.ndarray, low: int, high: int, ts: int, store_time: Callable[[int, int], int],
+                 commitlog_min_offset: int) -> tuple[int | None, int, int]:
+    """Upstream's binary search of a file's units (byte positions ``[low, high]``) for a message stored
+    at ``ts``: ``(found, left, right)``, the position of one stored at ``ts`` (None if none is) and
+    the last positions probed below and above it (-1 if none was). Units whose message lies before
+    ``commitlog_min_offset`` count as earlier. Raises :class:`_NoStoreTime`."""
+    left = right = -1
+    while high >= low:
+        mid = ((low + high) // (2 * UNIT)) * UNIT
+        u = units[mid // UNIT]
+        if int(u["phy_offset"]) < commitlog_min_offset:
+            low = mid + UNIT
+            left = mid
+            continue
+        t = store_time(int(u["phy_offset"]), int(u["size"]))
+        if t < 0:
+            raise _NoStoreTime(mid)
+        if t == ts:
+            return mid, left, right
+        if t > ts:
+            high = mid - UNIT
+            right = mid
+        else:
+            low = mid + UNIT
+            left = mid
+    return None, left, right

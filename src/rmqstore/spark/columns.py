@@ -10,6 +10,7 @@ Nothing here imports pyspark.
 """
 from __future__ import annotations
 
+import enum
 from dataclasses import dataclass
 
 import numpy as np
@@ -296,44 +297,80 @@ def _decoded_bodies(col: pa.Array, sys_flag: np.ndarray) -> pa.Array:
     return pa.array(values, pa.binary())
 
 
-def record_batch_to_arrow(seg_mm, u8: np.ndarray, seg_start: int, batch: M.RecordBatch, schema: pa.Schema,
-                          topics: TopicDecoder, topic_codes: np.ndarray | None = None,
-                          include_body: bool = True, raw_body: bool = False) -> pa.RecordBatch:
+class Body(enum.Enum):
+    """What the ``body`` column holds."""
+
+    #: the body, a compressed one (sysFlag bit 0) decompressed (one that does not decompress keeps its
+    #: stored bytes)
+    DECODED = "decoded"
+    #: the stored bytes, compressed or not
+    RAW = "raw"
+    #: null (the source's ``includeBody=false``)
+    NONE = "none"
+
+    @classmethod
+    def of(cls, include_body: bool, raw_body: bool) -> Body:
+        """The mode the source's ``includeBody``/``rawBody`` options name."""
+        if not include_body:
+            return cls.NONE
+        return cls.RAW if raw_body else cls.DECODED
+
+
+#: columns that are one numpy column of the batch as it is: name -> (RecordBatch attribute, Arrow type)
+_PLAIN_COLUMNS = {
+    "queueId": ("queue_id", pa.int32()),
+    "queueOffset": ("queue_offset", pa.int64()),
+    "flag": ("flag", pa.int32()),
+    "sysFlag": ("sys_flag", pa.int32()),
+    "reconsumeTimes": ("reconsume_times", pa.int32()),
+    "preparedTransactionOffset": ("prepared_transaction_offset", pa.int64()),
+    "bodyCRC": ("body_crc", pa.int32()),
+}
+
+
+def _body_column(seg_mm, batch: M.RecordBatch, body: Body) -> pa.Array:
+    if body is Body.NONE:
+        return pa.nulls(len(batch), pa.binary())
+    col = binary_array(seg_mm, batch.body_pos, batch.body_len)
+    return col if body is Body.RAW else _decoded_bodies(col, batch.sys_flag)
+
+
+def _property_column(props, name: str) -> pa.Array:
+    if name == "tags":
+        return props.value_of("TAGS")
+    if name == "keys":
+        return props.keys_array()
+    if name == "uniqKey":
+        return props.value_of("UNIQ_KEY")
+    return props.map_array()  # properties
+
+
+def record_batch_to_arrow(seg, batch: M.RecordBatch, schema: pa.Schema, topics: TopicDecoder,
+                          topic_codes: np.ndarray | None = None, body: Body = Body.DECODED) -> pa.RecordBatch:
     """The requested columns (``schema``, a subset of :data:`ARROW_SCHEMA` in any order) of a batch
-    of records of the segment starting at ``seg_start``. Compressed bodies are decoded unless
-    ``raw_body`` (one that does not decompress keeps its stored bytes)."""
+    of records of the segment ``seg`` (its map ``mm``, its ``uint8`` view ``u8`` and its commitlog
+    offset ``start``, as :class:`~rmqstore.spark.scan.Segment` has them)."""
+    seg_mm, u8 = seg.mm, seg.u8
     names = schema.names
-    need = set(names)
-    props = parse_properties_batch(u8, batch.props_pos, batch.props_len) if need & _PROPERTY_COLUMNS else None
-    phys = batch.starts + seg_start
+    props = parse_properties_batch(u8, batch.props_pos, batch.props_len) if set(names) & _PROPERTY_COLUMNS else None
+    phys = batch.starts + seg.start
     cols: dict[str, pa.Array] = {}
     for name in names:
-        if name == "topic":
-            codes = topic_codes if topic_codes is not None else topics.codes(seg_mm, batch)
-            col = topics.array(codes)
-        elif name == "queueId":
-            col = pa.array(batch.queue_id, pa.int32())
-        elif name == "queueOffset":
-            col = pa.array(batch.queue_offset, pa.int64())
+        plain = _PLAIN_COLUMNS.get(name)
+        if plain is not None:
+            col = pa.array(getattr(batch, plain[0]), plain[1])
+        elif name in _PROPERTY_COLUMNS:
+            col = _property_column(props, name)
+        elif name == "topic":
+            col = topics.array(topic_codes if topic_codes is not None else topics.codes(seg_mm, batch))
         elif name == "commitLogOffset":
             col = pa.array(phys, pa.int64())
         elif name == "storeSize":
             col = pa.array(batch.total.astype(np.int32), pa.int32())
         elif name == "body":
-            col = (binary_array(seg_mm, batch.body_pos, batch.body_len) if include_body
-                   else pa.nulls(len(batch), pa.binary()))
-            if include_body and not raw_body:
-                col = _decoded_bodies(col, batch.sys_flag)
-        elif name == "tags":
-            col = props.value_of("TAGS")
-        elif name == "keys":
-            col = props.keys_array()
-        elif name == "uniqKey":
-            col = props.value_of("UNIQ_KEY")
+            col = _body_column(seg_mm, batch, body)
         elif name == "msgId":
             col = msg_id_array(u8, batch, phys)
-        elif name == "properties":
-            col = props.map_array()
         elif name == "bornTimestamp":
             col = _ts(batch.born_timestamp)
         elif name == "storeTimestamp":
@@ -342,16 +379,6 @@ def record_batch_to_arrow(seg_mm, u8: np.ndarray, seg_start: int, batch: M.Recor
             col = host_array(u8, batch.born_host_pos, batch.born_host_len)
         elif name == "storeHost":
             col = host_array(u8, batch.store_host_pos, batch.store_host_len)
-        elif name == "flag":
-            col = pa.array(batch.flag, pa.int32())
-        elif name == "sysFlag":
-            col = pa.array(batch.sys_flag, pa.int32())
-        elif name == "reconsumeTimes":
-            col = pa.array(batch.reconsume_times, pa.int32())
-        elif name == "preparedTransactionOffset":
-            col = pa.array(batch.prepared_transaction_offset, pa.int64())
-        elif name == "bodyCRC":
-            col = pa.array(batch.body_crc, pa.int32())
         else:  # validated on the driver
             raise KeyError(name)
         cols[name] = col

@@ -229,38 +229,51 @@ def _remote_segment_size(location: str, cfg: MessageStoreConfig) -> MessageStore
     return dataclasses.replace(cfg, mapped_file_size_commit_log=max(segs))
 
 
-def parse_options(options: Mapping[str, str], *, streaming: bool | None,
-                  base_cfg: MessageStoreConfig | None = None) -> ReadOptions:
-    """Validate the options (``streaming`` None: accept both batch- and stream-only options)."""
-    own: dict[str, str] = {}
-    s3_given: dict[str, str] = {}
+@dataclass
+class _SortedKeys:
+    """The options as given, sorted by whose they are."""
+
+    own: dict[str, str] = dataclasses.field(default_factory=dict)
+    s3: dict[str, str] = dataclasses.field(default_factory=dict)
+    #: MessageStoreConfig field name -> value, and field name -> the option's RocketMQ spelling
+    cfg_keys: dict[str, str] = dataclasses.field(default_factory=dict)
+    given: dict[str, str] = dataclasses.field(default_factory=dict)
+
+
+def _sort_keys(options: Mapping[str, str]) -> _SortedKeys:
+    """The source's own options, S3 settings and MessageStoreConfig keys; an unknown name raises. A
+    catalog table's ``location`` stands in for a missing path."""
+    keys = _SortedKeys()
     catalog_location = None
-    cfg_keys: dict[str, str] = {}
-    given: dict[str, str] = {}
     for key, value in options.items():
         k = str(key).lower()
         if k in RFS.S3_OPTIONS:
-            s3_given[RFS.S3_OPTIONS[k]] = str(value)
+            keys.s3[RFS.S3_OPTIONS[k]] = str(value)
             continue
         if k in _CATALOG_KEYS:
             if k == "location" and value:
                 catalog_location = str(value)
             continue
         if k in _CANON:
-            own[_CANON[k]] = value
+            keys.own[_CANON[k]] = value
         elif k.replace("_", "") in _CONFIG_KEYS:
-            cfg_keys[_CONFIG_KEYS[k.replace("_", "")]] = value
-            given[_CONFIG_KEYS[k.replace("_", "")]] = _camel(_CONFIG_KEYS[k.replace("_", "")])
+            field = _CONFIG_KEYS[k.replace("_", "")]
+            keys.cfg_keys[field] = value
+            keys.given[field] = _camel(field)
         else:
             raise ConfigError(f"unknown option {key!r} for format rocketmq; options are {', '.join(OPTIONS)} "
                               "and the MessageStoreConfig keys (e.g. mappedFileSizeCommitLog)")
-    if not own.get("path") and not own.get("paths") and catalog_location:
-        own["path"] = catalog_location
-    if not own.get("path") and not own.get("paths"):
+    if not keys.own.get("path") and not keys.own.get("paths") and catalog_location:
+        keys.own["path"] = catalog_location
+    if not keys.own.get("path") and not keys.own.get("paths"):
         raise ConfigError("option path: no store directory given; use .load('/path/to/store') (options given: "
                           f"{', '.join(sorted(map(str, options))) or 'none'})")
-    s3 = RFS.s3_settings(s3_given)
-    dirs = []
+    return keys
+
+
+def _store_dirs(own: Mapping[str, str], s3: dict, streaming: bool | None) -> list[str]:
+    """Every store directory the path options name (globs and parents of stores expanded), once each."""
+    dirs: list[str] = []
     for loc in parse_paths(own.get("path"), own.get("paths")):
         for d in (RFS.expand_remote(loc, s3) if RFS.is_remote(loc) else expand([loc])):
             if d not in dirs:
@@ -274,6 +287,11 @@ def parse_options(options: Mapping[str, str], *, streaming: bool | None,
     if own.get("brokerName") is not None and len(dirs) > 1:
         raise ConfigError("option brokerName: names the broker of one store; with several stores each is named "
                           "by its broker.conf or its directory")
+    return dirs
+
+
+def _offset_options(own: Mapping[str, str], streaming: bool | None) -> dict[str, object]:
+    """startingOffsets/endingOffsets (commitlog offsets or Kafka's JSON) and the timestamps."""
     kw: dict[str, object] = {}
     if "startingOffsets" in own:
         if str(own["startingOffsets"]).strip().startswith("{"):
@@ -292,19 +310,24 @@ def parse_options(options: Mapping[str, str], *, streaming: bool | None,
     for opt, attr in (("startingTimestamp", "starting_timestamp"), ("endingTimestamp", "ending_timestamp")):
         if opt in own:
             kw[attr] = parse_timestamp(opt, own[opt])
+    return kw
+
+
+_BOOL_OPTIONS = (("includeBody", "include_body"), ("rawBody", "raw_body"), ("failOnDataLoss", "fail_on_data_loss"),
+                 ("verifyCRC", "verify_crc"))
+
+
+def _read_options(own: Mapping[str, str], streaming: bool | None) -> dict[str, object]:
+    """topics, the true/false options, splitSize and the streaming limits."""
+    kw: dict[str, object] = {}
     if "topics" in own:
         names = [t.strip() for t in str(own["topics"]).split(",")]
         if not names or any(not t for t in names):
             raise ConfigError(f"option topics: expected a comma-separated list of topic names, got {own['topics']!r}")
         kw["topics"] = frozenset(names)
-    if "includeBody" in own:
-        kw["include_body"] = _bool("includeBody", own["includeBody"])
-    if "rawBody" in own:
-        kw["raw_body"] = _bool("rawBody", own["rawBody"])
-    if "failOnDataLoss" in own:
-        kw["fail_on_data_loss"] = _bool("failOnDataLoss", own["failOnDataLoss"])
-    if "verifyCRC" in own:
-        kw["verify_crc"] = _bool("verifyCRC", own["verifyCRC"])
+    for opt, attr in _BOOL_OPTIONS:
+        if opt in own:
+            kw[attr] = _bool(opt, own[opt])
     if "splitSize" in own:
         kw["split_size"] = parse_size("splitSize", own["splitSize"], MIN_SPLIT_SIZE)
     if "maxBytesPerTrigger" in own:
@@ -314,14 +337,22 @@ def parse_options(options: Mapping[str, str], *, streaming: bool | None,
     if "maxOffsetsPerTrigger" in own:
         if streaming is False:
             raise ConfigError("option maxOffsetsPerTrigger: only for streaming reads (spark.readStream)")
-        try:
-            n = int(str(own["maxOffsetsPerTrigger"]).strip())
-        except ValueError:
-            n = 0
-        if n < 1:
-            raise ConfigError(f"option maxOffsetsPerTrigger: expected a number of messages >= 1, got "
-                              f"{own['maxOffsetsPerTrigger']!r}")
-        kw["max_offsets_per_trigger"] = n
+        kw["max_offsets_per_trigger"] = _max_offsets(own["maxOffsetsPerTrigger"])
+    return kw
+
+
+def _max_offsets(value) -> int:
+    try:
+        n = int(str(value).strip())
+    except ValueError:
+        n = 0
+    if n < 1:
+        raise ConfigError(f"option maxOffsetsPerTrigger: expected a number of messages >= 1, got {value!r}")
+    return n
+
+
+def _check_ranges(kw: Mapping[str, object]) -> None:
+    """Queue offsets name only topics the topics option names; no range ends before it starts."""
     for name in ("starting_queue_offsets", "ending_queue_offsets"):
         if name in kw and "topics" in kw and set(kw[name]) - kw["topics"]:
             raise ConfigError(f"option {'startingOffsets' if name.startswith('start') else 'endingOffsets'}: "
@@ -332,16 +363,35 @@ def parse_options(options: Mapping[str, str], *, streaming: bool | None,
     st, et = kw.get("starting_timestamp"), kw.get("ending_timestamp")
     if st is not None and et is not None and et < st:
         raise ConfigError(f"option endingTimestamp: {et} is before startingTimestamp {st}")
+
+
+def _store_locs(dirs: list[str], keys: _SortedKeys, s3: dict,
+                base_cfg: MessageStoreConfig | None) -> list[StoreLoc]:
+    """Each store's config (broker.conf, option keys, sizes from its files) and broker name."""
+    own = keys.own
     stores = []
     for d in dirs:
         remote = RFS.is_remote(d)
         if remote:
             RFS.register(d, s3)
-        cfg = resolve_config(d, own.get("config"), cfg_keys, base_cfg, given,
+        cfg = resolve_config(d, own.get("config"), keys.cfg_keys, base_cfg, keys.given,
                              infer=_remote_segment_size if remote else infer_config)
         name = str(own["brokerName"]).strip() if own.get("brokerName") is not None else \
             (d.rstrip("/").rsplit("/", 1)[-1] if remote else broker_name_of(d))
         if not name:
             raise ConfigError("option brokerName: must not be empty")
         stores.append(StoreLoc(d, cfg, name, s3 if remote else None))
+    return stores
+
+
+def parse_options(options: Mapping[str, str], *, streaming: bool | None,
+                  base_cfg: MessageStoreConfig | None = None) -> ReadOptions:
+    """Validate the options (``streaming`` None: accept both batch- and stream-only options)."""
+    keys = _sort_keys(options)
+    s3 = RFS.s3_settings(keys.s3)
+    dirs = _store_dirs(keys.own, s3, streaming)
+    kw = _offset_options(keys.own, streaming)
+    kw.update(_read_options(keys.own, streaming))
+    _check_ranges(kw)
+    stores = _store_locs(dirs, keys, s3, base_cfg)
     return ReadOptions(store_dir=stores[0].store_dir, cfg=stores[0].cfg, stores=tuple(stores), **kw)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import inspect
 import logging
 import time
-from typing import Iterator
+from typing import Iterator, NamedTuple
 
 import numpy as np
 import pyarrow as pa
@@ -84,13 +84,22 @@ class SpanPartition(InputPartition):
         self.index, self.spans, self.store, self.queue_ranges = index, spans, store, queue_ranges
 
 
-def queue_ranges(opts: ReadOptions, loc) -> tuple[dict | None, int | None, int | None]:
-    """Kafka-style queue offsets resolved on one store: ``{(topic, queue id): (lo, hi)}`` (queue
-    offsets, ``hi`` exclusive or None), and the commitlog range ``[phy_lo, phy_hi)`` that holds those
-    messages (``phy_lo`` None when there is nothing to read). ``(None, None, None)`` without them."""
+class QueueRanges(NamedTuple):
+    """Kafka-style queue offsets resolved on one store."""
+
+    #: ``{(topic, queue id): (lo, hi)}``: queue offsets, ``hi`` exclusive or None
+    ranges: dict
+    #: the commitlog range ``[phy_lo, phy_hi)`` that holds those messages (``phy_lo`` None when there
+    #: is nothing to read, ``phy_hi`` None when it runs to the end)
+    phy_lo: int | None
+    phy_hi: int | None
+
+
+def queue_ranges(opts: ReadOptions, loc) -> QueueRanges | None:
+    """The options' Kafka-style queue offsets resolved on the store ``loc``; None without them."""
     start, end = opts.starting_queue_offsets, opts.ending_queue_offsets
     if start is None and end is None:
-        return None, None, None
+        return None
     from ..message_store import MessageStore
 
     ranges: dict[tuple[str, int], tuple[int, int | None]] = {}
@@ -118,7 +127,7 @@ def queue_ranges(opts: ReadOptions, loc) -> tuple[dict | None, int | None, int |
                     last_phy = st.get_commit_log_offset_in_queue(topic, q, last - 1)
                     if last_phy >= 0:
                         phy_hi = last_phy + 1 if phy_hi is None else max(phy_hi, last_phy + 1)
-    return ranges, phy_lo, phy_hi
+    return QueueRanges(ranges, phy_lo, phy_hi)
 
 
 def queue_mask(ranges: dict, names: list[str], codes: np.ndarray, batch) -> np.ndarray:
@@ -157,12 +166,11 @@ def plan_partitions(opts: ReadOptions, flt: RowFilter, lo: int | None, hi: int |
                                                                      else ""), path=loc.store_dir)
         for g in gaps:
             log.warning("%s: %s: their records are not read", loc.store_dir, g)
-        if ranges is None:
-            store_ranges, q_lo, q_hi = queue_ranges(opts, loc)
-        else:
-            store_ranges, q_lo, q_hi = ranges, lo, hi
+        resolved = queue_ranges(opts, loc) if ranges is None else QueueRanges(ranges, lo, hi)
+        store_ranges = None if resolved is None else resolved.ranges
         s_lo, s_hi = lo, hi
-        if store_ranges is not None:
+        if resolved is not None:
+            q_lo, q_hi = resolved.phy_lo, resolved.phy_hi
             if q_lo is None:
                 continue  # no message of the queues asked for in this store
             s_lo = q_lo if s_lo is None else max(s_lo, q_lo)
@@ -189,6 +197,7 @@ def read_partition(opts: ReadOptions, flt: RowFilter, schema: StructType, part) 
     broker_col = arrow_schema.get_field_index(BROKER_NAME)
     decoded = arrow_schema.remove(broker_col) if broker_col >= 0 else arrow_schema
     topics = C.TopicDecoder()
+    body = C.Body.of(opts.include_body, opts.raw_body)
     allowed: dict[int, bool] = {}
     crc = opts.verify_crc
     prop_crc = crc and loc.cfg.force_verify_prop_crc
@@ -208,8 +217,7 @@ def read_partition(opts: ReadOptions, flt: RowFilter, schema: StructType, part) 
                 continue
             if not m.all():
                 batch, codes = S.take(batch, m), codes[m]
-        out = C.record_batch_to_arrow(seg.mm, seg.u8, seg.start, batch, decoded, topics, codes,
-                                      include_body=opts.include_body, raw_body=opts.raw_body)
+        out = C.record_batch_to_arrow(seg, batch, decoded, topics, codes, body)
         if broker_col >= 0:
             names = pa.array([loc.broker_name], pa.string()).take(np.zeros(out.num_rows, dtype=np.int32))
             out = out.add_column(broker_col, arrow_schema.field(broker_col), names)
@@ -302,7 +310,7 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if self.opts.starting_queue_offsets is not None:
             # Kafka-style queue offsets: resolved once, kept in the offset (so in the checkpoint):
             # the stream starts where the first of them is and skips what lies before each queue's
-            ranges, phy_lo, _ = queue_ranges(self.opts, self.opts.stores[0])
+            ranges, phy_lo, _ = queue_ranges(self.opts, self.opts.stores[0])  # not None: starting offsets given
             start = {f"{t}\x00{q}": lo for (t, q), (lo, _) in ranges.items()}
             off = phy_lo if phy_lo is not None else S.safe_end(self.opts.store_dir, self.opts.seg_size,
                                                                self._first_segment(), None, self._tail,

@@ -392,7 +392,7 @@ def write_index_shard(cfg: MessageStoreConfig, path: str, no: int, slices, shard
     try:
         count, new_slots = f.put_shard(b["hash"].astype(np.int64), b["phy"].astype(np.int64),
                                        b["ts"].astype(np.int64), shard, shards)
-        f.flush(header=False)
+        f.flush_data()
     finally:
         f.close()
     return {"kind": "index", "file": no, "name": os.path.basename(path), "count": count, "files": 0,
@@ -409,8 +409,8 @@ def prepare_index_file(cfg: MessageStoreConfig, path: str, prev) -> None:
     if prev is not None:
         p = load_slice(prev[0], ITEM_DTYPE, prev[1], 1)
         prev_phy, prev_ts = int(p["phy"][0]), int(p["ts"][0])
-    IndexFile(path, cfg.max_hash_slot_num, cfg.max_index_num, read_only=False, create=True,
-              prev_end_phy=prev_phy, prev_end_ts=prev_ts).close()
+    IndexFile.create(path, cfg.max_hash_slot_num, cfg.max_index_num,
+                     prev_end_phy=prev_phy, prev_end_ts=prev_ts).close()
 
 
 def finish_index_file(cfg: MessageStoreConfig, path: str, slices, slot_count: int, index_dir: str) -> None:

@@ -25,7 +25,7 @@ def _h(key: str) -> int:
 
 @pytest.fixture
 def index_file(tmp_path):
-    f = IndexFile(str(tmp_path / "idx"), 100, 400, read_only=False, create=True)
+    f = IndexFile.create(str(tmp_path / "idx"), 100, 400)
     yield f
     f.close()
 
@@ -56,7 +56,7 @@ def test_index_file_capacity_is_index_num_minus_one(index_file, tmp_path):
 
 
 def test_fresh_index_file_header_on_disk(tmp_path):
-    f = IndexFile(str(tmp_path / "idx"), 4, 8, read_only=False, create=True, prev_end_phy=500, prev_end_ts=T0)
+    f = IndexFile.create(str(tmp_path / "idx"), 4, 8, prev_end_phy=500, prev_end_ts=T0)
     assert IX.HEADER.unpack_from(kit.read_bytes(tmp_path / "idx"), 0) == (T0, T0, 500, 500, 0, 0)
     assert f.index_count == 1
     f.put_key(7, 600, T0 + 5_500)
@@ -101,8 +101,8 @@ def test_put_batch_equals_put_key_one_by_one(tmp_path):
     hashes = np.array([5, 9, 5, 13, 0, 2**31 - 1, 9], dtype=np.int64)
     phys = np.arange(7, dtype=np.int64) * 100
     ts = T0 + np.array([0, 999, 1000, 65_000, 64_000, 70_000, 2**31 * 1000], dtype=np.int64)
-    a = IndexFile(str(tmp_path / "a"), 4, 6, read_only=False, create=True)
-    b = IndexFile(str(tmp_path / "b"), 4, 6, read_only=False, create=True)
+    a = IndexFile.create(str(tmp_path / "a"), 4, 6)
+    b = IndexFile.create(str(tmp_path / "b"), 4, 6)
     assert a.put_batch(hashes, phys, ts) == 5  # capacity 6 - 1
     assert [b.put_key(int(h), int(p), int(t)) for h, p, t in zip(hashes, phys, ts)] == [True] * 5 + [False] * 2
     a.flush()
@@ -114,7 +114,7 @@ def test_put_batch_equals_put_key_one_by_one(tmp_path):
 
 def test_load_rejects_a_header_beyond_capacity(tmp_path):
     p = tmp_path / "idx"
-    f = IndexFile(str(p), 4, 8, read_only=False, create=True)
+    f = IndexFile.create(str(p), 4, 8)
     f.close()
     with open(p, "r+b") as fh:
         fh.seek(36)
@@ -259,17 +259,17 @@ def test_put_shard_writes_what_put_batch_writes(tmp_path_factory, n, slots, shar
     hashes[rng.random(n) < 0.3] = 7  # long chains in one slot
     phys = np.cumsum(rng.integers(1, 500, n)) + 4096
     ts = 1_700_000_000_000 + np.cumsum(rng.integers(0, 3000, n))
-    whole = IndexFile(str(d / "a"), slots, 130, read_only=False, create=True, prev_end_phy=4000, prev_end_ts=prev_ts)
+    whole = IndexFile.create(str(d / "a"), slots, 130, prev_end_phy=4000, prev_end_ts=prev_ts)
     for part in np.array_split(np.arange(n), chunks):
         assert whole.put_batch(hashes[part], phys[part], ts[part]) == part.size
     whole.flush()
-    IndexFile(str(d / "b"), slots, 130, read_only=False, create=True, prev_end_phy=4000, prev_end_ts=prev_ts).close()
+    IndexFile.create(str(d / "b"), slots, 130, prev_end_phy=4000, prev_end_ts=prev_ts).close()
     written = used = 0
     for j in rng.permutation(shards).tolist():
         f = IndexFile(str(d / "b"), slots, 130, read_only=False)
         c, u = f.put_shard(hashes, phys, ts, j, shards)
         written, used = written + c, used + u
-        f.flush(header=False)
+        f.flush_data()
         f.close()
     assert written == n and used == len(set((hashes % slots).tolist()))
     f = IndexFile(str(d / "b"), slots, 130, read_only=False)
@@ -282,7 +282,7 @@ def test_put_shard_writes_what_put_batch_writes(tmp_path_factory, n, slots, shar
 
 
 def test_put_shard_refuses_a_used_file(tmp_path):
-    f = IndexFile(str(tmp_path / "f"), 8, 16, read_only=False, create=True)
+    f = IndexFile.create(str(tmp_path / "f"), 8, 16)
     f.put_batch(np.array([1]), np.array([100]), np.array([1_700_000_000_000]))
     with pytest.raises(ValueError, match="fresh file"):
         f.put_shard(np.array([2]), np.array([200]), np.array([1_700_000_000_000]), 0, 1)

@@ -54,9 +54,8 @@ def _millis(ts) -> int:
     return ts.seconds * 1000 + ts.nanos // 1_000_000
 
 
-def message_properties(m, producer_group: str, peer: str, now_ms: int) -> dict[str, str]:
-    """The stored properties of a gRPC message (``buildMessageProperty``); Refused on bad input."""
-    sp = m.system_properties
+def _user_properties(m) -> tuple[dict[str, str], int]:
+    """The message's user properties, checked, and their size in bytes."""
     user = dict(m.user_properties)
     if len(user) > MAX_USER_PROPERTIES:
         raise Refused(pb.MESSAGE_PROPERTIES_TOO_LARGE, f"too many user properties, max is {MAX_USER_PROPERTIES}")
@@ -68,14 +67,18 @@ def message_properties(m, producer_group: str, peer: str, now_ms: int) -> dict[s
             raise Refused(pb.ILLEGAL_MESSAGE_PROPERTY_KEY, "the key or value of a property cannot contain a "
                           "control character")
         size += len(k.encode()) + len(v.encode())
-    props = dict(user)
+    return user, size
+
+
+def _add_tag_and_keys(sp, props: dict[str, str]) -> int:
+    """TAGS and KEYS into ``props``, checked; their size in bytes."""
     tag = sp.tag
     if tag:
         if not tag.strip() or "|" in tag or _CONTROL.search(tag):
             raise Refused(pb.ILLEGAL_MESSAGE_TAG, "tag cannot be whitespace only, nor contain '|' or a control "
                           "character")
     props[P.TAGS] = tag
-    size += len(tag.encode())
+    size = len(tag.encode())
     keys = list(sp.keys)
     for key in keys:
         if key and (not key.strip() or _CONTROL.search(key)):
@@ -85,6 +88,25 @@ def message_properties(m, producer_group: str, peer: str, now_ms: int) -> dict[s
         size += len(key.encode())
     if keys:
         props[P.KEYS] = " ".join(keys)
+    return size
+
+
+def _add_message_group(sp, props: dict[str, str]) -> None:
+    group = sp.message_group
+    if group:
+        if not group.strip() or _CONTROL.search(group):
+            raise Refused(pb.ILLEGAL_MESSAGE_GROUP, "message group cannot be whitespace only, nor contain a "
+                          "control character")
+        if len(group.encode()) >= MAX_MESSAGE_GROUP_SIZE:
+            raise Refused(pb.ILLEGAL_MESSAGE_GROUP, f"message group exceed the max size {MAX_MESSAGE_GROUP_SIZE}")
+        props[SHARDING_KEY] = group
+
+
+def message_properties(m, producer_group: str, peer: str, now_ms: int) -> dict[str, str]:
+    """The stored properties of a gRPC message (``buildMessageProperty``); Refused on bad input."""
+    sp = m.system_properties
+    props, size = _user_properties(m)
+    size += _add_tag_and_keys(sp, props)
     if size > MAX_USER_PROPERTY_SIZE:
         raise Refused(pb.MESSAGE_PROPERTIES_TOO_LARGE, f"the total size of user property is too large, max is "
                       f"{MAX_USER_PROPERTY_SIZE}")
@@ -103,14 +125,7 @@ def message_properties(m, producer_group: str, peer: str, now_ms: int) -> dict[s
         props[T.TIMER_DELIVER_MS] = str(at)
     props[RECONSUME_TIME] = str(sp.delivery_attempt)
     props[M.PRODUCER_GROUP] = producer_group
-    group = sp.message_group
-    if group:
-        if not group.strip() or _CONTROL.search(group):
-            raise Refused(pb.ILLEGAL_MESSAGE_GROUP, "message group cannot be whitespace only, nor contain a "
-                          "control character")
-        if len(group.encode()) >= MAX_MESSAGE_GROUP_SIZE:
-            raise Refused(pb.ILLEGAL_MESSAGE_GROUP, f"message group exceed the max size {MAX_MESSAGE_GROUP_SIZE}")
-        props[SHARDING_KEY] = group
+    _add_message_group(sp, props)
     if sp.trace_context:
         props[TRACE_CONTEXT] = sp.trace_context
     props[BORN_HOST] = sp.born_host.strip() or peer

@@ -16,11 +16,11 @@ from dataclasses import dataclass, field
 from ...format import properties as P
 from ...format.hashes import java_hash
 from ...format.msgid import MessageIdError, decode_offset_msg_id
-from ...types import GetMessageStatus, Message, PutMessageStatus
+from ...types import Message, PutMessageStatus
 from .. import messages as M
 from .. import timer as T
 from ..metadata import NOT_ALLOWED_SEND, PERM_READ, PERM_WRITE, TRANS_HALF_TOPIC, validate_topic
-from ..pop import DEFAULT_INVISIBLE_MS, MAX_INVISIBLE_MS, PopError, retry_topic
+from .consume import ConsumeRpcs
 from .convert import Refused, duration, message_properties, to_message
 from .protocol import pb, services, status
 
@@ -31,9 +31,6 @@ CLIENT_ID = "x-mq-client-id"
 PRODUCER_MAX_ATTEMPTS = 3
 PRODUCER_BACKOFF = (10, 1000, 2.0)
 RECEIVE_BATCH_SIZE = 32
-MAX_BATCH_SIZE = 32
-#: ms a failed delivery (the stream broke) is made invisible for before it is received again
-NACK_INVISIBLE_MS = 1000
 MAX_TELEMETRY_QUEUE = 1024
 #: ``TopicValidator.SYSTEM_TOPIC_SET`` (and every ``rmq_sys_`` topic): the proxy refuses them
 SYSTEM_TOPICS = frozenset({"TBW102", "SCHEDULE_TOPIC_XXXX", "BenchmarkTest", "RMQ_SYS_TRANS_HALF_TOPIC",
@@ -46,8 +43,6 @@ _PUT_CODES = {PutMessageStatus.FLUSH_DISK_TIMEOUT: pb.MASTER_PERSISTENCE_TIMEOUT
               PutMessageStatus.MESSAGE_ILLEGAL: pb.BAD_REQUEST,
               PutMessageStatus.PROPERTIES_SIZE_EXCEEDED: pb.MESSAGE_PROPERTIES_TOO_LARGE,
               PutMessageStatus.OS_PAGE_CACHE_BUSY: pb.TOO_MANY_REQUESTS}
-_POP_CODES = {"invalid_handle": pb.INVALID_RECEIPT_HANDLE, "expired": pb.INVALID_RECEIPT_HANDLE,
-              "bad_request": pb.BAD_REQUEST, "internal": pb.INTERNAL_SERVER_ERROR}
 
 
 def consistent_hash(value: int, buckets: int) -> int:
@@ -92,7 +87,9 @@ def _peer(context) -> str:
     return peer
 
 
-class MessagingService(services.MessagingServiceServicer):
+class MessagingService(ConsumeRpcs, services.MessagingServiceServicer):
+    """The gRPC front; the consumer-side RPCs are :class:`~.consume.ConsumeRpcs`'."""
+
     def __init__(self, broker):
         self.b = broker
         self.clients: dict[str, GrpcClient] = {}
@@ -100,7 +97,8 @@ class MessagingService(services.MessagingServiceServicer):
         self.endpoint = ("127.0.0.1", 0)
 
     # --- helpers ---------------------------------------------------------------------------------
-    def _client(self, context) -> GrpcClient | None:
+    def client_of(self, context) -> GrpcClient | None:
+        """The client of a call (its ``x-mq-client-id``), None without one."""
         cid = _client_id(context)
         if not cid:
             return None
@@ -115,7 +113,7 @@ class MessagingService(services.MessagingServiceServicer):
         return pb.Broker(name=self.b.cfg.broker_name, id=0, endpoints=pb.Endpoints(
             scheme=pb.IPv6 if ":" in host else pb.IPv4, addresses=[pb.Address(host=host, port=port)]))
 
-    def _topic(self, name: str, *, write: bool = False, create: bool = True) -> dict:
+    def topic_config(self, name: str, *, write: bool = False, create: bool = True) -> dict:
         """The topic's config, created when the broker auto-creates topics; Refused otherwise."""
         bad = validate_topic(name)
         if bad:
@@ -132,7 +130,8 @@ class MessagingService(services.MessagingServiceServicer):
             raise Refused(pb.FORBIDDEN, f"sending to topic {name!r} is forbidden")
         return tc
 
-    def _group(self, name: str) -> dict:
+    def group_config(self, name: str) -> dict:
+        """The consumer group's config; Refused when it may not consume here."""
         if not name or validate_topic(name):
             raise Refused(pb.ILLEGAL_CONSUMER_GROUP, f"consumer group {name!r} is not a legal name")
         if name.startswith("CID_RMQ_SYS_"):
@@ -153,7 +152,7 @@ class MessagingService(services.MessagingServiceServicer):
     # --- route, heartbeat, settings ------------------------------------------------------------------
     async def QueryRoute(self, request, context):
         try:
-            tc = self._topic(request.topic.name)
+            tc = self.topic_config(request.topic.name)
         except Refused as e:
             return pb.QueryRouteResponse(status=status(e.code, str(e)))
         broker = self._broker_pb()
@@ -167,13 +166,13 @@ class MessagingService(services.MessagingServiceServicer):
         return pb.QueryRouteResponse(status=status(pb.OK), message_queues=queues)
 
     async def Heartbeat(self, request, context):
-        c = self._client(context)
+        c = self.client_of(context)
         if c is None:
             return pb.HeartbeatResponse(status=status(pb.CLIENT_ID_REQUIRED, "x-mq-client-id is required"))
         c.client_type = request.client_type or c.client_type
         if request.HasField("group") and request.group.name:
             try:
-                self._group(request.group.name)
+                self.group_config(request.group.name)
             except Refused as e:
                 return pb.HeartbeatResponse(status=status(e.code, str(e)))
             c.group = request.group.name
@@ -212,7 +211,7 @@ class MessagingService(services.MessagingServiceServicer):
             c.group = settings.subscription.group.name
 
     async def Telemetry(self, request_iterator, context):
-        c = self._client(context)
+        c = self.client_of(context)
         if c is None:
             await context.write(pb.TelemetryCommand(status=status(pb.CLIENT_ID_REQUIRED, "x-mq-client-id is required")))
             return
@@ -254,8 +253,8 @@ class MessagingService(services.MessagingServiceServicer):
 
     async def QueryAssignment(self, request, context):
         try:
-            tc = self._topic(request.topic.name)
-            self._group(request.group.name)
+            tc = self.topic_config(request.topic.name)
+            self.group_config(request.group.name)
         except Refused as e:
             return pb.QueryAssignmentResponse(status=status(e.code, str(e)))
         if not tc["perm"] & PERM_READ or tc["readQueueNums"] <= 0:
@@ -279,7 +278,7 @@ class MessagingService(services.MessagingServiceServicer):
         if b.read_only:
             raise Refused(pb.FORBIDDEN, "the broker is read-only")
         topic = request.messages[0].topic
-        tc = self._topic(topic.name, write=True)
+        tc = self.topic_config(topic.name, write=True)
         now = int(time.time() * 1000)
         peer = _peer(context)
         built: list[tuple[Message, dict]] = []
@@ -398,240 +397,6 @@ class MessagingService(services.MessagingServiceServicer):
             return False
         return True
 
-    # --- receive / ack ----------------------------------------------------------------------------------
-    @staticmethod
-    def _consumer_settings(sg: dict) -> tuple[bool, int]:
-        """FIFO and max attempts: the group's (the settings the proxy sends a client say the same)."""
-        return bool(sg.get("consumeMessageOrderly", False)), int(sg.get("retryMaxTimes", 16)) + 1
-
-    async def ReceiveMessage(self, request, context):
-        b = self.b
-        c = self._client(context)
-        try:
-            if c is None:
-                raise Refused(pb.CLIENT_ID_REQUIRED, "x-mq-client-id is required")
-            tc = self._topic(request.message_queue.topic.name, create=False)
-            sg = self._group(request.group.name)
-            if not tc["perm"] & PERM_READ:
-                raise Refused(pb.FORBIDDEN, f"topic {request.message_queue.topic.name!r} is not readable")
-            poll_ms = self._polling_ms(request, context)
-            if request.auto_renew:
-                invisible = DEFAULT_INVISIBLE_MS
-            else:
-                invisible = request.invisible_duration.seconds * 1000 + request.invisible_duration.nanos // 1_000_000
-                self._check_invisible(invisible, b.cfg.min_invisible_time_mills_for_recv)
-            if not 0 < request.batch_size <= MAX_BATCH_SIZE:
-                raise Refused(pb.BAD_REQUEST, f"batch size must be 1 to {MAX_BATCH_SIZE}, got {request.batch_size}")
-            subscription = _subscription(request.filter_expression)
-        except Refused as e:
-            yield pb.ReceiveMessageResponse(status=status(e.code, str(e)))
-            yield _done()
-            return
-        topic, group = request.message_queue.topic.name, request.group.name
-        fifo, max_attempts = self._consumer_settings(sg)
-        queues = list(range(tc["readQueueNums"]))
-        deadline = time.monotonic() + poll_ms / 1000
-        found = []
-        try:
-            while True:
-                found = b.pops.pop(group, topic, queues, request.batch_size, invisible, fifo=fifo,
-                                   subscription=subscription, max_attempts=max_attempts,
-                                   renew_client=c.client_id if request.auto_renew else None)
-                if found or b.stopping:
-                    break
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    break
-                keys = [(topic, q) for q in queues] + [(retry_topic(group, topic), 0)]
-                await b.pulls.wait_any(keys, min(left, 1.0))  # re-checked each second: a wake-up lost
-                # to the dispatch thread costs at most a second
-        except PopError as e:
-            yield pb.ReceiveMessageResponse(status=status(_POP_CODES.get(e.kind, pb.INTERNAL_SERVER_ERROR), str(e)))
-            yield _done()
-            return
-        if not found:
-            yield pb.ReceiveMessageResponse(status=status(pb.MESSAGE_NOT_FOUND, "no new message"))
-            yield _done()
-            return
-        sent = 0
-        try:
-            yield pb.ReceiveMessageResponse(status=status(pb.OK))
-            for p in found:
-                yield pb.ReceiveMessageResponse(message=to_message(p.record, p.topic, handle=p.handle,
-                                                                   attempt=p.attempt, invisible_ms=p.invisible_ms))
-                sent += 1
-            b.stats.got(sent)
-            yield _done()
-        finally:
-            if sent < len(found):  # the client went away: receive them again soon
-                for p in found[sent:]:
-                    try:
-                        b.pops.change_invisible(group, topic, p.handle, NACK_INVISIBLE_MS)
-                    except PopError:
-                        pass
-
-    def _polling_ms(self, request, context) -> int:
-        cfg = self.b.cfg
-        remaining = context.time_remaining()
-        remaining_ms = int(remaining * 1000) if remaining is not None else 1 << 40
-        if request.HasField("long_polling_timeout"):
-            poll = request.long_polling_timeout.seconds * 1000 + request.long_polling_timeout.nanos // 1_000_000
-        else:
-            poll = remaining_ms - 1500
-        poll = max(poll, cfg.grpc_client_consumer_min_long_polling_timeout_millis)
-        poll = min(poll, cfg.grpc_client_consumer_max_long_polling_timeout_millis)
-        if poll > remaining_ms:
-            if remaining_ms >= cfg.grpc_client_consumer_min_long_polling_timeout_millis:
-                poll = remaining_ms
-            else:
-                raise Refused(pb.ILLEGAL_POLLING_TIME, "The deadline time remaining is not enough for polling, please "
-                              "check network condition")
-        return max(0, poll - 200)  # answer before the client's deadline
-
-    @staticmethod
-    def _check_invisible(ms: int, minimum: int) -> None:
-        if ms < minimum:
-            raise Refused(pb.ILLEGAL_INVISIBLE_TIME, f"the invisible time {ms} ms is shorter than the minimum "
-                          f"{minimum} ms")
-        if ms > MAX_INVISIBLE_MS:
-            raise Refused(pb.ILLEGAL_INVISIBLE_TIME, f"the invisible time {ms} ms is longer than the maximum "
-                          f"{MAX_INVISIBLE_MS} ms")
-
-    async def AckMessage(self, request, context):
-        b = self.b
-        try:
-            self._group(request.group.name)
-        except Refused as e:
-            return pb.AckMessageResponse(status=status(e.code, str(e)))
-        entries = []
-        for e in request.entries:
-            try:
-                b.pops.ack(request.group.name, request.topic.name, e.receipt_handle)
-                st = status(pb.OK)
-            except PopError as err:
-                st = status(_POP_CODES.get(err.kind, pb.INTERNAL_SERVER_ERROR), str(err))
-            entries.append(pb.AckMessageResultEntry(message_id=e.message_id, receipt_handle=e.receipt_handle, status=st))
-        codes = {e.status.code for e in entries}
-        if not entries:
-            st = status(pb.BAD_REQUEST, "no entry to ack")
-        elif len(codes) > 1:
-            st = status(pb.MULTIPLE_RESULTS)
-        else:
-            st = entries[0].status
-        return pb.AckMessageResponse(status=st, entries=entries)
-
-    async def ChangeInvisibleDuration(self, request, context):
-        b = self.b
-        ms = request.invisible_duration.seconds * 1000 + request.invisible_duration.nanos // 1_000_000
-        try:
-            self._group(request.group.name)
-            self._check_invisible(ms, 0)
-            handle = b.pops.change_invisible(request.group.name, request.topic.name, request.receipt_handle, ms)
-        except Refused as e:
-            return pb.ChangeInvisibleDurationResponse(status=status(e.code, str(e)))
-        except PopError as e:
-            return pb.ChangeInvisibleDurationResponse(status=status(_POP_CODES.get(e.kind, pb.INTERNAL_SERVER_ERROR),
-                                                                    str(e)))
-        return pb.ChangeInvisibleDurationResponse(status=status(pb.OK), receipt_handle=handle)
-
-    async def ForwardMessageToDeadLetterQueue(self, request, context):
-        b = self.b
-        try:
-            self._group(request.group.name)
-            b.pops.forward_to_dlq(request.group.name, request.topic.name, request.receipt_handle)
-        except Refused as e:
-            return pb.ForwardMessageToDeadLetterQueueResponse(status=status(e.code, str(e)))
-        except PopError as e:
-            return pb.ForwardMessageToDeadLetterQueueResponse(
-                status=status(_POP_CODES.get(e.kind, pb.INTERNAL_SERVER_ERROR), str(e)))
-        return pb.ForwardMessageToDeadLetterQueueResponse(status=status(pb.OK))
-
-    # --- offsets and pull --------------------------------------------------------------------------------
-    def _queue(self, mq) -> tuple[str, int]:
-        tc = self._topic(mq.topic.name, create=False)
-        if not 0 <= mq.id < max(tc["readQueueNums"], tc["writeQueueNums"]):
-            raise Refused(pb.BAD_REQUEST, f"queue {mq.id} of topic {mq.topic.name!r} does not exist")
-        return mq.topic.name, mq.id
-
-    async def GetOffset(self, request, context):
-        try:
-            self._group(request.group.name)
-            topic, qid = self._queue(request.message_queue)
-        except Refused as e:
-            return pb.GetOffsetResponse(status=status(e.code, str(e)))
-        offset = self.b.store.consumer_offsets.query_offset(request.group.name, topic, qid)
-        if offset is None or offset < 0:
-            return pb.GetOffsetResponse(status=status(pb.OFFSET_NOT_FOUND, f"group {request.group.name!r} has no "
-                                                      f"offset in {topic} queue {qid}"))
-        return pb.GetOffsetResponse(status=status(pb.OK), offset=offset)
-
-    async def UpdateOffset(self, request, context):
-        try:
-            self._group(request.group.name)
-            topic, qid = self._queue(request.message_queue)
-            if request.offset < 0:
-                raise Refused(pb.ILLEGAL_OFFSET, f"offset {request.offset} is negative")
-        except Refused as e:
-            return pb.UpdateOffsetResponse(status=status(e.code, str(e)))
-        self.b.commit_offset(request.group.name, topic, qid, request.offset)
-        return pb.UpdateOffsetResponse(status=status(pb.OK))
-
-    async def QueryOffset(self, request, context):
-        store = self.b.store
-        try:
-            topic, qid = self._queue(request.message_queue)
-        except Refused as e:
-            return pb.QueryOffsetResponse(status=status(e.code, str(e)))
-        policy = request.query_offset_policy
-        if policy == pb.BEGINNING:
-            offset = store.get_min_offset_in_queue(topic, qid)
-        elif policy == pb.END:
-            offset = store.get_max_offset_in_queue(topic, qid)
-        else:
-            if not request.HasField("timestamp"):
-                return pb.QueryOffsetResponse(status=status(pb.BAD_REQUEST, "policy TIMESTAMP needs a timestamp"))
-            ms = request.timestamp.seconds * 1000 + request.timestamp.nanos // 1_000_000
-            offset = store.get_offset_in_queue_by_time(topic, qid, ms)
-        return pb.QueryOffsetResponse(status=status(pb.OK), offset=offset)
-
-    async def PullMessage(self, request, context):
-        b = self.b
-        try:
-            self._group(request.group.name)
-            topic, qid = self._queue(request.message_queue)
-            subscription = _subscription(request.filter_expression)
-            if not 0 < request.batch_size <= 1024:
-                raise Refused(pb.BAD_REQUEST, f"batch size must be 1 to 1024, got {request.batch_size}")
-            if request.offset < 0:
-                raise Refused(pb.ILLEGAL_OFFSET, f"offset {request.offset} is negative")
-        except Refused as e:
-            yield pb.PullMessageResponse(status=status(e.code, str(e)))
-            return
-        poll = request.long_polling_timeout
-        deadline = time.monotonic() + (poll.seconds + poll.nanos / 1e9)
-        remaining = context.time_remaining()
-        if remaining is not None:
-            deadline = min(deadline, time.monotonic() + max(0.0, remaining - 0.2))
-        while True:
-            r = b.store.get_message(request.group.name, topic, qid, request.offset, request.batch_size, subscription)
-            left = deadline - time.monotonic()
-            if r.messages or r.status is not GetMessageStatus.OFFSET_OVERFLOW_ONE or left <= 0 or b.stopping:
-                break
-            await b.pulls.wait_any([(topic, qid)], left)
-        if r.status in (GetMessageStatus.OFFSET_TOO_SMALL, GetMessageStatus.OFFSET_OVERFLOW_BADLY):
-            yield pb.PullMessageResponse(status=status(pb.ILLEGAL_OFFSET, f"offset {request.offset} is out of "
-                                                       f"[{r.min_offset}, {r.max_offset}]"))
-            yield pb.PullMessageResponse(next_offset=r.next_begin_offset)
-            return
-        if r.messages:
-            yield pb.PullMessageResponse(status=status(pb.OK))
-            for rec in r.messages:
-                yield pb.PullMessageResponse(message=to_message(rec, topic))
-            b.stats.got(len(r.messages))
-        else:
-            yield pb.PullMessageResponse(status=status(pb.MESSAGE_NOT_FOUND, "no new message"))
-        yield pb.PullMessageResponse(next_offset=r.next_begin_offset)
-
     # --- upstream RPCs this broker does not offer --------------------------------------------------------
     async def RecallMessage(self, request, context):
         return pb.RecallMessageResponse(status=status(pb.UNSUPPORTED, "RecallMessage is not supported"))
@@ -650,24 +415,6 @@ class MessagingService(services.MessagingServiceServicer):
         for cid, c in list(self.clients.items()):
             if c.outbox is None and now - c.last_seen > max_idle_s:
                 del self.clients[cid]
-
-
-def _done():
-    now = int(time.time() * 1000)
-    resp = pb.ReceiveMessageResponse()
-    resp.delivery_timestamp.seconds = now // 1000
-    resp.delivery_timestamp.nanos = (now % 1000) * 1_000_000
-    return resp
-
-
-def _subscription(expr) -> str:
-    if expr.type == pb.SQL:
-        raise Refused(pb.ILLEGAL_FILTER_EXPRESSION, "SQL92 filter expressions are not supported by this broker "
-                      "(TAG only)")
-    text = expr.expression.strip() or "*"
-    if text != "*" and any(not part.strip() for part in text.split("||")):
-        raise Refused(pb.ILLEGAL_FILTER_EXPRESSION, f"tag expression {expr.expression!r} is not legal")
-    return text
 
 
 def _accept_types(tc: dict) -> list[int]:

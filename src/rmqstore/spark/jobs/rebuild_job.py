@@ -28,7 +28,7 @@ log = logging.getLogger(__name__)
 
 class _Dispatch:
     """Dispatch every commitlog span (stage 1 of rebuild): the span summaries, the end of valid
-    data ``end`` and the spans whose records lie before it (ids ``<= last_span``)."""
+    data ``end`` and how many spans hold records before it (``used_spans``: ids ``< used_spans``)."""
 
     def __init__(self, spark: SparkSession, loc: StoreLoc, split_size: int, check_crc: bool, steps: Steps,
                  tmp: str):
@@ -51,7 +51,7 @@ class _Dispatch:
         self.info: list[dict] = []
         self.summaries: list[S.SpanSummary] = []
         self.end = S.ChainEnd(self.segments[0] if self.segments else 0, S.END)
-        self.last_span = -1
+        self.used_spans = 0
         if not groups:
             return
         steps.mark("plan")
@@ -66,13 +66,13 @@ class _Dispatch:
                     f"records of the span [{sm.span.start}, {sm.span.end}) do not line up with the end of "
                     f"valid data at {end.offset} (a message body that looks like a record?); retry with "
                     "another split size", path=S.segment_path(store_dir, sm.span.seg), offset=end.offset)
-        self.last_span = max((sid for sid, sm in enumerate(self.summaries)
-                              if sm.first is not None and sm.first < end.offset), default=-1)
+        used = [sid for sid, sm in enumerate(self.summaries) if sm.first is not None and sm.first < end.offset]
+        self.used_spans = used[-1] + 1 if used else 0
         steps.mark("chain")
 
     def counts(self) -> list[dict]:
         """What was dispatched per span, for the spans before the end of valid data, in order."""
-        return [x["dispatch"] for x in self.info[:self.last_span + 1]]
+        return [x["dispatch"] for x in self.info[:self.used_spans]]
 
 
 def _dispatch_spans(spark: SparkSession, spec: dict, groups: list[list[list[int]]]) -> list[dict]:
@@ -195,7 +195,7 @@ def _rebuild_store(spark: SparkSession, loc: StoreLoc, out_dir: str, split_size:
                    index_shards: int | None) -> dict:
     """:func:`rebuild` of one store into a local ``out_dir``."""
     t0 = time.perf_counter()
-    store_dir, cfg = loc.store_dir, loc.cfg
+    store_dir = loc.store_dir
     if out_dir == store_dir:
         raise StoreIOError("rebuild output must not be the source store", path=out_dir)
     for sub in (paths.CONSUMEQUEUE, paths.INDEX):
@@ -204,14 +204,13 @@ def _rebuild_store(spark: SparkSession, loc: StoreLoc, out_dir: str, split_size:
     os.makedirs(out_dir, exist_ok=True)
     register(spark)
     split_size = split_size or R.job_split_size(spark, [loc])
-    P = parallelism(spark)  # writer tasks: one per core, balanced by weight
     steps = Steps()
     with job_conf(spark):
         # like the dispatcher (upstream reput), records are not CRC-checked (a torn last record is)
         tmp = os.path.join(out_dir, I.TMP_DIR, uuid.uuid4().hex)
         d = _Dispatch(spark, loc, split_size, check_crc=False, steps=steps, tmp=tmp)
         try:
-            result = _rebuild(spark, d, cfg, out_dir, P, steps, tmp, index_shards) if d.info else \
+            result = _rebuild(spark, d, out_dir, steps, tmp, index_shards) if d.info else \
                 {"records": 0, "consume_queues": 0, "index_files": 0}
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
@@ -279,70 +278,76 @@ def plan_index_shards(items: list[int], cores: int, others: list[int] = ()) -> l
         best = cand
 
 
-def _rebuild(spark: SparkSession, d: _Dispatch, cfg: MessageStoreConfig, out_dir: str, P: int, steps: Steps,
-             tmp: str, index_shards: int | None) -> dict:
-    counts = d.counts()
-    records = sum(c["records"] for c in counts)
-    if records == 0:
-        return {"records": 0, "consume_queues": 0, "index_files": 0}
-    # consume queues: each queue's units, span after span (commitlog order)
+def _queue_work(counts: list[dict]) -> tuple[int, list]:
+    """The write work of the consume queues (each queue's units, span after span: commitlog
+    order), as ``(kind, key, weight, payload)``, and how many queues there are."""
     queues: dict[tuple[str, int], list] = {}
     for c in counts:
         for t, q, first, n in c["queues"]:
             queues.setdefault((t, q), []).append([c["cq_path"], first, n])
     work = [("queue", (t, q), queue_write_weight(sum(x[2] for x in sl)), [t, q, sl])
             for (t, q), sl in sorted(queues.items())]
-    # index files: items ranked in commitlog order; file k holds ranks [k*cap, (k+1)*cap). The
-    # driver prepares each file (empty, header from its predecessor's last item); shards with
-    # disjoint runs of ranks and slots fill it in parallel; the driver writes the header and moves it in place.
+    return len(queues), work
+
+
+def _prepare_index_files(cfg: MessageStoreConfig, counts: list[dict], tmp: str) -> list[tuple]:
+    """The index files, prepared in ``tmp`` by the driver (empty, header from the predecessor's last
+    item): ``(k, path, slices, items)`` each. Items are ranked in commitlog order; file k holds ranks
+    ``[k*cap, (k+1)*cap)``, the ``slices`` ``[path, first, n]`` of the spans' item files."""
+    cap = cfg.max_index_num - 1
+    total = sum(c["items"] for c in counts)
+    last = max(c["last"] for c in counts)
+    last_keyed = max(c["last_keyed"] for c in counts)
+    # upstream opens a new file when a record arrives while the current one is full
+    nfiles = 1 if total == 0 else math.ceil(total / cap) + (1 if total % cap == 0 and last_keyed < last else 0)
+    spans = [(c["idx_path"], c["items"]) for c in counts if c["items"]]
+    bases = [0]
+    for _, n in spans:
+        bases.append(bases[-1] + n)
+
+    def ranks(lo: int, hi: int) -> list:
+        """Slices ``[path, first, n]`` of the items ranked ``[lo, hi)``."""
+        out = []
+        for (path, n), b in zip(spans, bases):
+            a, z = max(lo, b), min(hi, b + n)
+            if a < z:
+                out.append([path, a - b, z - a])
+        return out
+
+    build = paths.index_dir(tmp)
+    os.makedirs(build, exist_ok=True)
+    base_ms = int(time.time() * 1000)
     files = []
-    if cfg.message_index_enable:
-        cap = cfg.max_index_num - 1
-        total = sum(c["items"] for c in counts)
-        last = max(c["last"] for c in counts)
-        last_keyed = max(c["last_keyed"] for c in counts)
-        # upstream opens a new file when a record arrives while the current one is full
-        nfiles = 1 if total == 0 else math.ceil(total / cap) + (1 if total % cap == 0 and last_keyed < last else 0)
-        spans = [(c["idx_path"], c["items"]) for c in counts if c["items"]]
-        bases = [0]
-        for _, n in spans:
-            bases.append(bases[-1] + n)
+    for k in range(nfiles):
+        items = ranks(k * cap, min((k + 1) * cap, total))
+        path = os.path.join(build, index_file_name(base_ms + k))
+        I.prepare_index_file(cfg, path, ranks(k * cap - 1, k * cap)[0] if k else None)
+        files.append((k, path, items, sum(x[2] for x in items)))
+    return files
 
-        def ranks(lo: int, hi: int) -> list:
-            """Slices ``[path, first, n]`` of the items ranked ``[lo, hi)``."""
-            out = []
-            for (path, n), b in zip(spans, bases):
-                a, z = max(lo, b), min(hi, b + n)
-                if a < z:
-                    out.append([path, a - b, z - a])
-            return out
 
-        build = paths.index_dir(tmp)
-        os.makedirs(build, exist_ok=True)
-        base_ms = int(time.time() * 1000)
-        for k in range(nfiles):
-            items = ranks(k * cap, min((k + 1) * cap, total))
-            path = os.path.join(build, index_file_name(base_ms + k))
-            I.prepare_index_file(cfg, path, ranks(k * cap - 1, k * cap)[0] if k else None)
-            files.append((k, path, items, sum(x[2] for x in items)))
-        nshards = [index_shards] * len(files) if index_shards else \
-            plan_index_shards([n for *_, n in files], parallelism(spark), [w[2] for w in work])
-        for (k, path, items, n), m in zip(files, nshards):
-            for j in range(m if n else 0):
-                work.append(("index", k, index_shard_weight(n, m), [k, path, items, j, m]))
-    # spread the work over the tasks, biggest first, each to the least loaded task; each task's
-    # items heaviest first, so that what other tasks claim from its back end is light
-    ntasks = max(1, min(P, len(work)))
+def _index_work(files: list[tuple], nshards: list[int]) -> list:
+    """The write work of the index files: their shards, which fill disjoint runs of ranks and slots
+    of a file in parallel."""
+    work = []
+    for (k, path, items, n), m in zip(files, nshards):
+        for j in range(m if n else 0):
+            work.append(("index", k, index_shard_weight(n, m), [k, path, items, j, m]))
+    return work
+
+
+def _write_groups(work: list, cores: int) -> list[list]:
+    """The work spread over the tasks, biggest first, each to the least loaded task; each task's
+    items heaviest first, so that what other tasks claim from its back end is light."""
+    ntasks = max(1, min(cores, len(work)))
     planned: list[list] = [[] for _ in range(ntasks)]
     for item_id, ((kind, _, weight, payload), b) in enumerate(zip(work, lpt([w[2] for w in work], ntasks))):
         planned[b].append((-weight, item_id, [item_id, kind, payload]))
-    groups = [[item for *_, item in sorted(g)] for g in planned]
-    steps.mark("plan_write")
-    spec = {"out": out_dir, "cfg": I.cfg_to_json(cfg), "tmp": tmp}
-    done = R.run_claimed(spark, I.write_claimed, I.write_task, spec, groups) if work else {}
-    rows = [Row(r) for item_id in sorted(done) for r in done[item_id]]
-    steps.mark("write")
-    written_queues = sum(1 for r in rows if r.kind == "queue")
+    return [[item for *_, item in sorted(g)] for g in planned]
+
+
+def _finish_index_files(cfg: MessageStoreConfig, files: list[tuple], rows: list, out_dir: str) -> None:
+    """Check the shards' counts, write each index file's header and move it into ``out_dir``."""
     shard_rows: dict[int, list] = {}
     for r in rows:
         if r.kind == "index":
@@ -352,8 +357,32 @@ def _rebuild(spark: SparkSession, d: _Dispatch, cfg: MessageStoreConfig, out_dir
         if sum(r["count"] for r in mine) != n:
             raise RuntimeError(f"index file {k}: the shards wrote {sum(r['count'] for r in mine)} items, expected {n}")
         I.finish_index_file(cfg, path, items, sum(r.slots for r in mine), paths.index_dir(out_dir))
+
+
+def _rebuild(spark: SparkSession, d: _Dispatch, out_dir: str, steps: Steps, tmp: str,
+             index_shards: int | None) -> dict:
+    """Stage 2 of rebuild: write the consume queues and index files of what ``d`` dispatched,
+    spread over one task per core."""
+    cfg = d.cfg
+    counts = d.counts()
+    records = sum(c["records"] for c in counts)
+    if records == 0:
+        return {"records": 0, "consume_queues": 0, "index_files": 0}
+    nqueues, work = _queue_work(counts)
+    files = _prepare_index_files(cfg, counts, tmp) if cfg.message_index_enable else []
+    if files:
+        nshards = [index_shards] * len(files) if index_shards else \
+            plan_index_shards([n for *_, n in files], parallelism(spark), [w[2] for w in work])
+        work += _index_work(files, nshards)
+    groups = _write_groups(work, parallelism(spark))
+    steps.mark("plan_write")
+    spec = {"out": out_dir, "cfg": I.cfg_to_json(cfg), "tmp": tmp}
+    done = R.run_claimed(spark, I.write_claimed, I.write_task, spec, groups) if work else {}
+    rows = [Row(r) for item_id in sorted(done) for r in done[item_id]]
+    steps.mark("write")
+    written_queues = sum(1 for r in rows if r.kind == "queue")
+    _finish_index_files(cfg, files, rows, out_dir)
     steps.mark("finish")
-    written_files = len(files)
-    if written_queues != len(queues):
-        raise RuntimeError(f"rebuild wrote {written_queues} queues, expected {len(queues)}")
-    return {"records": records, "consume_queues": written_queues, "index_files": written_files}
+    if written_queues != nqueues:
+        raise RuntimeError(f"rebuild wrote {written_queues} queues, expected {nqueues}")
+    return {"records": records, "consume_queues": written_queues, "index_files": len(files)}
