@@ -36,7 +36,7 @@ MIRRORED_MODULES = ("errors", "config", "types", "layout", "message_store", "con
 PENDING = frozenset({"format/encode", "format/encode_batch", "format/frame", "engine/put_encode",
                      "engine/index_file"})
 #: tests/unit files that test the code base as a whole, not one module
-WHOLE_PACKAGE_TESTS = {"test_architecture.py", "test_test_layout.py"}
+WHOLE_PACKAGE_TESTS = {"test_architecture.py", "test_test_layout.py", "test_budgets.py"}
 #: helpers that live in tests/kit.py and nowhere else
 KIT_HELPERS = {"_cfg", "make_config", "msg", "_msg", "_message", "load_vector", "vectors_root", "tree_hashes",
                "digests", "_free_port", "free_port", "_seg", "_patch", "_api", "message_from_input"}
