@@ -441,6 +441,12 @@ class IndexService:
         if cur.is_write_full and recs[-1] < n - 1:
             self._new_file()
 
+    def adopt(self, files: list) -> None:
+        """Recovery: serve ``files`` (sorted by name); new files are named after the last of them."""
+        with self.lock:
+            self.files = files
+            self._last_name = max([self._last_name] + [f.name for f in files[-1:]])
+
     def ensure_file(self) -> None:
         """Upstream creates an index file for every dispatched record, keys or not."""
         with self.lock:
