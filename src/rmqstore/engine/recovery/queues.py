@@ -9,8 +9,17 @@ from ...format import message as M
 
 def units_match(files, end: int, phys: np.ndarray, sizes: np.ndarray, queue_offsets: np.ndarray,
                 topic: str, queue_id: int) -> np.ndarray:
-    """Per consume-queue unit: does it point at a record (below ``end``) of its size, topic, queue
-    and queue offset, whose framing is intact? (Tags and CRC are not checked here.)"""
+    """Compatibility form of :func:`match_units` (``engine.verify`` still calls it)."""
+    return match_units(files, end, (phys, sizes, queue_offsets), (topic, queue_id))
+
+
+def match_units(files, end: int, units: tuple[np.ndarray, np.ndarray, np.ndarray],
+                queue: tuple[str, int]) -> np.ndarray:
+    """Per consume-queue unit (``units``: their phy offsets, sizes and queue offsets, of the queue
+    ``(topic, queueId)``): does it point at a record (below ``end``) of its size, topic, queue and
+    queue offset, whose framing is intact? (Tags and CRC are not checked here.)"""
+    phys, sizes, queue_offsets = units
+    topic, queue_id = queue
     n = phys.size
     out = np.zeros(n, dtype=bool)
     if n == 0 or not files:
@@ -61,8 +70,8 @@ def validated_unit_end(cq, files, end: int, from_q: int) -> int:
         units = units[:int(written[-1]) + 1]
         n_units = lo + units.size
         qs = np.arange(q_first + lo, q_first + n_units, dtype=np.int64)
-        ok = units_match(files, end, units["p"].astype(np.int64), units["s"].astype(np.int64), qs,
-                         cq.topic, cq.queue_id)
+        ok = match_units(files, end, (units["p"].astype(np.int64), units["s"].astype(np.int64), qs),
+                         (cq.topic, cq.queue_id))
         good = np.flatnonzero(ok)
         if good.size:
             out = int(qs[good[-1]]) + 1
