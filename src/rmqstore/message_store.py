@@ -36,7 +36,6 @@ from .engine.consume_queue import ConsumeQueue
 from .engine.consumer_offsets import CONSUMER_OFFSET_FILE, ConsumerOffsetManager
 from .engine.dispatch import ReputMessageService, extract_dispatch_columns, iter_record_batches
 from .engine.index import IndexFile, IndexService
-from .format import consume_queue as CQF
 from .format import index_file as IF
 from .format import message as M
 from .io.mapped_file import atomic_write_text, fsync_dir, fsync_dirty_dirs
