@@ -1,11 +1,13 @@
 """MessageStore: the facade (mirrors ``DefaultMessageStore``).
 
 Opening takes the lock (writers only), loads segments, consume queues, index and checkpoint,
-recovers (FORMAT.md §9), starts the dispatcher and the flusher, and creates the ``abort`` file.
+recovers (FORMAT.md §9: :mod:`.engine.recovery` plans from the files, then applies the plan),
+starts the dispatcher and the flusher, and creates the ``abort`` file.
 A clean :meth:`close` waits for dispatch, flushes everything and removes ``abort``.
 
 Read-only opens take no lock, never create, truncate or delete a file (every mmap is read-only) and
-put the would-be recovery in :attr:`recovery_report` instead of applying it.
+compute the same recovery plan (:attr:`recovery_plan`) without applying it, reporting the would-be
+recovery in :attr:`recovery_report`.
 """
 from __future__ import annotations
 

@@ -90,7 +90,7 @@ def _missing_keys(store: StoreParts, mf, batch, pair: tuple) -> list[int]:
     p = int(batch.phy_offset[0])
     cols = D.extract_dispatch_columns(mf.u8, batch, store.delay_levels_ms, {})
     want = sorted(cols.item_hash.tolist())
-    have = _item_hashes_at(prev_f, p, from_end=True) + (_item_hashes_at(nxt, p, from_end=False) if nxt else [])
+    have = _last_item_hashes(prev_f, p) + (_first_item_hashes(nxt, p) if nxt else [])
     missing = list(want)
     for h in have:
         if h in missing:
@@ -98,19 +98,24 @@ def _missing_keys(store: StoreParts, mf, batch, pair: tuple) -> list[int]:
     return missing
 
 
-def _item_hashes_at(f, phy: int, *, from_end: bool) -> list[int]:
-    """Key hashes of the items of index file ``f`` for the record at ``phy`` (its last items when
-    ``from_end``, else its first ones)."""
-    count = max(1, int(f.index_count))
-    if count <= 1:
-        return []
-    items = np.frombuffer(f.mf.mm, dtype=IF.ITEM_DTYPE, count=count - 1, offset=IF.item_pos(f.slot_num, 1))
-    phys = items["phy_offset"].astype(np.int64)
+def _last_item_hashes(f, phy: int) -> list[int]:
+    """Key hashes of the last items of index file ``f`` while they are for the record at ``phy``."""
+    phys, hashes = _items_of(f)
     same = phys == phy
-    if from_end:
-        k = len(same) - (int(np.argmin(same[::-1])) if not same.all() else len(same))
-        sel = slice(k, None)
-    else:
-        k = int(np.argmin(same)) if not same.all() else len(same)
-        sel = slice(0, k)
-    return items["key_hash"][sel].astype(np.int64).tolist()
+    k = len(same) - (int(np.argmin(same[::-1])) if not same.all() else len(same))
+    return hashes[k:].astype(np.int64).tolist()
+
+
+def _first_item_hashes(f, phy: int) -> list[int]:
+    """Key hashes of the first items of index file ``f`` while they are for the record at ``phy``."""
+    phys, hashes = _items_of(f)
+    same = phys == phy
+    k = int(np.argmin(same)) if not same.all() else len(same)
+    return hashes[:k].astype(np.int64).tolist()
+
+
+def _items_of(f) -> tuple[np.ndarray, np.ndarray]:
+    """(phy offsets, key hashes) of index file ``f``'s items (item 0, unused, left out)."""
+    count = max(1, int(f.index_count))
+    items = np.frombuffer(f.mf.mm, dtype=IF.ITEM_DTYPE, count=count - 1, offset=IF.item_pos(f.slot_num, 1))
+    return items["phy_offset"].astype(np.int64), items["key_hash"]
