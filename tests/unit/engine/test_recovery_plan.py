@@ -9,22 +9,20 @@ import shutil
 
 import pytest
 
-from rmqstore import Message, MessageStore
+from rmqstore import MessageStore
 from rmqstore.engine import recovery as R
 from rmqstore.engine.checkpoint import StoreCheckpoint
 from rmqstore.io import paths
+from tests import kit
 
 N = 40
-
-
-def _msg(i: int) -> Message:
-    return Message.create("Plan", f"message {i:04d} ".encode() * 3, tags="T", keys=[f"k{i}"], queue_id=i % 2)
 
 
 def _build(path, cfg) -> list:
     """A store closed cleanly after ``N`` messages over two queues (several commitlog segments)."""
     with MessageStore.open(path, cfg) as st:
-        puts = [st.put_message(_msg(i)) for i in range(N)]
+        puts = [st.put_message(kit.msg("Plan", f"message {i:04d} ".encode() * 3, i=i, tags="T", queues=2))
+                for i in range(N)]
         st.wait_dispatched(timeout=10)
     return puts
 
@@ -36,35 +34,32 @@ def _crash(path) -> None:
 
 def _tear(path, cfg, put, zeros: int = 16) -> None:
     """Zero the last ``zeros`` bytes of the record ``put`` wrote (a torn write)."""
-    size = cfg.mapped_file_size_commit_log
-    seg = os.path.join(paths.commitlog_dir(str(path)), f"{put.phy_offset // size * size:020d}")
-    with open(seg, "r+b") as fh:
-        fh.seek(put.phy_offset % size + put.wrote_bytes - zeros)
-        fh.write(bytes(zeros))
+    seg, pos = kit.segment_of(path, put.phy_offset, cfg.mapped_file_size_commit_log)
+    kit.patch_file(seg, pos + put.wrote_bytes - zeros, bytes(zeros))
 
 
-def _plans(path, cfg, vectors) -> tuple[R.RecoveryPlan, R.RecoveryPlan, MessageStore]:
+def _plans(path, cfg) -> tuple[R.RecoveryPlan, R.RecoveryPlan, MessageStore]:
     """(read-only plan, writable plan, the writable store still open); checks on the way that the
     read-only open left every byte as it was."""
-    before = vectors.tree_hashes(path)
+    before = kit.tree_hashes(path)
     with MessageStore.open(path, cfg, read_only=True) as ro:
         ro_plan = ro.recovery_plan
         assert ro.recovery_report.applied is False
-    assert vectors.tree_hashes(path) == before, "a read-only open changed the store"
+    assert kit.tree_hashes(path) == before, "a read-only open changed the store"
     st = MessageStore.open(path, cfg)
     return ro_plan, st.recovery_plan, st
 
 
 @pytest.fixture
-def cfg(make_config):
-    return make_config(flush_disk_type="SYNC_FLUSH")
+def cfg():
+    return kit.cfg(flush_disk_type="SYNC_FLUSH")
 
 
-def test_clean_shutdown_plan_cuts_nothing(tmp_path, cfg, vectors):
+def test_clean_shutdown_plan_cuts_nothing(tmp_path, cfg):
     path = tmp_path / "s"
     puts = _build(path, cfg)
     end = puts[-1].phy_offset + puts[-1].wrote_bytes
-    ro_plan, plan, st = _plans(path, cfg, vectors)
+    ro_plan, plan, st = _plans(path, cfg)
     with st:
         assert plan == ro_plan
         assert plan.mode == "normal" and not plan.abnormal
@@ -76,7 +71,7 @@ def test_clean_shutdown_plan_cuts_nothing(tmp_path, cfg, vectors):
 
 
 @pytest.mark.parametrize("index_flushed", [False, True])
-def test_crash_plan_redispatches_from_the_start_segment(tmp_path, cfg, vectors, index_flushed):
+def test_crash_plan_redispatches_from_the_start_segment(tmp_path, cfg, index_flushed):
     path = tmp_path / "s"
     puts = _build(path, cfg)
     end = puts[-1].phy_offset + puts[-1].wrote_bytes
@@ -87,7 +82,7 @@ def test_crash_plan_redispatches_from_the_start_segment(tmp_path, cfg, vectors, 
         with open(cp_path, "r+b") as fh:
             fh.write(values.pack())
     newest_index = sorted(os.listdir(paths.index_dir(str(path))))[-1]
-    ro_plan, plan, st = _plans(path, cfg, vectors)
+    ro_plan, plan, st = _plans(path, cfg)
     with st:
         assert plan == ro_plan
         assert plan.mode == "abnormal" and plan.abnormal
@@ -106,14 +101,14 @@ def test_crash_plan_redispatches_from_the_start_segment(tmp_path, cfg, vectors, 
 
 
 @pytest.mark.parametrize("crashed", [False, True])
-def test_torn_tail_plan_cuts_the_last_record(tmp_path, cfg, vectors, crashed):
+def test_torn_tail_plan_cuts_the_last_record(tmp_path, cfg, crashed):
     path = tmp_path / "s"
     puts = _build(path, cfg)
     last = puts[-1]
     _tear(path, cfg, last)
     if crashed:
         _crash(path)
-    ro_plan, plan, st = _plans(path, cfg, vectors)
+    ro_plan, plan, st = _plans(path, cfg)
     with st:
         assert plan == ro_plan
         assert plan.mode == ("abnormal" if crashed else "normal")
@@ -140,7 +135,7 @@ def test_torn_tail_plan_cuts_the_last_record(tmp_path, cfg, vectors, crashed):
         assert ro.recovery_plan.cuts == () and ro.recovery_plan.queue_cuts == ()
 
 
-def test_a_plan_applied_by_a_writer_leaves_the_files_a_second_writer_plans_nothing_for(tmp_path, cfg, vectors):
+def test_a_plan_applied_by_a_writer_leaves_the_files_a_second_writer_plans_nothing_for(tmp_path, cfg):
     """The writer applies exactly its plan: a copy of the damaged store opened read-only again
     after the writer's recovery plans no cut (what was planned was done)."""
     path = tmp_path / "s"
