@@ -1,11 +1,13 @@
 """MessageStore: the facade (mirrors ``DefaultMessageStore``).
 
 Opening takes the lock (writers only), loads segments, consume queues, index and checkpoint,
-recovers (FORMAT.md §9), starts the dispatcher and the flusher, and creates the ``abort`` file.
+recovers (FORMAT.md §9: :mod:`.engine.recovery` plans from the files, then applies the plan),
+starts the dispatcher and the flusher, and creates the ``abort`` file.
 A clean :meth:`close` waits for dispatch, flushes everything and removes ``abort``.
 
 Read-only opens take no lock, never create, truncate or delete a file (every mmap is read-only) and
-put the would-be recovery in :attr:`recovery_report` instead of applying it.
+compute the same recovery plan (:attr:`recovery_plan`) without applying it, reporting the would-be
+recovery in :attr:`recovery_report`.
 """
 from __future__ import annotations
 
@@ -34,9 +36,8 @@ from .engine.checkpoint import StoreCheckpoint
 from .engine.commit_log import CommitLog
 from .engine.consume_queue import ConsumeQueue
 from .engine.consumer_offsets import CONSUMER_OFFSET_FILE, ConsumerOffsetManager
-from .engine.dispatch import ReputMessageService, dispatch_batch, extract_dispatch_columns, iter_record_batches
+from .engine.dispatch import ReputMessageService, extract_dispatch_columns, iter_record_batches
 from .engine.index import IndexFile, IndexService
-from .format import consume_queue as CQF
 from .format import index_file as IF
 from .format import message as M
 from .io.mapped_file import atomic_write_text, fsync_dir, fsync_dirty_dirs
@@ -109,47 +110,6 @@ def _total_ram() -> int:
         return 8 << 30
 
 
-def _view_end(cq: ConsumeQueue) -> int:
-    """Queue offset where a consume queue's view ends: in the first file not full (files mapped
-    after it, empty so far, do not move it)."""
-    for mf in cq.queue.files:
-        if mf.wrote_position < mf.file_size:
-            return (mf.file_from_offset + mf.wrote_position) // CQF.UNIT_SIZE
-    return cq.max_offset
-
-
-def _first_unit_at_or_after(cq: ConsumeQueue, phy: int) -> int:
-    """Queue offset of the first unit (in the queue's written files) whose phy offset is >= ``phy``."""
-    files = cq.queue.files
-    for mf in reversed(files):
-        n = mf.wrote_position // CQF.UNIT_SIZE
-        if n == 0:
-            continue
-        p = np.frombuffer(mf.mm, dtype=CQF.UNIT_DTYPE, count=n)["phy_offset"].astype(np.int64)
-        if int(p[0]) < phy or mf is files[0]:
-            idx = np.flatnonzero(p >= phy)
-            return mf.file_from_offset // CQF.UNIT_SIZE + (int(idx[0]) if idx.size else n)
-    return files[0].file_from_offset // CQF.UNIT_SIZE if files else 0
-
-
-def _item_hashes_at(f, phy: int, *, from_end: bool) -> list[int]:
-    """Key hashes of the items of index file ``f`` for the record at ``phy`` (its last items when
-    ``from_end``, else its first ones)."""
-    count = max(1, int(f.index_count))
-    if count <= 1:
-        return []
-    items = np.frombuffer(f.mf.mm, dtype=IF.ITEM_DTYPE, count=count - 1, offset=IF.item_pos(f.slot_num, 1))
-    phys = items["phy_offset"].astype(np.int64)
-    same = phys == phy
-    if from_end:
-        k = len(same) - (int(np.argmin(same[::-1])) if not same.all() else len(same))
-        sel = slice(k, None)
-    else:
-        k = int(np.argmin(same)) if not same.all() else len(same)
-        sel = slice(0, k)
-    return items["key_hash"][sel].astype(np.int64).tolist()
-
-
 def _disk_full_result(cfg: MessageStoreConfig) -> PutMessageResult:
     why = ("the free space would not hold the next commitlog, consume-queue and index files"
            if cfg.disk_policy == EMBEDDED else "usage is past diskSpaceWarningLevelRatio (retention frees space)")
@@ -171,6 +131,8 @@ class MessageStore(StoreReads):
         self.cq_lock = threading.Lock()
         self.reput: ReputMessageService | None = None
         self.recovery_report: R.RecoveryReport | None = None
+        #: what recovery computed from the files at open (a writer applied it, a reader did not)
+        self.recovery_plan: R.RecoveryPlan | None = None
         self._lock_fd: int | None = None
         self._closed = False
         self._flusher: threading.Thread | None = None
@@ -440,8 +402,8 @@ class MessageStore(StoreReads):
         queues = lost | behind
         index_from = None
         if not index_lost and self.cfg.message_index_enable and self.index_service.files:
-            idx_end = self._index_end(cl.confirm_offset)  # the index behind (its newest file lost)
-            if idx_end < cl.confirm_offset and self._keyed_records_in(idx_end, cl.confirm_offset):
+            idx_end = R.index_end(self, cl.confirm_offset)  # the index behind (its newest file lost)
+            if idx_end < cl.confirm_offset and R.keyed_records_in(self, idx_end, cl.confirm_offset):
                 index_from = idx_end
         if not queues and not index_lost and index_from is None:
             return
@@ -524,105 +486,21 @@ class MessageStore(StoreReads):
                 self.consume_queues[(topic, int(q))] = cq
 
     def _recover(self, last_exit_ok: bool, dropped_index: list) -> None:
-        """FORMAT.md §9 with the changes described in :mod:`.engine.recovery`.
-
-        Normal (clean shutdown): scan from the start segment, cut a torn tail, truncate consume
-        queues beyond the end, dispatch what the queues miss. Abnormal (``abort`` present): the
-        same scan; then every consume queue and the index files newer than the checkpoint are cut
-        back to the recovery point and rebuilt from the commitlog (a crash can leave a half-written
-        unit or index item at their ends). Read-only: all of it computed, nothing written; the
-        reader's consume-queue views end at the last unit that matches its record."""
+        """FORMAT.md §9 with the changes described in :mod:`.engine.recovery`: each consume queue
+        finds its own end, a plan is computed from the files (:attr:`recovery_plan`), then a writer
+        applies it to the files and a reader to its in-memory view only."""
         t0 = R.now()
-        cl = self.commit_log
-        files = cl.queue.files
-        cfg = self.cfg
-        applied = not self.read_only
         for cq in self.consume_queues.values():
             cq.recover()
-        before = {k: cq.max_offset for k, cq in self.consume_queues.items()}
-        dispatch_from = max((cq.max_physic_offset for cq in self.consume_queues.values()), default=-1)
-        mode = "empty" if not files else ("normal" if last_exit_ok else "abnormal")
-        report = R.RecoveryReport(mode=mode, applied=applied)
-        start_phy = end = 0
-        if files:
-            cp = self.checkpoint.values
-            start_i = R.choose_start_segment(files, cfg, normal=last_exit_ok, dispatch_from_phy=dispatch_from,
-                                             min_timestamp=cp.min_timestamp, index_msg_timestamp=cp.index_msg_timestamp)
-            start_phy = files[start_i].file_from_offset
-            scan = R.scan_log(files, start_phy, cfg, check_crc=cfg.check_crc_on_recover)
-            end = scan.end
-            report.start_offset, report.end_offset = start_phy, end
-            report.last_valid_offset, report.records_scanned = scan.last_valid, scan.records
-            report.corrupt_records = self._really_corrupt(scan.corrupt) if not applied else scan.corrupt
-            extents = R.tail_extents(files, end, R.max_record_size(cfg) + 4096)
-            report.cuts = R.save_cuts(self.path, extents, scan.reason, applied)
-            if applied:
-                for mf, pos, stop in extents:
-                    mf.zero_from(pos, stop)
-                    mf.flush(0)
-                cl.queue.truncate_dirty_files(end)
-                for mf in cl.queue.files:
-                    mf.flushed_position = mf.wrote_position
-            else:
-                self._set_read_positions(end)
-            cl.confirm_offset = cl.flushed_offset = end
-            cpv = self.checkpoint.values
-            if scan.last_valid >= 0:
-                cpv.confirm_phy_offset = scan.last_valid
-            if scan.records:
-                # a cut record's store time must not stay in the checkpoint
-                cpv.physic_msg_timestamp = min(cpv.physic_msg_timestamp, scan.max_store_timestamp)
-                cpv.logics_msg_timestamp = min(cpv.logics_msg_timestamp, scan.max_store_timestamp)
-            # what has to be dispatched again
-            redispatch = min(max(dispatch_from, 0), end) if last_exit_ok else min(start_phy, end)
-            cut_to = end if last_exit_ok else redispatch
-            for cq in self.consume_queues.values():
-                if applied or last_exit_ok:
-                    R.truncate_queue(cq, cut_to, apply=applied)
-            if not applied and not last_exit_ok:
-                self._validate_read_views(from_phy=redispatch)
+        plan = self.recovery_plan = R.plan_recovery(self, last_exit_ok, dropped_index)
+        if self.read_only:
+            report = R.apply_read_view(self, plan)
+            resume = plan.end_offset
         else:
-            for cq in self.consume_queues.values():
-                if applied:
-                    cq.destroy()
-            if applied:
-                self.consume_queues.clear()
-            redispatch = 0
-        index_cut = redispatch
-        all_index = sorted(set(self.index_service.files) | set(dropped_index), key=lambda f: f.name)
-        if applied and files and all_index:
-            if not last_exit_ok and all_index[-1] not in dropped_index:
-                # the current (newest) file can hold a half-written put (slots ahead of its header)
-                # even when its end time does not pass the checkpoint: it is cut back like the others
-                dropped_index = list(dropped_index) + [all_index[-1]]
-            elif last_exit_ok:
-                # a clean shutdown, but the commitlog lost its tail: items for the cut records go
-                # (a new record at the same offset would otherwise be taken as indexed already)
-                dropped_index = [f for f in self.index_service.files if f.end_phy >= end]
-                index_cut = end
-        if dropped_index:
-            redispatch = min(redispatch, self._recover_index(dropped_index, index_cut, applied, report))
-        elif applied and last_exit_ok and files and cfg.message_index_enable and self.index_service.files:
-            # beyond upstream: an index behind the consume queues (its newest file lost) catches up
-            redispatch = min(redispatch, self._index_end(end))
-        redispatch = max(redispatch, cl.min_offset)
-        report.redispatch_from = redispatch
-        self.reput = ReputMessageService(self, redispatch)
-        if applied and files:
-            report.records_redispatched = self._redispatch(redispatch, end)
-            self.reput.reput_from = max(self.reput.reput_from, end)
-            for cq in self.consume_queues.values():
-                cq.flush(0)
-            self.index_service.flush()
-            fsync_dirty_dirs()
-            self.checkpoint.flush()
-        else:
-            self.reput.reput_from = end
-        for key, cq in self.consume_queues.items():
-            cl.topic_queue_table[(cq.topic, cq.queue_id)] = cq.max_offset
-            cq.correct_min_offset(cl.min_offset)
-            if cq.max_offset < before.get(key, 0):
-                report.consume_queues_truncated.append(f"{cq.topic}/{cq.queue_id}")
+            report = R.apply_recovery(self, plan)
+            resume = max(report.redispatch_from, plan.end_offset) if plan.mode != "empty" else plan.end_offset
+        self.reput = ReputMessageService(self, report.redispatch_from)
+        self.reput.reput_from = resume
         report.seconds = R.now() - t0
         self.recovery_report = report
         if self.live_writer_pid is not None and not report.corrupt_records:
@@ -638,194 +516,8 @@ class MessageStore(StoreReads):
         files = self.index_service.files
         cl = self.commit_log
         spans = [(cl.min_offset, files[0].begin_phy)] if files[0].index_count > 1 else []
-        spans += [(self._index_end_of(a), b.begin_phy) for a, b in zip(files, files[1:]) if b.index_count > 1]
-        return any(self._keyed_records_in(a, b) for a, b in spans if a < b)
-
-    def _index_end_of(self, f) -> int:
-        """The commitlog offset after the last record index file ``f`` covers (its TOTALSIZE read
-        from the segment: this runs before recovery has set the readable end)."""
-        phy = f.end_phy
-        mf = self.commit_log.queue.find(phy)
-        pos = phy - mf.file_from_offset if mf is not None else -1
-        if mf is None or pos + 4 > mf.file_size:
-            return phy
-        total = M.I32.unpack_from(mf.mm, pos)[0]
-        return phy + total if total >= M.MIN_RECORD_SIZE else phy
-
-    def _keyed_records_in(self, start: int, stop: int) -> bool:
-        """Whether a record with KEYS or UNIQ_KEY starts in ``[start, stop)`` of the commitlog."""
-        cache: dict = {}
-        for mf, batch in iter_record_batches(self.commit_log.queue, start, stop):
-            if extract_dispatch_columns(mf.u8, batch, self.delay_levels_ms, cache).item_hash.size:
-                return True
-        return False
-
-    def _index_end(self, end: int) -> int:
-        """Where the index stops covering the commitlog: the record after the newest index file's
-        last item (``end`` when that lies outside the data)."""
-        f = self.index_service.files[-1]
-        if not self.commit_log.min_offset <= f.end_phy < end:
-            return end
-        return min(self._index_end_of(f), end)
-
-    def _recover_index(self, dropped: list, redispatch: int, applied: bool, report: R.RecoveryReport) -> int:
-        """Index files newer than the checkpoint after a crash: upstream deletes them (and loses
-        their entries for records before the recovery point). Here they are cut back to the
-        recovery point and kept; the re-dispatch adds the rest. Read-only: kept as they are (every
-        query result is checked against its record)."""
-        svc = self.index_service
-        kept = sorted(set(svc.files) | set(dropped), key=lambda f: f.name)
-        if applied:
-            ts_at = R.store_ts_reader(self.commit_log.queue.files)
-            prev_end = (0, 0)
-            out = []
-            for f in kept:
-                if f in dropped:
-                    # a record whose keys spill from the previous file into this one keeps them here
-                    limit = max(redispatch, prev_end[0] + 1) if out else redispatch
-                    cut = R.truncate_index_file(f, limit, ts_at, prev_end)
-                    if cut:
-                        report.index_files_rebuilt.append(f.name)
-                    if f.index_count <= 1:
-                        # no item left: its header may still carry the end of a file cut back or
-                        # removed before it; the index creates a fresh current file when needed
-                        f.destroy()
-                        continue
-                    if cut:
-                        f.flush()
-                out.append(f)
-                prev_end = (f.end_phy, f.end_ts)
-            kept = out
-        else:
-            report.index_files_rebuilt = [f.name for f in dropped]
-        with svc.lock:
-            svc.files = kept
-            if kept:
-                svc._last_name = max(getattr(svc, "_last_name", ""), kept[-1].name)
-        if applied:
-            redispatch = self._complete_split_record(redispatch)
-        return redispatch
-
-    def _complete_split_record(self, redispatch: int) -> int:
-        """The record whose keys fill the last full index file may continue in the next file; a
-        crash can lose that continuation (or the file), and the re-dispatch would skip the record
-        (its offset equals the index's end offset). Its missing keys are put back here and what
-        follows it is re-indexed. Returns the (possibly earlier) re-dispatch start."""
-        svc = self.index_service
-        cl = self.commit_log
-        files = svc.files
-        full = [i for i, f in enumerate(files) if f.is_write_full]
-        if not full:
-            return redispatch
-        i = full[-1]
-        prev_f = files[i]
-        nxt = files[i + 1] if i + 1 < len(files) else None
-        p = prev_f.end_phy
-        mf = cl.queue.find(p)
-        if p < cl.min_offset or p >= cl.confirm_offset or mf is None:
-            return redispatch
-        batch = M.decode_batch(mf.u8, np.array([p - mf.file_from_offset], dtype=np.int64))
-        if not batch.valid[0] or int(batch.phy_offset[0]) != p or int(batch.sys_flag[0]) & 0xC == 0xC:
-            return redispatch
-        cols = extract_dispatch_columns(mf.u8, batch, self.delay_levels_ms, {})
-        want = sorted(cols.item_hash.tolist())
-        have = _item_hashes_at(prev_f, p, from_end=True) + (_item_hashes_at(nxt, p, from_end=False) if nxt else [])
-        missing = list(want)
-        for h in have:
-            if h in missing:
-                missing.remove(h)
-        if not missing:
-            return redispatch
-        ts = int(batch.store_timestamp[0])
-        if nxt is not None:
-            R.truncate_index_file(nxt, p + 1, R.store_ts_reader(cl.queue.files), (prev_f.end_phy, prev_f.end_ts))
-        else:
-            svc.ensure_file()
-            nxt = svc.files[-1]
-        n = len(missing)
-        nxt.put_batch(np.array(missing, dtype=np.int64), np.full(n, p, dtype=np.int64), np.full(n, ts, dtype=np.int64))
-        nxt.flush()
-        log.warning("%s: index: %d key(s) of the record at %d were lost with a crash and are indexed again",
-                    self.path, n, p)
-        return min(redispatch, p)
-
-    def _redispatch(self, start: int, end: int) -> int:
-        """Dispatch the records in ``[start, end)`` to the consume queues and the index. Corrupt
-        records whose framing is intact get their unit (reads refuse them); a record lost to
-        corruption leaves a queue-offset gap, which is filled with units pointing at the corrupt
-        bytes so that the queue's later units keep their offsets."""
-        if start >= end:
-            return 0
-        cl = self.commit_log
-        topic_cache: dict[bytes, str] = {}
-        spans: list[R.CorruptSpan] = []
-        count = 0
-
-        def on_batch(mf, batch) -> None:
-            nonlocal count
-            if spans:
-                V.pad_gaps(self, mf, batch, spans, topic_cache, self.consume_queues.get)
-            dispatch_batch(mf.u8, batch, cq_for=self.find_consume_queue, index_service=self.index_service,
-                           delay_levels_ms=self.delay_levels_ms, topic_cache=topic_cache,
-                           build_index=self.cfg.message_index_enable)
-            self.on_dispatched(int(batch.store_timestamp[-1]))
-            count += len(batch)
-
-        def on_corrupt(span) -> None:
-            if span.kind == "record_invalid":
-                spans.append(span)
-
-        R.scan_log(cl.queue.files, start, self.cfg, check_crc=False, limit_phy=end, on_batch=on_batch,
-                   dispatchable=True, on_corrupt=on_corrupt)
-        return count
-
-    # ------------------------------------------------------------------------------------------
-    # Read-only views
-    # ------------------------------------------------------------------------------------------
-    def _set_read_positions(self, end: int) -> None:
-        """Read-only: segment positions (in memory) for valid data ending at ``end``."""
-        for mf in self.commit_log.queue.files:
-            if mf.file_from_offset + mf.file_size <= end:
-                mf.wrote_position = mf.flushed_position = mf.file_size
-            elif mf.file_from_offset <= end:
-                mf.wrote_position = mf.flushed_position = end - mf.file_from_offset
-            else:
-                mf.wrote_position = mf.flushed_position = 0
-
-    def _validate_read_views(self, from_phy: int | None = None, cqs=None) -> None:
-        """Read-only: each consume queue's view ends after its last unit that matches its record
-        in the commitlog view (units with phy offsets from ``from_phy``, or from the current view
-        end, are checked; earlier ones are trusted as a writer's recovery would)."""
-        cl = self.commit_log
-        files = cl.queue.files
-        for cq in (cqs if cqs is not None else list(self.consume_queues.values())):
-            if not cq.queue.files:
-                continue
-            if from_phy is not None:
-                from_q = _first_unit_at_or_after(cq, from_phy)
-            else:
-                from_q = _view_end(cq)
-            view_end = R.validated_unit_end(cq, files, cl.confirm_offset, from_q)
-            for mf in cq.queue.files:
-                pos = min(max(view_end * 20 - mf.file_from_offset, 0), mf.file_size)
-                mf.wrote_position = mf.flushed_position = pos
-            # files after the view (nothing valid in them yet) leave it until a later refresh,
-            # so that the queue's max offset is the view's end
-            qf = cq.queue.files
-            while len(qf) > 1 and qf[-1].wrote_position == 0 and qf[-2].wrote_position < qf[-2].file_size:
-                qf.pop().close()
-
-    def _really_corrupt(self, spans: list) -> list:
-        """Read-only scans of a live store: a record seen half-written while valid records after
-        it were already complete is re-read; if whole now, it was being written, not corrupt
-        (the writer finished it before appending the next one)."""
-        out = []
-        for sp in spans:
-            mf = self.commit_log.queue.find(sp.offset)
-            if mf is not None and R.record_ok_at(mf, sp.offset - mf.file_from_offset, self.cfg):
-                continue
-            out.append(sp)
-        return out
+        spans += [(R.index_end_of(self, a), b.begin_phy) for a, b in zip(files, files[1:]) if b.index_count > 1]
+        return any(R.keyed_records_in(self, a, b) for a, b in spans if a < b)
 
     def refresh(self) -> int:
         """Follow a writer in another process (read-only stores; a no-op for a writer).
@@ -849,11 +541,11 @@ class MessageStore(StoreReads):
                             files[-1].file_from_offset + files[-1].file_size)
                 scan = R.scan_log(files, start, self.cfg, check_crc=True)
                 end = max(scan.end, start)
-                for s in self._really_corrupt(scan.corrupt):
+                for s in R.really_corrupt(self, scan.corrupt):
                     log.error("%s: %s (kept, never served)", s.segment, s.reason)
             else:
                 end = 0
-            self._set_read_positions(end)
+            R.set_read_positions(self, end)
             cl.confirm_offset = cl.flushed_offset = end
             # consume queues: new queues, new files, units that match their records
             known = set(self.consume_queues)
@@ -867,7 +559,7 @@ class MessageStore(StoreReads):
                     added_q, removed_q = cq.queue.refresh()
                     for mf in removed_q:
                         self.retire(mf)
-            self._validate_read_views()
+            R.validate_read_views(self)
             grown = set()
             for key, cq in self.consume_queues.items():
                 if cl.topic_queue_table.get(key, 0) < cq.max_offset:
@@ -1010,7 +702,7 @@ class MessageStore(StoreReads):
                 # without being able to create the next file: put the rest of them back first
                 try:
                     with self.index_service.lock:
-                        r.reput_from = min(r.reput_from, max(self._complete_split_record(r.reput_from),
+                        r.reput_from = min(r.reput_from, max(R.complete_split_record(self, r.reput_from),
                                                              self.commit_log.min_offset))
                 except (StoreIOError, OSError) as e:
                     log.warning("dispatcher still cannot resume: %s", e)

@@ -52,9 +52,7 @@ class IndexService:
         size = F.file_size(self.cfg.max_hash_slot_num, self.cfg.max_index_num)
         for name in sorted(os.listdir(self.dir)):
             path = os.path.join(self.dir, name)
-            if not os.path.isfile(path):
-                continue
-            if not name.isdigit():
+            if not os.path.isfile(path) or not name.isdigit():
                 continue
             if os.path.getsize(path) != size:
                 # damaged (the geometry is the files' common size: layout.infer_config): its keys are
@@ -174,6 +172,10 @@ class IndexService:
             i += m
         if cur.is_write_full and recs[-1] < n - 1:
             self._new_file()
+
+    def adopt(self, files: list) -> None:  # recovery: serve these (by name); new files are named after them
+        with self.lock:
+            self.files, self._last_name = files, max([self._last_name] + [f.name for f in files[-1:]])
 
     def ensure_file(self) -> None:
         """Upstream creates an index file for every dispatched record, keys or not."""
