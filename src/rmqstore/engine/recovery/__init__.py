@@ -42,9 +42,9 @@ import time
 from .report import CorruptSpan, RecoveryReport, TailCut
 from .records import MAX_RESYNC_CANDIDATES, batch_checks, find_resync, max_record_size, record_ok_at, take_idx
 from .scan import SCAN_BATCH, ScanOptions, ScanResult, scan_log, walk_log
-from .tails import describe_cuts, save_cut_bytes, save_cuts, tail_extents
-from .queues import (cut_queue, last_real_unit_end, match_units, narrow_queue_view, queue_cut_point, truncate_queue,
-                     units_match, validated_unit_end)
+from .tails import describe_cuts, save_cut_bytes, tail_extents
+from .queues import (cut_queue, last_real_unit_end, match_units, narrow_queue_view, queue_cut_point,
+                     validated_unit_end)
 from .index_tail import store_ts_reader, truncate_index_file
 from .index_repair import complete_split_record, index_end, index_end_of, keyed_records_in
 from .view import first_unit_at_or_after, really_corrupt, set_read_positions, validate_read_views, view_end
@@ -54,8 +54,8 @@ from .apply import apply_read_view, apply_recovery, redispatch_records
 __all__ = [
     "CorruptSpan", "RecoveryReport", "TailCut", "MAX_RESYNC_CANDIDATES", "batch_checks", "find_resync",
     "max_record_size", "record_ok_at", "take_idx", "SCAN_BATCH", "ScanOptions", "ScanResult", "scan_log",
-    "walk_log", "describe_cuts", "save_cut_bytes", "save_cuts", "tail_extents", "cut_queue",
-    "last_real_unit_end", "match_units", "narrow_queue_view", "queue_cut_point", "truncate_queue", "units_match",
+    "walk_log", "describe_cuts", "save_cut_bytes", "tail_extents", "cut_queue",
+    "last_real_unit_end", "match_units", "narrow_queue_view", "queue_cut_point",
     "validated_unit_end", "store_ts_reader", "truncate_index_file", "complete_split_record", "index_end",
     "index_end_of", "keyed_records_in", "first_unit_at_or_after", "really_corrupt", "set_read_positions",
     "validate_read_views", "view_end", "RecoveryPlan", "choose_start_segment", "plan_recovery",

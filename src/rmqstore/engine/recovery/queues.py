@@ -7,12 +7,6 @@ import numpy as np
 from ...format import message as M
 
 
-def units_match(files, end: int, phys: np.ndarray, sizes: np.ndarray, queue_offsets: np.ndarray,
-                topic: str, queue_id: int) -> np.ndarray:
-    """Compatibility form of :func:`match_units` (``engine.verify`` still calls it)."""
-    return match_units(files, end, (phys, sizes, queue_offsets), (topic, queue_id))
-
-
 def match_units(files, end: int, units: tuple[np.ndarray, np.ndarray, np.ndarray],
                 queue: tuple[str, int]) -> np.ndarray:
     """Per consume-queue unit (``units``: their phy offsets, sizes and queue offsets, of the queue
@@ -130,16 +124,6 @@ def narrow_queue_view(cq, new_end: int) -> None:
         keep_files.append(mf)
     cq.queue.files = keep_files
     cq.max_physic_offset = last_real_unit_end(cq)
-
-
-def truncate_queue(cq, phy_end: int, *, apply: bool) -> bool:
-    """Compatibility form: :func:`queue_cut_point`, then :func:`cut_queue` (``apply``) or
-    :func:`narrow_queue_view`. Returns True when units were cut."""
-    new_end = queue_cut_point(cq, phy_end)
-    if new_end is None:
-        return False
-    (cut_queue if apply else narrow_queue_view)(cq, new_end)
-    return True
 
 
 def last_real_unit_end(cq) -> int:

@@ -1,52 +1,41 @@
-"""Record validity: whether a record (or a batch of them) is complete and intact, and where valid
-data continues after bad bytes (the resync rule: MAGIC + PHYSICALOFFSET)."""
+"""Record validity for recovery: whether a record (or a batch of them) is complete and intact, and
+where valid data continues after bad bytes, across segments. The rules themselves (framing, the
+resync rule MAGIC + PHYSICALOFFSET, completeness, CRCs) are the commitlog cursor's
+(:mod:`rmqstore.format.cursor`)."""
 from __future__ import annotations
 
 import numpy as np
 
+from ...format import cursor as C
 from ...format import message as M
 
 #: Candidate positions examined per resynchronisation attempt (pathological data guard).
 MAX_RESYNC_CANDIDATES = 100_000
-_MAGIC_BYTES = (M.I32.pack(M.MAGIC_V1), M.I32.pack(M.MAGIC_V2), M.I32.pack(M.BLANK_MAGIC))
+_MAGIC_BYTES = C.RECORD_MAGIC_BYTES + (C.BLANK_MAGIC_BYTES,)
 
 
 def batch_checks(mf, batch: M.RecordBatch, cfg, *, check_crc: bool) -> tuple[np.ndarray, np.ndarray]:
-    """For records whose framing ``decode_batch`` accepted: ``(structure_ok, crc_ok)``.
+    """For records whose framing ``decode_batch`` accepted: ``(structure_ok, crc_ok)``, by the
+    commitlog cursor's checks (:mod:`rmqstore.format.cursor`).
 
-    ``structure_ok``: PHYSICALOFFSET equals the position, the last TOPIC byte and the last
-    PROPERTIES byte (when there are properties) are not zero. ``crc_ok``: body CRC, or the
-    properties CRC under ``forceVerifyPropCRC`` (all True when ``check_crc`` is off)."""
-    u8 = mf.u8
+    ``structure_ok``: PHYSICALOFFSET equals the position, and the record is complete (the last TOPIC
+    byte and the last PROPERTIES byte, when there are properties, are not zero). ``crc_ok``: body
+    CRC, or the properties CRC under ``forceVerifyPropCRC`` (all True when ``check_crc`` is off)."""
     n = len(batch)
     ok = batch.valid.copy()
     if n == 0:
         return ok, ok.copy()
     idx = np.flatnonzero(ok)
+    valid = batch if idx.size == n else C.take(batch, idx)
     if idx.size:
-        phy_ok = batch.phy_offset[idx] == mf.file_from_offset + batch.starts[idx]
-        tl = batch.topic_len[idx]
-        tp = batch.topic_pos[idx]
-        has_t = tl > 0
-        last_t = u8[np.where(has_t, tp + tl - 1, 0)]
-        pl = batch.props_len[idx]
-        pp = batch.props_pos[idx]
-        has_p = pl > 0
-        last_p = u8[np.where(has_p, pp + pl - 1, 0)]
-        ok[idx] = phy_ok & (~has_t | (last_t != 0)) & (~has_p | (last_p != 0))
+        ok[idx] = (valid.phy_offset == mf.file_from_offset + valid.starts) & C.complete(mf.u8, valid)
     crc = np.ones(n, dtype=bool)
     if check_crc and idx.size:
-        if cfg.force_verify_prop_crc:
-            for i in idx.tolist():
-                crc[i] = M.check_record(mf.mm, int(batch.starts[i]), mf.file_size, check_crc=True,
-                                        force_verify_prop_crc=True)[1]
-        else:
-            crc[idx] = M.body_crc_ok(mf.mm, take_idx(batch, idx))
+        crc[idx] = C.crc_ok(mf.mm, valid, cfg.force_verify_prop_crc)
     return ok, crc
 
 
-def take_idx(batch: M.RecordBatch, idx: np.ndarray) -> M.RecordBatch:
-    return M.RecordBatch(**{k: v[idx] for k, v in batch.__dict__.items()})
+take_idx = C.take
 
 
 def record_ok_at(mf, pos: int, cfg, *, check_crc: bool = True) -> bool:
@@ -58,13 +47,6 @@ def record_ok_at(mf, pos: int, cfg, *, check_crc: bool = True) -> bool:
         return False
     ok, crc = batch_checks(mf, batch, cfg, check_crc=check_crc)
     return bool(ok[0] and crc[0])
-
-
-def _blank_ok_at(mf, pos: int) -> bool:
-    if pos + 8 > mf.file_size:
-        return False
-    total, magic = M.BLANK.unpack_from(mf.mm, pos)
-    return magic == M.BLANK_MAGIC and total == mf.file_size - pos
 
 
 def max_record_size(cfg) -> int:
@@ -81,19 +63,11 @@ def find_resync(files, i: int, bad_pos: int, cfg, *, check_crc: bool = True) -> 
     # a segment before the last is full (records up to its blank end): all of it is searched; in
     # the last one an intact successor starts within one maximal record length
     window_end = mf.file_size if i + 1 < len(files) else min(mf.file_size, bad_pos + max_record_size(cfg) + 8)
-    mm = mf.mm
-    cands: list[int] = []
-    for pat in _MAGIC_BYTES:
-        j = mm.find(pat, bad_pos + 5, window_end)
-        tried = 0
-        while j >= 0 and tried < MAX_RESYNC_CANDIDATES:
-            cands.append(j - 4)
-            tried += 1
-            j = mm.find(pat, j + 1, window_end)
-    for q in sorted(set(cands)):
+    cands = C.magic_candidates(mf.mm, bad_pos + 5, window_end, _MAGIC_BYTES, most=MAX_RESYNC_CANDIDATES)
+    for q in cands:
         if q <= bad_pos:
             continue
-        if _blank_ok_at(mf, q) or record_ok_at(mf, q, cfg, check_crc=check_crc):
+        if C.is_blank_at(mf.mm, mf.file_size, q) or record_ok_at(mf, q, cfg, check_crc=check_crc):
             return i, q
     if window_end >= mf.file_size and i + 1 < len(files) and record_ok_at(files[i + 1], 0, cfg, check_crc=check_crc):
         return i + 1, 0

@@ -4,8 +4,9 @@ or invalid data, and resynchronisation past bad bytes (MAGIC + PHYSICALOFFSET,
 :func:`.records.find_resync`).
 
 The record walk proper is :func:`walk_log` with its two stop helpers (:func:`_handle_stop`,
-:func:`_resync_or_end`); it is kept in this one module, apart from what recovery does with its
-result, so that it can be replaced by a shared commitlog cursor as one piece.
+:func:`_resync_or_end`), over the commitlog cursor (:mod:`rmqstore.format.cursor`): the cursor walks
+and frames a segment's records and says why it halted; this module adds the CRC and completeness
+checks, the move to the next segment, and the resynchronisation across segments.
 """
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from typing import Callable
 
 import numpy as np
 
+from ...format import cursor as C
 from ...format import message as M
 from .records import batch_checks, find_resync
 from .report import CorruptSpan
@@ -119,31 +121,32 @@ def walk_log(files, start_phy: int, cfg, opts: ScanOptions) -> ScanResult:
                 continue
             res.reason = "end of the last segment"
             return res
-        starts, stop, stop_pos = M.walk_records(mf.mm, pos, seg_limit, SCAN_BATCH)
-        batch = M.decode_batch(mf.u8, starts)
+        starts, halt = C.walk_starts(mf.mm, pos, seg_limit, SCAN_BATCH)
+        walked = M.decode_batch(mf.u8, starts)
+        batch = C.check_framing(mf.mm, mf.u8, walked, halt, base).batch  # framing and PHYSICALOFFSET hold
+        n_frame = len(batch)
         ok, crc = batch_checks(mf, batch, cfg, check_crc=opts.check_crc)
         good = ok & crc
-        framing = batch.valid & (batch.phy_offset == base + batch.starts)
-        out_mask = framing if opts.dispatchable else good
-        n_out = len(starts) if out_mask.all() else int(np.argmin(out_mask))
+        n_out = n_frame if opts.dispatchable or good.all() else int(np.argmin(good))
         if n_out:
             _count_records(res, mf, batch, good[:n_out])
             if opts.on_batch is not None:
-                opts.on_batch(mf, batch.take(n_out) if n_out < len(starts) else batch)
+                opts.on_batch(mf, batch.take(n_out) if n_out < n_frame else batch)
             pos = int(starts[n_out - 1] + batch.total[n_out - 1])
         if opts.progress is not None:
             opts.progress(base + pos)
         if n_out < len(starts):
             bad = int(starts[n_out])
-            kind, reason = _why_bad(batch, n_out, bool(framing[n_out]), bool(crc[n_out]), base + bad)
+            framed = n_out < n_frame
+            kind, reason = _why_bad(walked, n_out, framed, bool(crc[n_out]) if framed else True, base + bad)
             nxt = _resync_or_end(walk, i, bad, kind, reason)
             if nxt is None:
                 return res
             i, pos = nxt
             continue
-        if stop == "limit" and len(starts) == SCAN_BATCH:
+        if halt.stop is C.Stop.FULL:
             continue
-        nxt = _handle_stop(walk, i, pos, (stop, stop_pos), seg_limit)
+        nxt = _handle_stop(walk, i, pos, halt, seg_limit)
         if nxt is None:
             return res
         i, pos = nxt
@@ -187,20 +190,19 @@ class _NotifyingList(list):
         self._callback(item)
 
 
-def _handle_stop(walk: _Walk, i: int, pos: int, stopped: tuple[str, int], seg_limit: int) -> tuple[int, int] | None:
-    """What to do where ``walk_records`` stopped (``stopped``: its reason and position) after the
-    last valid record (at ``pos``)."""
+def _handle_stop(walk: _Walk, i: int, pos: int, halt: C.Halt, seg_limit: int) -> tuple[int, int] | None:
+    """What to do where the cursor's walk halted (``halt``) after the last valid record (at ``pos``)."""
     res, files, cfg, check_crc, limit_phy = walk.res, walk.files, walk.cfg, walk.check_crc, walk.limit_phy
-    stop, stop_pos = stopped
+    stop, stop_pos = halt.stop, halt.pos
     mf = files[i]
-    if stop == "blank":
+    if stop is C.Stop.BLANK:
         if i + 1 < len(files):
             return i + 1, 0
         # the last segment is full: data ends at its end (the next append opens a new segment)
         res.end = mf.file_from_offset + mf.file_size
         res.reason = "end of data (last segment full)"
         return None
-    if stop == "end":
+    if stop is C.Stop.END:
         # zeros where a record would start: the end of the data in the last segment (a batch whose
         # first header was never published ends there too: whole or not at all); before the last
         # segment, intact records after them make them damage (a zeroed range, or a segment missing
@@ -212,20 +214,20 @@ def _handle_stop(walk: _Walk, i: int, pos: int, stopped: tuple[str, int], seg_li
         res.end = mf.file_from_offset + pos
         res.reason = "end of data"
         return None
-    if stop == "limit" and seg_limit < mf.file_size and seg_limit - pos < 8:
+    if stop is C.Stop.LIMIT and seg_limit < mf.file_size and seg_limit - pos < 8:
         res.end = mf.file_from_offset + pos
         res.reason = "limit"
         return None
     # (a record running past ``limit_phy`` is bad: callers pass limits at record boundaries)
-    if stop == "limit" and mf.file_size - pos < 8:
+    if stop is C.Stop.LIMIT and mf.file_size - pos < 8:
         if i + 1 < len(files):
             return i + 1, 0
         res.end = mf.file_from_offset + pos
         res.reason = "end of the last segment"
         return None
     # "invalid" header, or a record running past the segment end
-    bad = stop_pos if stop == "invalid" else pos
-    reason = (f"invalid record header at {mf.file_from_offset + bad}" if stop == "invalid"
+    bad = stop_pos if stop is C.Stop.INVALID else pos
+    reason = (f"invalid record header at {mf.file_from_offset + bad}" if stop is C.Stop.INVALID
               else f"record at {mf.file_from_offset + bad} runs past the end of its segment")
     return _resync_or_end(walk, i, bad, "record_invalid", reason)
 

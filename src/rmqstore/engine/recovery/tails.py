@@ -76,12 +76,3 @@ def save_cut_bytes(store_dir: str, extents, cuts: list[TailCut]) -> None:
         cut.saved_to = path
         log.warning("recovery: cut %d bytes at commitlog offset %d (%s), saved to %s",
                     cut.length, cut.offset, cut.reason, path)
-
-
-def save_cuts(store_dir: str, extents, reason: str, applied: bool) -> list[TailCut]:
-    """Compatibility form of :func:`describe_cuts` followed, when ``applied``, by
-    :func:`save_cut_bytes` (``engine.verify`` still calls it)."""
-    cuts = describe_cuts(extents, reason)
-    if applied:
-        save_cut_bytes(store_dir, extents, cuts)
-    return cuts

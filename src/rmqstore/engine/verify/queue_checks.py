@@ -42,7 +42,7 @@ def check_queue_file(ctx: VerifyContext, end: int, key: tuple[str, int], mf, bou
     sizes = units["size"].astype(np.int64)
     tags = units["tags_code"].astype(np.int64)
     qs = np.arange(a, b, dtype=np.int64)
-    ok = R.units_match(ctx.files, end, phys, sizes, qs, topic, qid)
+    ok = R.match_units(ctx.files, end, (phys, sizes, qs), (topic, qid))
     fix = (RebuildQueue(topic, qid),)
     for j in np.flatnonzero(~ok).tolist():
         ctx.found.add(Finding("cq_unit", mf.path, int(qs[j] - q_first) * CQF.UNIT_SIZE,

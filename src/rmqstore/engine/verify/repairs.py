@@ -55,7 +55,8 @@ def cut_tail(store) -> list:
     with store.commit_log.put_lock:
         ext = tail_extents(store, list(store.commit_log.queue.files), 0)
         if ext:
-            cuts = R.save_cuts(store.path, ext, "verify: bytes after the end of valid data", True)
+            cuts = R.describe_cuts(ext, "verify: bytes after the end of valid data")
+            R.save_cut_bytes(store.path, ext, cuts)
             for mf, a, b in ext:
                 mf.zero_from(a, b)
                 mf.flush(0)
