@@ -338,7 +338,7 @@ def rmq_dispatch(store):
     """The dispatcher's work alone: every record of a prebuilt store into fresh CQ + index files."""
     from rmqstore.engine.checkpoint import StoreCheckpoint
     from rmqstore.engine.consume_queue import ConsumeQueue
-    from rmqstore.engine.dispatch import dispatch_batch, iter_record_batches
+    from rmqstore.engine.dispatch import DispatchTarget, dispatch_batch, iter_record_batches
     from rmqstore.engine.index import IndexService
     cfg = _cfg(mapped_file_size_commit_log=256 << 20)
     out = _tmp()
@@ -355,12 +355,11 @@ def rmq_dispatch(store):
             cl = src.commit_log
             batches = list(iter_record_batches(cl.queue, cl.min_offset, cl.confirm_offset))
             n = sum(len(b) for _, b in batches)
-            cache = {}
+            target = DispatchTarget(cq_for, index, cfg.delay_levels_ms)
 
             def run():
                 for mf, b in batches:
-                    dispatch_batch(mf.u8, b, cq_for=cq_for, index_service=index, delay_levels_ms=cfg.delay_levels_ms,
-                                   topic_cache=cache)
+                    dispatch_batch(mf.u8, b, target)
             secs = _timed(run)
             walk = _timed(lambda: list(iter_record_batches(cl.queue, cl.min_offset, cl.confirm_offset)))
             batches.clear()

@@ -36,7 +36,8 @@ from .engine.checkpoint import StoreCheckpoint
 from .engine.commit_log import CommitLog
 from .engine.consume_queue import ConsumeQueue
 from .engine.consumer_offsets import CONSUMER_OFFSET_FILE, ConsumerOffsetManager
-from .engine.dispatch import ReputMessageService, extract_dispatch_columns, iter_record_batches
+from .engine.dispatch import extract_dispatch_columns, iter_record_batches
+from .engine.reput import ReputMessageService
 from .engine.index import IndexFile, IndexService
 from .format import index_file as IF
 from .format import message as M

@@ -11,6 +11,7 @@ from rmqstore import Message, MessageStore
 from rmqstore.layout import infer_config
 from rmqstore.spark import columns as C
 from rmqstore.spark import scan as S
+from rmqstore.spark import tail as T
 
 from tests.kit import record_offsets, row_of, store_records
 
@@ -120,24 +121,24 @@ def test_safe_end_follows_a_writer(tmp_path):
 
     cfg = small_config(commitlog=64 * 1024)
     path = str(tmp_path / "live")
-    state = S.TailState()
+    state = T.TailState()
     with MessageStore.open(path, cfg) as st:
         r1 = st.put_message(Message("T", b"one", properties={"KEYS": "a"}))
         seg = cfg.mapped_file_size_commit_log
         now = 100.0
-        assert S.safe_end(path, seg, 0, None, state, now=now) == 0  # first sight of the tail
-        assert S.safe_end(path, seg, 0, None, state, now=now + 1) == r1.phy_offset + r1.wrote_bytes
+        assert T.safe_end(path, seg, 0, None, state, now=now) == 0  # first sight of the tail
+        assert T.safe_end(path, seg, 0, None, state, now=now + 1) == r1.phy_offset + r1.wrote_bytes
         r2 = st.put_message(Message("T", b"two"))
         r3 = st.put_message(Message("T", b"three"))
-        end = S.safe_end(path, seg, 0, None, state, now=now + 2)
+        end = T.safe_end(path, seg, 0, None, state, now=now + 2)
         assert end == r3.phy_offset  # r2 is followed by r3; r3 not settled yet
-        assert S.safe_end(path, seg, 0, 10, S.TailState(), now=now) == 10  # maxBytes cap
+        assert T.safe_end(path, seg, 0, 10, T.TailState(), now=now) == 10  # maxBytes cap
         # fill the segment: a blank closes it and the next segment starts
         big = b"x" * 20000
         while st.commit_log.confirm_offset < seg:
             last = st.put_message(Message("T", big))
         assert last.phy_offset >= seg
-        end = S.safe_end(path, seg, r2.phy_offset, None, state, now=now + 3)
+        end = T.safe_end(path, seg, r2.phy_offset, None, state, now=now + 3)
         assert end == last.phy_offset  # the whole first segment, and the second up to its tail
 
 

@@ -115,7 +115,7 @@ class CommitLog:
         #: ``(first phy, end phy, record starts relative to the first)`` of each batch the fast
         #: path appended, in commitlog order: the dispatcher takes these instead of following
         #: TOTALSIZE record by record, a Python loop that holds the GIL the producer needs
-        #: (:meth:`ReputMessageService.hinted_starts`). The dispatcher alone pops; appending
+        #: (:meth:`~rmqstore.engine.reput.ReputMessageService.hinted_starts`). The dispatcher alone pops; appending
         #: pauses while ``START_HINTS_MAX`` wait, and the dispatcher walks until it meets one again.
         self.batch_starts: collections.deque = collections.deque()
 

@@ -29,7 +29,7 @@ class StoreParts(Protocol):
     consume_queues: Mapping        #: ``(topic, queueId) -> ConsumeQueue``
     index_service: object          #: :class:`~rmqstore.engine.index.IndexService`
     checkpoint: object             #: :class:`~rmqstore.engine.checkpoint.StoreCheckpoint`
-    reput: object                  #: :class:`~rmqstore.engine.dispatch.ReputMessageService` (once started)
+    reput: object                  #: :class:`~rmqstore.engine.reput.ReputMessageService` (once started)
 
     # --- its locks -------------------------------------------------------------------------------
     maintenance_lock: threading.RLock  #: one maintenance run (verify, retention) at a time

@@ -16,7 +16,7 @@ from ..config import MessageStoreConfig
 from ..errors import StoreIOError
 from .checkpoint import StoreCheckpoint
 from .consume_queue import ConsumeQueue
-from .dispatch import dispatch_batch, iter_record_batches
+from .dispatch import DispatchTarget, dispatch_batch, iter_record_batches
 from .index import IndexService
 from ..io import paths
 
@@ -56,12 +56,11 @@ def rebuild_from(cl, out_dir: str, cfg: MessageStoreConfig, progress=None) -> Re
     index = IndexService(out_dir, cfg, read_only=False,
                          checkpoint=StoreCheckpoint(paths.checkpoint_path(out_dir), read_only=True))
     records = 0
-    topic_cache: dict[bytes, str] = {}
+    target = DispatchTarget(cq_for, index, cfg.delay_levels_ms, build_index=cfg.message_index_enable)
     end = cl.confirm_offset
     try:
         for mf, batch in iter_record_batches(cl.queue, cl.min_offset, end):
-            dispatch_batch(mf.mm, batch, cq_for=cq_for, index_service=index, delay_levels_ms=cfg.delay_levels_ms,
-                           topic_cache=topic_cache, build_index=cfg.message_index_enable)
+            dispatch_batch(mf.mm, batch, target)
             records += len(batch)
             if progress is not None:
                 progress(mf.file_from_offset + int(batch.starts[-1] + batch.total[-1]))

@@ -25,6 +25,7 @@ from pyspark.sql.types import (ArrayType, BinaryType, IntegerType, LongType, Map
 from ..errors import ConfigError, CorruptRecordError
 from . import columns as C
 from . import scan as S
+from . import tail as T
 from .filters import RowFilter
 from .options import EARLIEST, LATEST, ReadOptions, parse_options
 
@@ -292,13 +293,13 @@ class RocketMQFilteringReader(RocketMQReader):
 class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     """Micro-batch reader. An offset is ``{"offset": <commitlog offset>}``; a batch holds the records
     that start in ``[start, end)``, where ``end`` is a position below which every record is
-    completely written (:func:`.scan.safe_end`), so nothing is read twice or half-written."""
+    completely written (:func:`.tail.safe_end`), so nothing is read twice or half-written."""
 
     def __init__(self, opts: ReadOptions, schema: StructType):
         self.opts = opts
         self.schema = schema
         self.filter = RowFilter.from_options(opts, streaming=True)
-        self._tail = S.TailState()
+        self._tail = T.TailState(prop_crc=self.opts.cfg.force_verify_prop_crc)
         self._target: int | None = None
         self._last: int | None = None
 
@@ -312,16 +313,14 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             # the stream starts where the first of them is and skips what lies before each queue's
             ranges, phy_lo, _ = queue_ranges(self.opts, self.opts.stores[0])  # not None: starting offsets given
             start = {f"{t}\x00{q}": lo for (t, q), (lo, _) in ranges.items()}
-            off = phy_lo if phy_lo is not None else S.safe_end(self.opts.store_dir, self.opts.seg_size,
-                                                               self._first_segment(), None, self._tail,
-                                                               self.opts.cfg.force_verify_prop_crc)
+            off = phy_lo if phy_lo is not None else T.safe_end(self.opts.store_dir, self.opts.seg_size,
+                                                               self._first_segment(), None, self._tail)
             return {"offset": off, "queues": start}
         s = self.opts.starting_offsets
         if s == EARLIEST:
             off = self._first_segment()
         elif s == LATEST:
-            off = S.safe_end(self.opts.store_dir, self.opts.seg_size, self._first_segment(), None, self._tail,
-                             self.opts.cfg.force_verify_prop_crc)
+            off = T.safe_end(self.opts.store_dir, self.opts.seg_size, self._first_segment(), None, self._tail)
         else:
             off = int(s)
         return {"offset": off}
@@ -337,8 +336,7 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def reportLatestOffset(self) -> dict:
         """The store's end now (the query progress's ``latestOffset``: the lag is its ``offset``
         minus the batch's ``endOffset``, in commitlog bytes)."""
-        end = S.safe_end(self.opts.store_dir, self.opts.seg_size, self._first_segment(), None, self._tail,
-                         self.opts.cfg.force_verify_prop_crc)
+        end = T.safe_end(self.opts.store_dir, self.opts.seg_size, self._first_segment(), None, self._tail)
         return {"offset": max(end, self._last or 0)}
 
     def latestOffset(self, start: dict | None = None, limit=None) -> dict:
@@ -351,10 +349,9 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         max_rows = getattr(limit, "max_rows", None) if limit is not None else self.opts.max_offsets_per_trigger
         if max_rows is not None and max_bytes is None and type(limit).__name__ == "ReadMaxRows":
             max_bytes = self.opts.max_bytes_per_trigger
-        end = S.safe_end(self.opts.store_dir, self.opts.seg_size, int(begin), max_bytes, self._tail,
-                         self.opts.cfg.force_verify_prop_crc)
+        end = T.safe_end(self.opts.store_dir, self.opts.seg_size, int(begin), max_bytes, self._tail)
         if max_rows is not None:
-            end = S.end_after_records(self.opts.store_dir, self.opts.seg_size, int(begin), end, max_rows)
+            end = T.end_after_records(self.opts.store_dir, self.opts.seg_size, int(begin), end, max_rows)
         if self._target is not None:
             end = min(end, max(self._target, int(begin)))
         self._last = end
@@ -366,9 +363,8 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         start = self._last if self._last is not None else self.initialOffset()["offset"]
         for i in range(2):
             if i:
-                time.sleep(S.TAIL_SETTLE_SECONDS)
-            self._target = S.safe_end(self.opts.store_dir, self.opts.seg_size, start, None, self._tail,
-                                      self.opts.cfg.force_verify_prop_crc)
+                time.sleep(T.TAIL_SETTLE_SECONDS)
+            self._target = T.safe_end(self.opts.store_dir, self.opts.seg_size, start, None, self._tail)
 
     def partitions(self, start: dict, end: dict):
         a, b = int(start["offset"]), int(end["offset"])

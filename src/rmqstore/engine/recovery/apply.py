@@ -171,9 +171,9 @@ def redispatch_records(store: StoreParts, start: int, end: int) -> int:
         nonlocal count
         if spans:
             V.pad_gaps(store, mf, batch, spans, topic_cache, store.consume_queues.get)
-        D.dispatch_batch(mf.u8, batch, cq_for=store.find_consume_queue, index_service=store.index_service,
-                         delay_levels_ms=store.delay_levels_ms, topic_cache=topic_cache,
-                         build_index=store.cfg.message_index_enable)
+        D.dispatch_batch(mf.u8, batch, D.DispatchTarget(store.find_consume_queue, store.index_service,
+                                                        store.delay_levels_ms, topic_cache,
+                                                        build_index=store.cfg.message_index_enable))
         store.on_dispatched(int(batch.store_timestamp[-1]))
         count += len(batch)
 

@@ -17,7 +17,7 @@ from ...io import paths
 from ...io.mapped_file import MappedFile
 from .. import recovery as R
 from ..consume_queue import ConsumeQueue
-from ..dispatch import dispatch_batch, extract_dispatch_columns
+from ..dispatch import DispatchTarget, dispatch_batch, extract_dispatch_columns
 from ..index import IndexService
 
 
@@ -63,8 +63,8 @@ def build_derived(store, what: DerivedFiles, out_dir: str, end: int,
     def on_batch(mf, batch) -> None:
         if spans:
             pad_gaps(store, mf, batch, spans, topic_cache, lambda k: new_cqs.get(k))
-        dispatch_batch(mf.u8, batch, cq_for=cq_for, index_service=new_index, delay_levels_ms=store.delay_levels_ms,
-                       topic_cache=topic_cache, build_index=index)
+        dispatch_batch(mf.u8, batch, DispatchTarget(cq_for, new_index, store.delay_levels_ms, topic_cache,
+                                                    build_index=index))
 
     def on_corrupt(span) -> None:
         if span.kind == "record_invalid":
@@ -174,8 +174,8 @@ def shadow_queue_tails(store, queues: set[tuple[str, int]], out_dir: str, start:
     topic_cache: dict[bytes, str] = {}
 
     def on_batch(mf, batch) -> None:
-        dispatch_batch(mf.u8, batch, cq_for=lambda t, q: tails.get((t, q), sink), index_service=None,
-                       delay_levels_ms=store.delay_levels_ms, topic_cache=topic_cache, build_index=False)
+        dispatch_batch(mf.u8, batch, DispatchTarget(lambda t, q: tails.get((t, q), sink), None,
+                                                    store.delay_levels_ms, topic_cache, build_index=False))
 
     try:
         R.scan_log(cl.queue.files, max(start, cl.min_offset), cfg, check_crc=False, limit_phy=cl.confirm_offset,

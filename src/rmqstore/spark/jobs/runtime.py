@@ -18,6 +18,7 @@ from ...config import MessageStoreConfig
 from ...errors import ConfigError
 from .. import fs as RFS
 from .. import tasks as I
+from ..stats_sources import INTERNAL_SOURCES
 from .. import scan as S
 
 log = logging.getLogger(__name__)
@@ -48,7 +49,7 @@ def get_spark(master: str | None = None, app_name: str = "rmqstore") -> SparkSes
 def register(spark: SparkSession) -> None:
     """Register the ``rocketmq`` source and the jobs' internal sources on ``spark``."""
     spark.dataSource.register(RocketMQDataSource)
-    for cls in I.INTERNAL_SOURCES:
+    for cls in INTERNAL_SOURCES:
         spark.dataSource.register(cls)
 
 

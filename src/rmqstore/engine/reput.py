@@ -1,0 +1,243 @@
+"""The background dispatcher (mirrors ``ReputMessageService``): follows the commitlog from
+``reput_from`` to the store's dispatch end, one batch a round, through the commitlog cursor
+(:mod:`rmqstore.format.cursor`), and writes each batch with :func:`.dispatch.dispatch_batch`.
+Records a producer's batch put left as hints are not walked again."""
+from __future__ import annotations
+
+import logging
+import threading
+import time
+
+import numpy as np
+
+from ..format import cursor as C
+from ..format import hashes as H
+from ..format import message as M
+from ..format.record import tags_code_of
+from .dispatch import BATCH_RECORDS, COALESCE_S, DispatchTarget, dispatch_batch, dispatch_properties, index_keys
+from .recovery import find_resync
+
+log = logging.getLogger("rmqstore.engine.dispatch")
+
+
+def _contiguous(batch: M.RecordBatch, end_pos: int) -> bool:
+    """Each record of ``batch`` ends where the next starts and the last at ``end_pos`` (record
+    starts handed over by the producer are checked against the records' own TOTALSIZE)."""
+    ends = batch.starts + batch.total
+    return bool(len(batch)) and int(ends[-1]) == end_pos and np.array_equal(ends[:-1], batch.starts[1:])
+
+
+class ReputMessageService:
+    """Background dispatcher: follows the commitlog from ``reput_from`` to the confirm offset."""
+
+    def __init__(self, store, reput_from: int):
+        self.store = store
+        self.reput_from = reput_from
+        self._wake = threading.Event()
+        self._urgent = threading.Event()
+        self._last_round = 0.0
+        self._stop = threading.Event()
+        self._progress = threading.Condition()
+        self._thread: threading.Thread | None = None
+        self._topic_cache: dict[bytes, str] = {}
+        self.error: BaseException | None = None
+        self.lock = threading.Lock()
+
+    # --- control -----------------------------------------------------------------------------
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._run, name="rmqstore-reput", daemon=True)
+        self._thread.start()
+
+    def wake(self, _end: int = 0) -> None:
+        """New records (called on every append): dispatched in the next round. Rounds follow each
+        other at least ``COALESCE_S`` apart, as upstream's ReputMessageService runs one every
+        millisecond: under load a round takes what arrived meanwhile instead of one record each."""
+        if not self._wake.is_set():
+            self._wake.set()
+
+    def wake_now(self) -> None:
+        """Dispatch without waiting out the round interval (someone waits for it)."""
+        self._urgent.set()
+        self._wake.set()
+
+    def shutdown(self) -> None:
+        self._stop.set()
+        self._urgent.set()
+        self._wake.set()
+        if self._thread is not None:
+            self._thread.join()
+            self._thread = None
+
+    @property
+    def stopped(self) -> bool:
+        """:meth:`shutdown` was called (the thread does not come back)."""
+        return self._stop.is_set()
+
+    def behind_bytes(self) -> int:
+        return max(0, self.store.dispatch_end() - self.reput_from)
+
+    def wait_until(self, offset: int, timeout: float | None = None) -> bool:
+        """Block until everything below ``offset`` is dispatched."""
+        with self._progress:
+            return self._progress.wait_for(lambda: self.reput_from >= offset or self.error is not None, timeout)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self._wake.wait(0.001 if self.reput_from < self.store.dispatch_end() else 0.05)
+            self._wake.clear()
+            wait = COALESCE_S - (time.monotonic() - self._last_round)
+            if wait > 0 and not self._urgent.is_set():
+                self._urgent.wait(wait)
+            self._urgent.clear()
+            try:
+                self.do_reput()
+                self._last_round = time.monotonic()
+            except BaseException as e:  # noqa: BLE001 - surfaced through wait_dispatched
+                log.exception("dispatch failed at offset %d", self.reput_from)
+                self.error = e
+                with self._progress:
+                    self._progress.notify_all()
+                return
+
+    # --- work --------------------------------------------------------------------------------
+    def hinted_starts(self, mf, pos: int, seg_end: int) -> tuple[tuple[np.ndarray, C.Halt] | None, int]:
+        """Record starts for ``mf`` from ``pos`` out of the ones the producer's batch path left in
+        ``commit_log.batch_starts``: ``((starts, halt), seg_end)`` as a walk answers, when they begin exactly at
+        ``pos`` (consecutive batches up to ``BATCH_RECORDS`` records, none past ``seg_end``),
+        otherwise ``(None, where the walk should stop)``: the next handed-over batch, so that
+        only records put one at a time are walked. Batches already behind ``pos`` are dropped."""
+        hints = self.store.commit_log.batch_starts
+        base = mf.file_from_offset
+        at = base + pos
+        while hints and hints[0][1] <= at:  # only this thread pops: hints[0] stays until it does
+            hints.popleft()
+        parts, count, limit = [], 0, base + seg_end
+        while hints and count < BATCH_RECORDS:
+            first, end, starts = hints[0]
+            if first != at or end > limit:
+                break
+            parts.append(starts + (first - base))
+            count += len(starts)
+            at = end
+            hints.popleft()
+        if parts:
+            return ((parts[0] if len(parts) == 1 else np.concatenate(parts)), C.Halt(C.Stop.LIMIT, at - base)), seg_end
+        if hints and at < hints[0][0] < limit:
+            return None, hints[0][0] - base
+        return None, seg_end
+
+    def _resync(self, mf, bad: int, end: int) -> int:
+        """Where dispatch goes on after an invalid record at commitlog offset ``bad``: the next intact
+        record (MAGIC + PHYSICALOFFSET, the recovery's resync rule), else the end of readable data."""
+        cl = self.store.commit_log
+        files = cl.queue.files
+        found = find_resync(files, files.index(mf), bad - mf.file_from_offset, self.store.cfg) if mf in files else None
+        if found is not None:
+            i, pos = found
+            new = files[i].file_from_offset + pos
+            log.error("dispatch: invalid record at %d in %s; the next intact record starts at %d", bad, mf.path, new)
+            return min(new, end) if new > self.reput_from else cl.roll_next_file(self.reput_from)
+        log.error("dispatch: invalid record at %d in %s; skipping to the end of readable data", bad, mf.path)
+        new = min(end, mf.file_from_offset + mf.wrote_position)
+        return new if new > self.reput_from else cl.roll_next_file(self.reput_from)
+
+    def _dispatch_one(self, mf, st: int):
+        """Dispatch the one record at ``st`` of ``mf`` with plain ints (what ``decode_batch`` and
+        ``dispatch_batch`` do for it, the same bytes written). Returns ``(end offset, touched
+        queues)``, ``(None, set())`` when the record is invalid, or None for a record this path
+        does not take (IPv6 hosts, a header past the segment): the batch path then decides."""
+        store = self.store
+        mm = mf.mm
+        scanned = M.scan_v4(mm, st, mf.file_size)
+        if scanned is None:
+            return None
+        f, topic_pos, topic_len, props_pos, props_len, valid = scanned
+        if not valid:
+            return None, set()
+        total, sys_flag = f[0], f[7]
+        tb = mm[topic_pos:topic_pos + topic_len]
+        topic = self._topic_cache.get(tb)
+        if topic is None:
+            topic = self._topic_cache[tb] = tb.decode("utf-8", "replace")
+        props = dispatch_properties(mm[props_pos:props_pos + props_len]) if props_len > 0 else {}
+        queue_id, queue_offset, phy, store_ts = f[3], f[5], f[6], f[11]
+        touched: set[tuple[str, int]] = set()
+        tx = sys_flag & M.SYSFLAG_TX_MASK
+        if tx != M.TX_PREPARED and tx != M.TX_ROLLBACK:
+            tags_code = tags_code_of(topic, props, store_ts, store.delay_levels_ms) if props_len > 0 else 0
+            store.find_consume_queue(topic, queue_id).put_unit(queue_offset, phy, total, tags_code)
+            touched.add((topic, queue_id))
+        if store.cfg.message_index_enable and store.index_service is not None:
+            store.index_service.build_index_one(phy, store_ts, sys_flag,
+                                                [H.abs_key_hash(H.java_hash(k)) for k in index_keys(topic, props)])
+        store.on_dispatched(store_ts)
+        return mf.file_from_offset + st + total, touched
+
+    def do_reput(self, end: int | None = None) -> None:
+        """Dispatch everything in ``[reput_from, end)`` (default: the store's dispatch end)."""
+        with self.lock:
+            store = self.store
+            cl = store.commit_log
+            end = store.dispatch_end() if end is None else end
+            if self.reput_from < cl.min_offset:
+                self.reput_from = cl.min_offset
+            while self.reput_from < end:
+                mf = cl.queue.find(self.reput_from)
+                if mf is None:
+                    break
+                new, touched = self._reput_round(mf, end)
+                if new <= self.reput_from:
+                    break  # nothing complete to dispatch yet
+                with self._progress:
+                    self.reput_from = new
+                    self._progress.notify_all()
+                if touched:
+                    store.notify_dispatched(touched)
+
+    def _walk_from(self, mf, pos: int, seg_end: int) -> tuple[np.ndarray, C.Halt, bool]:
+        """Record starts from ``pos`` (the producer's hints, else a walk) and whether they are hints."""
+        hinted, walk_end = self.hinted_starts(mf, pos, seg_end)
+        if hinted is not None:
+            return hinted[0], hinted[1], True
+        starts, halt = C.walk_starts(mf.mm, pos, walk_end, BATCH_RECORDS)
+        if not len(starts) and walk_end < seg_end:  # no record ends where a batch was said to start
+            starts, halt = C.walk_starts(mf.mm, pos, seg_end, BATCH_RECORDS)
+        return starts, halt, False
+
+    def _reput_round(self, mf, end: int) -> tuple[int, set[tuple[str, int]]]:
+        """One batch of ``mf`` from ``reput_from``: where dispatch goes on, and the touched queues."""
+        store = self.store
+        base = mf.file_from_offset
+        pos = self.reput_from - base
+        seg_end = min(mf.file_size, end - base)
+        starts, halt, hinted = self._walk_from(mf, pos, seg_end)
+        if not hinted and len(starts) == 1:  # a broker's usual round: one record, no numpy
+            one = self._dispatch_one(mf, int(starts[0]))
+            if one is not None:
+                new, touched = one
+                if new is None:  # invalid: resync as the batch path does
+                    new = self._resync(mf, base + int(starts[0]), end)
+                return new, touched
+        batch = M.decode_batch(mf.u8, starts)
+        if hinted and not _contiguous(batch, halt.pos):
+            log.warning("dispatch: record starts handed over for [%d, %d) do not match the records; walking them",
+                        self.reput_from, base + halt.pos)
+            starts, halt = C.walk_starts(mf.mm, pos, seg_end, BATCH_RECORDS)
+            batch = M.decode_batch(mf.u8, starts)
+        step = C.check_framing(mf.mm, mf.u8, batch, halt, None)
+        batch = step.batch
+        touched: set[tuple[str, int]] = set()
+        new = self.reput_from
+        if len(batch):
+            touched = dispatch_batch(mf.u8, batch, DispatchTarget(store.find_consume_queue, store.index_service,
+                                                                  store.delay_levels_ms, self._topic_cache,
+                                                                  build_index=store.cfg.message_index_enable))
+            store.on_dispatched(int(batch.store_timestamp[-1]))
+            new = base + step.end
+        stop, at = step.halt.stop, base + step.halt.pos
+        if len(batch) < len(starts) or (stop in (C.Stop.INVALID, C.Stop.END) and not len(batch) and at < end):
+            # (zeros before the readable end are damage, or a stand-in's gap: resync past them)
+            new = self._resync(mf, at, end)
+        elif stop is C.Stop.BLANK and (not len(batch) or new == at):
+            new = store.commit_log.roll_next_file(at)
+        return new, touched
