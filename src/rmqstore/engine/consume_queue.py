@@ -214,18 +214,21 @@ class ConsumeQueue:
         self.queue.flush(least_pages)
 
     # --- reading -----------------------------------------------------------------------------
-    def get_unit(self, q: int) -> tuple[int, int, int] | None:
-        """``(phy_offset, size, tags_code)`` of unit ``q`` or None."""
+    def _unit_at(self, q: int):
+        """``(mapped file, position in it)`` of unit ``q``, or None before the queue's first unit or
+        past its files (whether the unit is written yet is the caller's check)."""
         pos = q * UNIT
         if q < 0 or pos < self.min_logic_offset:
             return None
         mf = self.queue.find(pos)
-        if mf is None:
+        return None if mf is None else (mf, pos - mf.file_from_offset)
+
+    def get_unit(self, q: int) -> tuple[int, int, int] | None:
+        """``(phy_offset, size, tags_code)`` of unit ``q`` or None."""
+        at = self._unit_at(q)
+        if at is None or at[1] + UNIT > at[0].wrote_position:
             return None
-        p = pos - mf.file_from_offset
-        if p + UNIT > mf.wrote_position:
-            return None
-        return F.UNIT.unpack_from(mf.mm, p)
+        return F.UNIT.unpack_from(at[0].mm, at[1])
 
     def repair_unit(self, q: int, phy: int, size: int, tags: int) -> bool:
         """Rewrite unit ``q`` (a writer, inside the written part, never a stand-in): a unit found
@@ -243,15 +246,10 @@ class ConsumeQueue:
     def iterate_from(self, q: int, limit: int | None = None) -> np.ndarray | None:
         """Units from ``q`` to the end of the written part of the one file holding it, at most
         ``limit`` of them (a copy)."""
-        pos = q * UNIT
-        if q < 0 or pos < self.min_logic_offset:
+        at = self._unit_at(q)
+        if at is None or at[1] >= at[0].wrote_position:
             return None
-        mf = self.queue.find(pos)
-        if mf is None:
-            return None
-        p = pos - mf.file_from_offset
-        if p >= mf.wrote_position:
-            return None
+        mf, p = at
         count = (mf.wrote_position - p) // UNIT
         if limit is not None:
             count = min(count, limit)
