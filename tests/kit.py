@@ -11,13 +11,16 @@ What lives here:
   messages), plus the overrides a test module needs.
 * :func:`msg`: one message, plain (exactly the given properties) or numbered the way a producer
   builds it (tags, keys, a UNIQ_KEY).
+* CommitLog records: :func:`record_fields` (unstamped, for the encoders) and :func:`record` (the
+  bytes of a stamped one), over the hosts of :data:`HOSTS`.
 * the reference vectors: :func:`load_vector` gives a cached :class:`VectorSet` (input.json,
   expected.json[.gz], config, store directory) that the unit, compat, CLI and Spark tests all use;
-  :func:`body_of`, :func:`message_from_input`, :func:`vector_changes`.
+  :func:`body_of`, :func:`message_from_input`, :func:`vector_changes`; :func:`stored_record` (the
+  bytes RocketMQ wrote for one record).
 * store answers in the Spark data source's shape: :func:`store_records`, :func:`row_of`,
   :func:`spark_row`, :data:`SPLITS`.
 * files: :func:`tree_hashes`, :func:`tree_bytes`, :func:`segment_of`, :func:`patch_file`;
-  :func:`open_inferred`; :func:`free_port`.
+  :func:`open_inferred`; :func:`free_port`; :func:`fill_queue` (puts into one queue of a store).
 
 The reference vectors live outside the repository (``../shared/vectors`` next to the checkout, as
 ARCHITECTURE.md lays out); ``RMQSTORE_VECTORS`` points elsewhere.
@@ -38,6 +41,9 @@ from pathlib import Path
 import pytest
 
 from rmqstore import Message, MessageStore, MessageStoreConfig
+from rmqstore.format.encode import RecordFields, encode_record
+from rmqstore.format.msgid import parse_host
+from rmqstore.format.record_layout import host_sys_flag
 from rmqstore.layout import infer_config
 
 VECTOR_SETS = ("basic", "propcrc", "rollover")
@@ -85,6 +91,42 @@ def msg(topic: str = "T", body: bytes = b"b", props=None, *, i: int | None = Non
     for k, v in fields.items():
         setattr(m, k, v)
     return m
+
+
+# ------------------------------------------------------------------------------------------------
+# CommitLog records, encoded (the format tests' inputs)
+# ------------------------------------------------------------------------------------------------
+
+#: raw hosts (address + i32 port) of the record helpers
+HOST_V4, HOST_V6 = parse_host("192.168.0.10:50000"), parse_host("[2001:db8::1]:40000")
+#: (born host is V6, store host is V6) -> the raw born and store hosts
+HOSTS = {(False, False): (HOST_V4, HOST_V4), (True, False): (HOST_V6, HOST_V4),
+         (False, True): (HOST_V4, HOST_V6), (True, True): (HOST_V6, HOST_V6)}
+
+
+def record_fields(born_v6: bool = False, store_v6: bool = False, **kw) -> RecordFields:
+    """The fields of one unstamped record (topic TopicTest, body ``hello``, TAGS=TagA, the hosts'
+    V6 sysflag bits set), ``kw`` overriding any field."""
+    born, store = HOSTS[(born_v6, store_v6)]
+    base = dict(topic=b"TopicTest", body=b"hello", props=b"TAGS\x01TagA\x02", queue_id=3, flag=7,
+                sys_flag=host_sys_flag(0, len(born), len(store)), born_timestamp=1_700_000_000_001, born_host=born,
+                store_timestamp=0, store_host=store, reconsume_times=2, prepared_transaction_offset=5, v2=False)
+    base.update(kw)
+    return RecordFields(**base)
+
+
+def record(*, topic=b"TopicTest", body=b"hello", props=b"TAGS\x01TagA\x02", queue_id=3, flag=7, sys_flag=0,
+           born_timestamp=1_700_000_000_001, born_host=HOST_V4, store_timestamp=1_700_000_000_123,
+           store_host=parse_host("10.0.0.1:10911"), reconsume_times=2, prepared_transaction_offset=0, v2=False,
+           queue_offset=11, phy_offset=4096) -> bytearray:
+    """One stamped record's bytes (queue offset 11 at phy 4096 by default); a 20-byte host sets its
+    V6 sysflag bit."""
+    sys_flag |= host_sys_flag(0, len(born_host), len(store_host))
+    return encode_record(topic=topic, body=body, props=props, queue_id=queue_id, flag=flag, sys_flag=sys_flag,
+                         born_timestamp=born_timestamp, born_host=born_host, store_timestamp=store_timestamp,
+                         store_host=store_host, reconsume_times=reconsume_times,
+                         prepared_transaction_offset=prepared_transaction_offset, v2=v2,
+                         queue_offset=queue_offset, phy_offset=phy_offset)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -146,6 +188,15 @@ def load_vector(name: str) -> VectorSet:
         with gzip.open(str(exp_path) + ".gz", "rt", encoding="utf-8") as fh:
             exp = json.load(fh)
     return VectorSet(name, root, inp, exp)
+
+
+def stored_record(vs: VectorSet, m: dict) -> bytes:
+    """The bytes RocketMQ wrote for the record ``m`` of ``vs.messages()`` (its commitlog segment,
+    ``storeSize`` bytes from ``phyOffset``)."""
+    path, pos = segment_of(vs.store, m["phyOffset"], vs.config.mapped_file_size_commit_log)
+    with open(path, "rb") as fh:
+        fh.seek(pos)
+        return fh.read(m["storeSize"])
 
 
 def body_of(m: dict) -> bytes:
@@ -252,6 +303,27 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def fill_queue(st: MessageStore, n: int, topic: str = "T", queue_id: int = 0, tags=None, keys=None, ts=None) -> list:
+    """Put ``n`` plain messages into one queue of ``st`` (bodies ``{topic}-{queue_id}-{i}``; TAGS
+    cycling through ``tags``, KEYS ``keys(i)``, store time ``ts(i)`` when given), check each is
+    PUT_OK, wait until they are dispatched; the put results."""
+    from rmqstore import PutMessageStatus
+
+    out = []
+    for i in range(n):
+        props = []
+        if tags:
+            props.append(("TAGS", tags[i % len(tags)]))
+        if keys:
+            props.append(("KEYS", keys(i)))
+        r = st.put_message(msg(topic, f"{topic}-{queue_id}-{i}".encode(), props or None, queue_id=queue_id,
+                               store_timestamp=None if ts is None else ts(i)))
+        assert r.status is PutMessageStatus.PUT_OK
+        out.append(r)
+    st.wait_dispatched()
+    return out
 
 
 # ------------------------------------------------------------------------------------------------

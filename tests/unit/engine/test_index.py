@@ -1,132 +1,21 @@
-"""IndexFile and IndexService (FORMAT.md §6; IndexFileTest, IndexServiceTest)."""
+"""IndexService: a store's index files, rolled, queried, reloaded, expired (FORMAT.md §6;
+IndexServiceTest). One file, IndexFile: test_index_file.py."""
 from __future__ import annotations
 
 import os
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
 
-from rmqstore import CorruptRecordError
 from rmqstore.engine.checkpoint import StoreCheckpoint
-from rmqstore.engine.index import IndexFile, IndexService
+from rmqstore.engine.index import IndexService
 from rmqstore.format import index_file as IX
-from rmqstore.format.hashes import abs_key_hash, index_key_hash, java_hash
+from rmqstore.format.hashes import index_key_hash
 from tests import kit
 
 T0 = 1_700_000_000_000
 LONG_MAX = 2**63 - 1
 
-
-def _h(key: str) -> int:
-    return abs_key_hash(java_hash(key))
-
-
-@pytest.fixture
-def index_file(tmp_path):
-    f = IndexFile.create(str(tmp_path / "idx"), 100, 400)
-    yield f
-    f.close()
-
-
-def test_index_file_capacity_is_index_num_minus_one(index_file, tmp_path):
-    """IndexFileTest: 399 putKey succeed, the 400th fails; select "60" returns one offset."""
-    assert os.path.getsize(tmp_path / "idx") == 8440
-    for i in range(399):
-        assert index_file.put_key(_h(str(i)), i, T0) is True
-    assert index_file.is_write_full
-    assert index_file.put_key(_h("400"), 400, T0) is False
-    out: list[int] = []
-    index_file.select_phy_offsets(out, _h("60"), 10, 0, LONG_MAX)
-    assert out == [60]
-    index_file.flush()
-    buf = kit.read_bytes(tmp_path / "idx")
-    slots_used = {_h(str(i)) % 100 for i in range(399)}
-    assert IX.HEADER.unpack_from(buf, 0) == (T0, T0, 0, 398, len(slots_used), 400)
-    # every item: (hash, phy, diff 0, previous item of the same slot)
-    last_in_slot: dict[int, int] = {}
-    for n in range(1, 400):
-        h = _h(str(n - 1))
-        assert IX.ITEM.unpack_from(buf, IX.item_pos(100, n)) == (h, n - 1, 0, last_in_slot.get(h % 100, 0))
-        last_in_slot[h % 100] = n
-    for slot in range(100):
-        assert IX.SLOT.unpack_from(buf, IX.slot_pos(slot))[0] == last_in_slot.get(slot, 0)
-    assert not any(buf[IX.item_pos(100, 0):IX.item_pos(100, 1)])  # item 0 never written
-
-
-def test_fresh_index_file_header_on_disk(tmp_path):
-    f = IndexFile.create(str(tmp_path / "idx"), 4, 8, prev_end_phy=500, prev_end_ts=T0)
-    assert IX.HEADER.unpack_from(kit.read_bytes(tmp_path / "idx"), 0) == (T0, T0, 500, 500, 0, 0)
-    assert f.index_count == 1
-    f.put_key(7, 600, T0 + 5_500)
-    # the first item's timeDiff is against the previous file's end time; begin is reset after it
-    assert IX.ITEM.unpack_from(kit.read_bytes(tmp_path / "idx"), IX.item_pos(4, 1)) == (7, 600, 5, 0)
-    assert IX.HEADER.unpack_from(kit.read_bytes(tmp_path / "idx"), 0) == (T0 + 5_500, T0 + 5_500, 600, 600, 1, 2)
-    f.close()
-
-
-def test_select_follows_the_chain_newest_first_and_filters(index_file):
-    h_a, h_b = _h("T#Aa"), _h("T#BB")
-    assert h_a == h_b  # Java hash collision: the index cannot tell them apart
-    index_file.put_key(h_a, 10, T0)
-    index_file.put_key(_h("T#other"), 20, T0 + 1000)
-    index_file.put_key(h_b, 30, T0 + 2000)
-    index_file.put_key(h_a, 40, T0 + 3000)
-    out: list[int] = []
-    index_file.select_phy_offsets(out, h_a, 10, 0, LONG_MAX)
-    assert out == [40, 30, 10]
-    out = []
-    index_file.select_phy_offsets(out, h_a, 2, 0, LONG_MAX)
-    assert out == [40, 30]
-    out = []
-    index_file.select_phy_offsets(out, h_a, 10, T0 + 1000, T0 + 2500)  # t = begin + diff*1000
-    assert out == [30]
-    out = []
-    index_file.select_phy_offsets(out, _h("T#missing"), 10, 0, LONG_MAX)
-    assert out == []
-
-
-def test_is_time_matched(index_file):
-    index_file.put_key(1, 0, T0)
-    index_file.put_key(2, 1, T0 + 10_000)
-    assert index_file.is_time_matched(0, LONG_MAX)
-    assert index_file.is_time_matched(T0 + 5_000, T0 + 20_000)
-    assert index_file.is_time_matched(T0 - 5_000, T0)
-    assert not index_file.is_time_matched(T0 + 10_001, T0 + 20_000)
-    assert not index_file.is_time_matched(0, T0 - 1)
-
-
-def test_put_batch_equals_put_key_one_by_one(tmp_path):
-    hashes = np.array([5, 9, 5, 13, 0, 2**31 - 1, 9], dtype=np.int64)
-    phys = np.arange(7, dtype=np.int64) * 100
-    ts = T0 + np.array([0, 999, 1000, 65_000, 64_000, 70_000, 2**31 * 1000], dtype=np.int64)
-    a = IndexFile.create(str(tmp_path / "a"), 4, 6)
-    b = IndexFile.create(str(tmp_path / "b"), 4, 6)
-    assert a.put_batch(hashes, phys, ts) == 5  # capacity 6 - 1
-    assert [b.put_key(int(h), int(p), int(t)) for h, p, t in zip(hashes, phys, ts)] == [True] * 5 + [False] * 2
-    a.flush()
-    b.flush()
-    assert kit.read_bytes(tmp_path / "a") == kit.read_bytes(tmp_path / "b")
-    a.close()
-    b.close()
-
-
-def test_load_rejects_a_header_beyond_capacity(tmp_path):
-    p = tmp_path / "idx"
-    f = IndexFile.create(str(p), 4, 8)
-    f.close()
-    with open(p, "r+b") as fh:
-        fh.seek(36)
-        fh.write((9).to_bytes(4, "big"))
-    with pytest.raises(CorruptRecordError) as ei:
-        IndexFile(str(p), 4, 8, read_only=True)
-    assert ei.value.path == str(p) and ei.value.offset == 36
-
-
-# ------------------------------------------------------------------------------------------------
-# IndexService
-# ------------------------------------------------------------------------------------------------
 
 #: 4 slots, 3 entries per index file (the index service reads no other field of the configuration)
 INDEX = dict(max_hash_slot_num=4, max_index_num=4)
@@ -245,48 +134,6 @@ def test_delete_expired(tmp_path):
     assert [f.end_phy for f in svc.files] == [600]
     assert svc.delete_expired(10**9) == []              # never the last file
     svc.close()
-
-
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(n=st.integers(0, 120), slots=st.integers(1, 40), shards=st.integers(1, 5), chunks=st.integers(1, 4),
-       prev_ts=st.sampled_from([0, 1_700_000_000_000]), seed=st.integers(0, 2**32 - 1))
-def test_put_shard_writes_what_put_batch_writes(tmp_path_factory, n, slots, shards, chunks, prev_ts, seed):
-    """Shards (runs of ranks and of slots), written in any order into one file, then the header:
-    the same bytes as put_batch over the same items in a few calls (the in-process dispatcher's way)."""
-    d = tmp_path_factory.mktemp("shard")
-    rng = np.random.default_rng(seed)
-    hashes = rng.integers(0, 2**31 - 1, n)
-    hashes[rng.random(n) < 0.3] = 7  # long chains in one slot
-    phys = np.cumsum(rng.integers(1, 500, n)) + 4096
-    ts = 1_700_000_000_000 + np.cumsum(rng.integers(0, 3000, n))
-    whole = IndexFile.create(str(d / "a"), slots, 130, prev_end_phy=4000, prev_end_ts=prev_ts)
-    for part in np.array_split(np.arange(n), chunks):
-        assert whole.put_batch(hashes[part], phys[part], ts[part]) == part.size
-    whole.flush()
-    IndexFile.create(str(d / "b"), slots, 130, prev_end_phy=4000, prev_end_ts=prev_ts).close()
-    written = used = 0
-    for j in rng.permutation(shards).tolist():
-        f = IndexFile(str(d / "b"), slots, 130, read_only=False)
-        c, u = f.put_shard(hashes, phys, ts, j, shards)
-        written, used = written + c, used + u
-        f.flush_data()
-        f.close()
-    assert written == n and used == len(set((hashes % slots).tolist()))
-    f = IndexFile(str(d / "b"), slots, 130, read_only=False)
-    if n:
-        f.finish_shards(n, (int(phys[0]), int(ts[0])), (int(phys[-1]), int(ts[-1])), used)
-    f.flush()
-    f.close()
-    whole.close()
-    assert (d / "a").read_bytes() == (d / "b").read_bytes()
-
-
-def test_put_shard_refuses_a_used_file(tmp_path):
-    f = IndexFile.create(str(tmp_path / "f"), 8, 16)
-    f.put_batch(np.array([1]), np.array([100]), np.array([1_700_000_000_000]))
-    with pytest.raises(ValueError, match="fresh file"):
-        f.put_shard(np.array([2]), np.array([200]), np.array([1_700_000_000_000]), 0, 1)
-    f.close()
 
 
 @pytest.mark.parametrize("loop", ["self", "forward", "two-cycle"])

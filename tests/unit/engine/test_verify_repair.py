@@ -14,6 +14,7 @@ from rmqstore.engine import verify as V
 from rmqstore.engine.verify import findings as VF
 from rmqstore.format import index_file as IF
 from rmqstore.format.checkpoint import CheckpointValues
+from tests.kit import msg, patch_file, segment_of
 
 SEG = 8192
 
@@ -26,18 +27,9 @@ def cfg(make_config):
     return make
 
 
-def _msg(i: int, queues: int = 2) -> Message:
-    return Message.create("V", f"body {i}".encode() * 3, tags=f"t{i % 2}", keys=[f"k{i}"], queue_id=i % queues)
-
-
-def _patch(path, pos: int, data: bytes) -> None:
-    with open(path, "r+b") as fh:
-        fh.seek(pos)
-        fh.write(data)
-
-
-def _seg(path, phy: int):
-    return str(path / "commitlog" / f"{phy - phy % SEG:020d}"), phy % SEG
+def _nth(i: int, queues: int = 2) -> Message:
+    """Message ``i`` of topic V: tags t0/t1, key k<i>, queue i % queues."""
+    return msg("V", f"body {i}".encode() * 3, i=i, tags=f"t{i % 2}", queues=queues)
 
 
 @pytest.fixture
@@ -45,7 +37,7 @@ def pristine(tmp_path, cfg):
     """A sound store of 60 messages over 2 queues, closed cleanly; and the results of its puts."""
     path = tmp_path / "pristine"
     with MessageStore.open(path, cfg()) as st:
-        puts = [st.put_message(_msg(i)) for i in range(60)]
+        puts = [st.put_message(_nth(i)) for i in range(60)]
     return path, puts
 
 
@@ -53,25 +45,25 @@ def _damage_derived(path) -> None:
     """A consume-queue unit with a wrong size, queue 1's last file lost, an index item pointing
     nowhere (in a store a Java broker closed: the open does not know the index changed)."""
     cq0 = path / "consumequeue" / "V" / "0"
-    _patch(cq0 / sorted(os.listdir(cq0))[0], 2 * 20 + 8, b"\x00\x00\x00\x05")
+    patch_file(cq0 / sorted(os.listdir(cq0))[0], 2 * 20 + 8, b"\x00\x00\x00\x05")
     cq1 = path / "consumequeue" / "V" / "1"
     os.unlink(cq1 / sorted(os.listdir(cq1))[-1])
     idx = path / "index"
-    _patch(idx / sorted(os.listdir(idx))[0], IF.item_pos(16, 3) + 4, (10**9).to_bytes(8, "big"))
+    patch_file(idx / sorted(os.listdir(idx))[0], IF.item_pos(16, 3) + 4, (10**9).to_bytes(8, "big"))
     (path / "config" / "rmqstore-index.json").unlink()
 
 
 def _damage_everything(path, puts) -> None:
     """Every kind of damage: records (not repairable), derived files, checkpoint, tail."""
     _damage_derived(path)
-    seg, pos = _seg(path, puts[10].phy_offset)
-    _patch(seg, pos + 90, b"\xff")                                   # a body byte: record_crc
+    seg, pos = segment_of(path, puts[10].phy_offset, SEG)
+    patch_file(seg, pos + 90, b"\xff")                               # a body byte: record_crc
     cp = CheckpointValues.unpack((path / "checkpoint").read_bytes())
     cp.confirm_phy_offset = 10**12
     (path / "checkpoint").write_bytes(cp.pack())
     last = puts[-1]
-    seg, pos = _seg(path, last.phy_offset + last.wrote_bytes)
-    _patch(seg, pos + 7, b"garbage!")
+    seg, pos = segment_of(path, last.phy_offset + last.wrote_bytes, SEG)
+    patch_file(seg, pos + 7, b"garbage!")
 
 
 def _index_contents(tree: dict) -> list[str]:
@@ -116,7 +108,7 @@ def test_every_finding_carries_its_typed_repair(pristine, cfg):
     assert by_kind["index_item"] == {V.RebuildIndex()}
     assert by_kind["checkpoint_ahead"] == {V.LowerCheckpoint("confirm_phy_offset", puts[-1].phy_offset)}
     (cut,) = by_kind["tail_garbage"]
-    assert isinstance(cut, V.CutTail) and cut.path == _seg(path, puts[-1].phy_offset)[0]
+    assert isinstance(cut, V.CutTail) and cut.path == segment_of(path, puts[-1].phy_offset, SEG)[0]
     plan = V.RepairPlan.of(found)
     assert (plan.queues, plan.index, plan.checkpoint, plan.cut_tail) == (
         {("V", 0), ("V", 1)}, True, {"confirm_phy_offset": puts[-1].phy_offset}, True)
@@ -177,10 +169,10 @@ def test_a_summary_finding_carries_the_repairs_of_the_findings_not_listed(tmp_pa
     monkeypatch.setattr(VF, "MAX_PER_KIND", 2)
     path = tmp_path / "s"
     with MessageStore.open(path, cfg()) as st:
-        puts = [st.put_message(_msg(i, queues=4)) for i in range(40)]
+        puts = [st.put_message(_nth(i, queues=4)) for i in range(40)]
     for q in range(4):  # the first unit of every queue has a wrong size
         qdir = path / "consumequeue" / "V" / str(q)
-        _patch(qdir / sorted(os.listdir(qdir))[0], 8, b"\x00\x00\x00\x05")
+        patch_file(qdir / sorted(os.listdir(qdir))[0], 8, b"\x00\x00\x00\x05")
     with MessageStore.open(path, cfg()) as st:
         found = st.verify()
         assert [(f.kind, f.path is None) for f in found] == [("cq_unit", False)] * 2 + [("cq_unit", True)]
@@ -199,10 +191,10 @@ def test_repair_measures_the_tail_again(pristine, cfg):
     path, puts = pristine
     with MessageStore.open(path, cfg()) as st:
         end = st.max_phy_offset
-        _patch(*_seg(path, end + 20), b"garbage!")
+        patch_file(*segment_of(path, end + 20, SEG), b"garbage!")
         found = st.verify()
         assert [(f.kind, f.offset) for f in found] == [("tail_garbage", (end + 20) % SEG)]
-        r = st.put_message(_msg(60))  # its bytes cover the garbage
+        r = st.put_message(_nth(60))  # its bytes cover the garbage
         st.wait_dispatched()
         assert r.phy_offset == end and r.wrote_bytes > 28
         out = st.repair(found)

@@ -11,29 +11,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from rmqstore import CorruptRecordError
-from rmqstore.format import encode_batch
 from rmqstore.format import message as M
-from rmqstore.format import properties as P
 from rmqstore.format.hashes import crc32
 from rmqstore.format.msgid import parse_host
+from tests.kit import record as make
 
 V4_BORN, V4_STORE = parse_host("192.168.0.10:50000"), parse_host("10.0.0.1:10911")
 V6_BORN, V6_STORE = parse_host("[2001:db8::1]:40000"), parse_host("[::1]:10911")
-
-
-def make(*, topic=b"TopicTest", body=b"hello", props=b"TAGS\x01TagA\x02", queue_id=3, flag=7, sys_flag=0,
-         born_timestamp=1_700_000_000_001, born_host=V4_BORN, store_timestamp=1_700_000_000_123,
-         store_host=V4_STORE, reconsume_times=2, prepared_transaction_offset=0, v2=False, queue_offset=11,
-         phy_offset=4096) -> bytearray:
-    if len(born_host) == 20:
-        sys_flag |= M.SYSFLAG_BORNHOST_V6
-    if len(store_host) == 20:
-        sys_flag |= M.SYSFLAG_STOREHOST_V6
-    return M.encode_record(topic=topic, body=body, props=props, queue_id=queue_id, flag=flag, sys_flag=sys_flag,
-                           born_timestamp=born_timestamp, born_host=born_host, store_timestamp=store_timestamp,
-                           store_host=store_host, reconsume_times=reconsume_times,
-                           prepared_transaction_offset=prepared_transaction_offset, v2=v2,
-                           queue_offset=queue_offset, phy_offset=phy_offset)
 
 
 def test_magic_constants():
@@ -124,24 +108,6 @@ def test_blank_record_and_end_of_data():
     assert (starts.tolist(), stop, pos) == ([], "blank", 0)
 
 
-def test_check_record_outcomes():
-    rec = make()
-    buf = bytes(rec) + bytes(64)
-    assert M.check_record(buf, 0, len(buf), check_crc=True) == (len(rec), True, "ok")
-    bad_crc = bytearray(buf)
-    bad_crc[88] ^= 1  # body byte
-    assert M.check_record(bad_crc, 0, len(bad_crc), check_crc=True)[:2] == (-1, False)
-    assert M.check_record(bad_crc, 0, len(bad_crc), check_crc=False) == (len(rec), True, "ok")
-    bad_magic = bytearray(buf)
-    bad_magic[4:8] = b"\x01\x02\x03\x04"
-    assert M.check_record(bad_magic, 0, len(bad_magic), check_crc=True)[:2] == (-1, False)
-    bad_len = bytearray(buf)  # TOTALSIZE one more than the formula: (TOTALSIZE, fail)
-    struct.pack_into(">i", bad_len, 0, len(rec) + 1)
-    assert M.check_record(bad_len, 0, len(bad_len), check_crc=True)[:2] == (len(rec) + 1, False)
-    torn = bytes(rec)[:-1]
-    assert M.check_record(torn, 0, len(torn), check_crc=True)[1] is False
-
-
 def test_decode_message_scalar():
     rec = make(props=b"TAGS\x01TagA\x02KEYS\x01k1 k2\x02UNIQ_KEY\x01ABC\x02")
     m = M.decode_message(rec, 0, len(rec), check_crc=True)
@@ -176,23 +142,6 @@ def test_decode_message_errors_carry_path_and_offset():
     with pytest.raises(CorruptRecordError) as ei:
         M.decode_message(bad, 0, len(bad), check_crc=True, path="p")
     assert ei.value.offset == 0 and "CRC" in str(ei.value)
-
-
-def test_properties_crc_fill_and_verify():
-    props = P.with_crc_reserved(b"TAGS\x01abc\x02")
-    rec = make(props=props)
-    crc = M.fill_prop_crc(rec, 0, len(rec))
-    assert crc == crc32(bytes(rec[:-20]))
-    assert rec[-20:] == b"__CRC32#\x01" + P.crc_digits(crc) + b"\x02"
-    lay = M.read_layout(rec, 0, len(rec))
-    assert M.verify_prop_crc(rec, 0, lay) == ""
-    assert M.check_record(rec, 0, len(rec), check_crc=True, force_verify_prop_crc=True) == (len(rec), True, "ok")
-    tampered = bytearray(rec)
-    tampered[lay.props_pos + 2] += 1  # a byte in the middle of the properties
-    assert M.verify_prop_crc(tampered, 0, lay) != ""
-    assert M.check_record(tampered, 0, len(tampered), check_crc=True, force_verify_prop_crc=True)[:2] == (-1, False)
-    missing = make(props=b"TAGS\x01abc\x02")
-    assert "missing" in M.verify_prop_crc(missing, 0, M.read_layout(missing, 0, len(missing)))
 
 
 # ------------------------------------------------------------------------------------------------
@@ -324,34 +273,6 @@ def test_walk_records_stops():
     blank = buf[:starts[1]] + M.encode_blank(40) + bytes(32)
     assert M.walk_records(blank, 0, len(blank))[1:] == ("blank", starts[1])
     assert M.decode_batch(np.zeros(0, np.uint8), np.zeros(0, np.int64)).valid.size == 0
-
-
-def test_batch_tails_stay_bounded_and_exact(monkeypatch):
-    """The per-topic pieces (topic field + properties length) are kept for TAILS_KEPT lengths only;
-    past that they are built each time, with the same bytes."""
-    monkeypatch.setattr(encode_batch, "TAILS_KEPT", 3)  # (the batch encoder's module)
-    M._tails.cache_clear()
-    host = parse_host("1.2.3.4:5")
-    props = [b"K\x01" + b"v" * n + b"\x02" for n in range(8)]
-    batch = M.encode_batch_v4(b"\x02Tq", [b"b"] * 8, props, queue_id=1, flags=0, sys_flags=0, born_timestamps=None,
-                              born_host=host, store_host=host, reconsume_times=0, prepared_offsets=0)
-    assert batch.tails == [b"\x02Tq" + len(p).to_bytes(2, "big") for p in props]
-    assert len(M._tails(b"\x02Tq")) == 3
-    buf = batch.render(0, 0, 1_700_000_000_000, True)
-    starts = M.walk_records(buf, 0, len(buf))[0]
-    b = M.decode_batch(np.frombuffer(buf, np.uint8), starts)
-    assert b.valid.all() and b.props_len.tolist() == [len(p) for p in props]
-    M._tails.cache_clear()
-
-
-def test_batch_with_too_long_properties_is_never_rendered():
-    host = parse_host("1.2.3.4:5")
-    props = [b"K\x01v\x02", b"K\x01" + b"v" * 32766 + b"\x02"]  # 32769 bytes: no 2-byte length holds it
-    batch = M.encode_batch_v4(b"\x01T", [b"a", b"b"], props, queue_id=0, flags=0, sys_flags=0, born_timestamps=None,
-                              born_host=host, store_host=host, reconsume_times=0, prepared_offsets=0)
-    assert batch.props_max == len(props[1])
-    with pytest.raises(ValueError, match="32769 bytes"):
-        batch.render(0, 0, 1, True)
 
 
 def test_a_lazily_decoded_record_equals_the_fully_decoded_one(tmp_path):

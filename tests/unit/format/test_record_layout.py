@@ -11,11 +11,9 @@ from rmqstore.format import encode as E
 from rmqstore.format import encode_batch as EB
 from rmqstore.format import message as M
 from rmqstore.format import record_layout as L
-from rmqstore.format.msgid import parse_host
-
-V4_HOST, V6_HOST = parse_host("192.168.0.10:50000"), parse_host("[2001:db8::1]:40000")
-HOSTS = {(False, False): (V4_HOST, V4_HOST), (True, False): (V6_HOST, V4_HOST),
-         (False, True): (V4_HOST, V6_HOST), (True, True): (V6_HOST, V6_HOST)}
+from tests.kit import HOST_V4 as V4_HOST
+from tests.kit import HOSTS
+from tests.kit import record_fields as fields
 
 
 def spec_offsets(b: int, s: int) -> dict[str, int]:
@@ -88,15 +86,6 @@ def test_host_sys_flag_sets_exactly_the_host_bits():
     assert L.host_sys_flag(0x10, 20, 20) == 0x30
 
 
-def fields(born_v6=False, store_v6=False, **kw) -> E.RecordFields:
-    born, store = HOSTS[(born_v6, store_v6)]
-    base = dict(topic=b"TopicTest", body=b"hello", props=b"TAGS\x01TagA\x02", queue_id=3, flag=7,
-                sys_flag=L.host_sys_flag(0, len(born), len(store)), born_timestamp=1_700_000_000_001, born_host=born,
-                store_timestamp=0, store_host=store, reconsume_times=2, prepared_transaction_offset=5, v2=False)
-    base.update(kw)
-    return E.RecordFields(**base)
-
-
 def changed_bytes(a: bytes, b: bytes) -> set[int]:
     assert len(a) == len(b)
     return {i for i in range(len(a)) if a[i] != b[i]}
@@ -129,48 +118,6 @@ def test_stamp_record_writes_exactly_the_stamped_fields(born_v6, store_v6, born_
     assert bytes(buf[len(pad):-len(pad)]) == bytes(want)
     rec = M.decode_message(buf, len(pad), len(buf) - len(pad))
     assert (rec.queue_offset, rec.phy_offset, rec.store_timestamp) == (-2, 0x0102030405060708, 0x1112131415161718)
-
-
-class Msg:
-    queue_id, flag, sys_flag, reconsume_times, prepared_transaction_offset = 3, 7, 0, 2, 5
-    born_timestamp = None
-
-
-class Recorder(bytearray):
-    """A buffer that notes the slices written into it, in order."""
-
-    def __init__(self, n: int):
-        super().__init__(n)
-        self.writes = []
-
-    def __setitem__(self, key, value):
-        self.writes.append((key.start, key.stop))
-        super().__setitem__(key, value)
-
-
-@pytest.mark.parametrize("v2", [False, True])
-@pytest.mark.parametrize("born", [None, 1_700_000_000_001])
-def test_v4_shape_writes_what_encode_record_and_stamp_record_do(v2, born):
-    msg = type("M", (Msg,), {"born_timestamp": born})
-    shape = E.V4Shape(b"TopicTest", v2, V4_HOST, V4_HOST)
-    prepared = shape.prepare(msg, b"hello", b"TAGS\x01TagA\x02")
-    total = prepared[0]
-    assert total == shape.overhead + len(b"hello") + len(b"TAGS\x01TagA\x02")
-    dst = Recorder(total + 4)
-    shape.write_stamped(dst, 2, msg, prepared, (11, 4096, 1_700_000_000_123))
-    want = E.encode_record(fields(v2=v2, born_timestamp=born or 0))
-    L.stamp_record(want, 0, 11, 4096, 1_700_000_000_123, born is None)
-    assert bytes(dst[2:-2]) == bytes(want) and dst[:2] == dst[-2:] == b"\0\0"
-    # TOTALSIZE and MAGICCODE last: a reader finds no record until the rest is there
-    assert dst.writes[-1] == (2, 2 + L.PUBLISH_SIZE) and all(a >= 2 + L.PUBLISH_SIZE for a, _ in dst.writes[:-1])
-    with pytest.raises(ValueError):
-        E.V4Shape(b"T", False, V6_HOST, V4_HOST)
-
-
-def test_encode_record_takes_fields_or_the_same_names():
-    f = fields(True, False)
-    by_name = {k: getattr(f, k) for k in E.RecordFields.__dataclass_fields__}
-    assert E.encode_record(f) == E.encode_record(**by_name)
 
 
 def test_stamp_batch_writes_exactly_the_stamped_columns():

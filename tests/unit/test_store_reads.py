@@ -1,4 +1,6 @@
-"""MessageStore read paths: pulls, key queries, offsets by time, lookups (FORMAT.md §5.7, §11)."""
+"""store_reads.py, the read half of MessageStore: pulls, key queries, lookups by offset and message id
+(FORMAT.md §5.7, §11). The queue-offset answers (offsets by time, min/max offsets):
+message_store/test_queue_offsets.py."""
 from __future__ import annotations
 
 import threading
@@ -6,26 +8,10 @@ import threading
 import pytest
 
 from rmqstore import GetMessageStatus, Message, PutMessageStatus
-from tests.kit import msg
+from tests.kit import fill_queue, msg
 
 S = GetMessageStatus
 T0 = 1_700_000_000_000
-
-
-def _fill(st, n, topic="T", queue_id=0, tags=None, keys=None, ts=None):
-    out = []
-    for i in range(n):
-        props = []
-        if tags:
-            props.append(("TAGS", tags[i % len(tags)]))
-        if keys:
-            props.append(("KEYS", keys(i)))
-        r = st.put_message(msg(topic, f"{topic}-{queue_id}-{i}".encode(), props or None, queue_id=queue_id,
-                               store_timestamp=None if ts is None else ts(i)))
-        assert r.status is PutMessageStatus.PUT_OK
-        out.append(r)
-    st.wait_dispatched()
-    return out
 
 
 @pytest.fixture
@@ -39,7 +25,7 @@ def big_store(open_store, make_config):
 
 @pytest.mark.parametrize("n", [32, 20, 10])
 def test_pull_sizes(big_store, n):
-    rs = _fill(big_store, 32)
+    rs = fill_queue(big_store, 32)
     g = big_store.get_message("g", "T", 0, 0, n)
     assert g.status is S.FOUND
     assert [m.phy_offset for m in g.messages] == [r.phy_offset for r in rs[:n]]
@@ -47,7 +33,7 @@ def test_pull_sizes(big_store, n):
 
 
 def test_pull_reads_one_cq_file_per_call(big_store):
-    rs = _fill(big_store, 60)  # 50 units per CQ file
+    rs = fill_queue(big_store, 60)  # 50 units per CQ file
     g = big_store.get_message("g", "T", 0, 48, 32)
     assert [m.queue_offset for m in g.messages] == [48, 49] and g.next_begin_offset == 50
     g = big_store.get_message("g", "T", 0, 50, 32)
@@ -57,7 +43,7 @@ def test_pull_reads_one_cq_file_per_call(big_store):
 def test_pull_statuses(big_store):
     assert (lambda g: (g.status, g.next_begin_offset, g.min_offset, g.max_offset))(
         big_store.get_message("g", "T", 0, 0)) == (S.NO_MESSAGE_IN_QUEUE, 0, 0, 0)
-    rs = _fill(big_store, 5)
+    rs = fill_queue(big_store, 5)
     g = big_store.get_message("g", "T", 0, 5)
     assert (g.status, g.next_begin_offset, g.messages) == (S.OFFSET_OVERFLOW_ONE, 5, [])
     g = big_store.get_message("g", "T", 0, 10**9)
@@ -75,12 +61,12 @@ def test_pull_statuses(big_store):
 
 
 def test_pull_with_tag_filter(big_store):
-    only_a = _fill(big_store, 6, queue_id=1, tags=["TagA"])
+    only_a = fill_queue(big_store, 6, queue_id=1, tags=["TagA"])
     g = big_store.get_message("g", "T", 1, 0, 32, subscription="TagB")
     assert (g.status, g.messages, g.next_begin_offset) == (S.NO_MATCHED_MESSAGE, [], 6)
     assert [m.phy_offset for m in big_store.get_message("g", "T", 1, 0, 32, "TagA").messages] == [
         r.phy_offset for r in only_a]
-    mixed = _fill(big_store, 9, queue_id=2, tags=["TagA", "TagB", "TagC"])
+    mixed = fill_queue(big_store, 9, queue_id=2, tags=["TagA", "TagB", "TagC"])
     g = big_store.get_message("g", "T", 2, 0, 32, subscription="TagB")
     assert g.status is S.FOUND and [m.phy_offset for m in g.messages] == [mixed[i].phy_offset for i in (1, 4, 7)]
     assert {m.tags for m in g.messages} == {"TagB"} and g.next_begin_offset == 9
@@ -97,11 +83,11 @@ def test_pull_with_tag_filter(big_store):
 
 
 def test_tag_hash_collisions_are_dropped_by_the_exact_tag(big_store):
-    rs = _fill(big_store, 6, queue_id=3, tags=["Aa", "BB"])  # same Java hash
+    rs = fill_queue(big_store, 6, queue_id=3, tags=["Aa", "BB"])  # same Java hash
     g = big_store.get_message("g", "T", 3, 0, 32, subscription="Aa")
     assert [m.phy_offset for m in g.messages] == [rs[i].phy_offset for i in (0, 2, 4)]
     assert g.filtered == 3
-    only_bb = _fill(big_store, 3, queue_id=4, tags=["BB"])
+    only_bb = fill_queue(big_store, 3, queue_id=4, tags=["BB"])
     g = big_store.get_message("g", "T", 4, 0, 32, subscription="Aa")
     assert (g.status, g.messages, g.filtered, g.next_begin_offset) == (S.NO_MATCHED_MESSAGE, [], 3, len(only_bb))
 
@@ -132,7 +118,7 @@ def test_exact_query_checks_topic_and_whole_tokens(big_store):
 
 
 def test_exact_query_truncated_flag_keeps_the_newest(big_store):
-    rs = _fill(big_store, 5, keys=lambda i: "same")
+    rs = fill_queue(big_store, 5, keys=lambda i: "same")
     phys = [r.phy_offset for r in rs]
     for max_num, want, truncated in [(3, phys[2:], True), (5, phys, False), (10, phys, False),
                                      (1, phys[4:], True), (0, [], True)]:
@@ -141,7 +127,7 @@ def test_exact_query_truncated_flag_keeps_the_newest(big_store):
 
 
 def test_exact_query_is_not_capped_at_64(big_store):
-    rs = _fill(big_store, 70, keys=lambda i: f"k{i} all")
+    rs = fill_queue(big_store, 70, keys=lambda i: f"k{i} all")
     res = big_store.query_message("T", "all", max_num=100)
     assert [m.phy_offset for m in res.messages] == [r.phy_offset for r in rs] and not res.truncated
     loose = big_store.query_message("T", "all", max_num=100, exact=False)
@@ -149,7 +135,7 @@ def test_exact_query_is_not_capped_at_64(big_store):
 
 
 def test_key_query_time_window(big_store):
-    rs = _fill(big_store, 6, keys=lambda i: "w", ts=lambda i: T0 + i * 10_000)
+    rs = fill_queue(big_store, 6, keys=lambda i: "w", ts=lambda i: T0 + i * 10_000)
     res = big_store.query_message("T", "w", begin_ms=T0 + 15_000, end_ms=T0 + 40_000)
     assert [m.phy_offset for m in res.messages] == [r.phy_offset for r in rs[2:5]]
     assert big_store.query_message("T", "w", begin_ms=T0 + 60_000).messages == []
@@ -171,61 +157,11 @@ def test_message_create_and_unique_key(big_store):
 
 
 # ------------------------------------------------------------------------------------------------
-# Offsets by time and store times
-# ------------------------------------------------------------------------------------------------
-
-def test_offset_by_time_ten_messages_10ms_apart(big_store):
-    rs = _fill(big_store, 10, ts=lambda i: T0 + 10 * i)
-    for i, r in enumerate(rs):
-        assert big_store.get_offset_in_queue_by_time("T", 0, r.store_timestamp) == i
-        assert big_store.get_offset_in_queue_by_time("T", 0, r.store_timestamp - 2) == i
-        assert big_store.get_message_store_timestamp("T", 0, i) == r.store_timestamp
-    assert big_store.get_offset_in_queue_by_time("T", 0, T0 - 20_000) == 0
-    assert big_store.get_offset_in_queue_by_time("T", 1, T0) == 0           # wrong queue
-    for off in (-1, 0, 5):
-        assert big_store.get_message_store_timestamp("T", 1, off) == -1
-    assert big_store.get_message_store_timestamp("T", 0, 10) == -1
-
-
-@pytest.mark.parametrize("cq_size", [1000, 60])  # one CQ file, or 3 units per file
-def test_offset_by_time_with_ties(open_store, make_config, cq_size):
-    st = open_store(cfg=make_config(mapped_file_size_consume_queue=cq_size, mapped_file_size_commit_log=8192))
-    times = [1000, 2000, 2000, 2000, 3000, 3000, 5000]
-    _fill(st, len(times), ts=lambda i: T0 + times[i])
-    cases = {  # ts: (lower, upper)
-        T0 + 500: (0, 0),      # before everything: LOWER 0, UPPER 0
-        T0 + 1000: (0, 0),
-        T0 + 1500: (1, 0),
-        T0 + 2000: (1, 3),     # ties: first / last equal entry
-        T0 + 2500: (4, 3),
-        T0 + 3000: (4, 5),
-        T0 + 4000: (6, 5),
-        T0 + 5000: (6, 6),
-        T0 + 9000: (7, 6),     # past the end: LOWER max, UPPER the last
-    }
-    for ts, (lower, upper) in cases.items():
-        got = (st.get_offset_in_queue_by_time("T", 0, ts, "lower"), st.get_offset_in_queue_by_time("T", 0, ts, "upper"))
-        assert got == (lower, upper), ts - T0
-        assert st.get_offset_in_queue_by_time("T", 0, ts) == lower
-        assert st.get_offset_in_queue_by_time("T", 0, ts, "UPPER") == upper
-
-
-def test_earliest_message_time(big_store):
-    assert big_store.get_earliest_message_time() == -1
-    _fill(big_store, 2, queue_id=1, ts=lambda i: T0 + 7 + i)
-    _fill(big_store, 2, queue_id=0, ts=lambda i: T0 + 100 + i)
-    assert big_store.get_earliest_message_time() == T0 + 7
-    assert big_store.get_earliest_message_time("T", 0) == T0 + 100
-    assert big_store.get_earliest_message_time("T", 1) == T0 + 7
-    assert big_store.get_earliest_message_time("T", 2) == -1
-
-
-# ------------------------------------------------------------------------------------------------
 # Lookups
 # ------------------------------------------------------------------------------------------------
 
 def test_look_first_last_and_past_the_end(big_store):
-    rs = _fill(big_store, 10)
+    rs = fill_queue(big_store, 10)
     rs += [big_store.put_message(msg("T", f"T-0-{10 + i}".encode(), born_host="[::1]:1", store_host="[::1]:2"))
            for i in range(10)]
     big_store.wait_dispatched()
@@ -239,24 +175,10 @@ def test_look_first_last_and_past_the_end(big_store):
     assert big_store.max_phy_offset == last.phy_offset + last.wrote_bytes
 
 
-def test_max_offset_committed_and_uncommitted(big_store):
-    _fill(big_store, 3)
-    assert big_store.get_max_offset_in_queue("T", 0) == 3
-    with big_store.reput.lock:  # the dispatcher cannot run while we hold its lock
-        for i in range(2):
-            assert big_store.put_message(msg("T")).status is PutMessageStatus.PUT_OK
-        assert big_store.get_max_offset_in_queue("T", 0) == 3
-        assert big_store.get_max_offset_in_queue("T", 0, committed=False) == 5
-        assert big_store.get_message("g", "T", 0, 3).status is S.OFFSET_OVERFLOW_ONE
-    big_store.wait_dispatched()
-    assert big_store.get_max_offset_in_queue("T", 0) == 5
-    assert big_store.get_message("g", "T", 0, 3).status is S.FOUND
-
-
 def test_pull_scan_is_bounded_by_max_filter_message_size(open_store, make_config):
     """A pull scans at most max(16000, maxMsgNums*20) bytes of consume queue (800 units)."""
     st = open_store(cfg=make_config(mapped_file_size_commit_log=1 << 20, mapped_file_size_consume_queue=6000000))
-    _fill(st, 1000, tags=["TagA"])
+    fill_queue(st, 1000, tags=["TagA"])
     g = st.get_message("g", "T", 0, 0, 32, subscription="TagB")
     assert (g.status, g.next_begin_offset, g.messages) == (S.NO_MATCHED_MESSAGE, 800, [])
     g = st.get_message("g", "T", 0, 800, 32, subscription="TagB")
@@ -270,7 +192,7 @@ def test_pull_transfer_limits_in_memory(open_store, make_config):
     st = open_store(cfg=make_config(mapped_file_size_commit_log=1 << 21, max_message_size=1 << 20))
     rs = [st.put_message(msg("Big", b"x" * 10_000)) for _ in range(40)]
     rs += [st.put_message(msg("Big", b"y" * 300_000))]
-    _fill(st, 40, topic="Small")
+    fill_queue(st, 40, topic="Small")
     assert len(st.get_message("g", "Small", 0, 0, 64).messages) == 32
     size = rs[0].wrote_bytes
     assert len(st.get_message("g", "Big", 0, 0, 64).messages) == 262144 // size
@@ -281,7 +203,7 @@ def test_pull_transfer_limits_in_memory(open_store, make_config):
 def test_pull_transfer_limits_on_disk(open_store, monkeypatch):
     """Cold data (further than 40% of RAM behind the end): at most 8 messages / 64 KiB."""
     st = open_store()
-    _fill(st, 20)
+    fill_queue(st, 20)
     monkeypatch.setattr(st, "_ram", 0)  # nothing counts as "in memory"
     g = st.get_message("g", "T", 0, 0, 32)
     assert len(g.messages) == 8 and g.next_begin_offset == 8
@@ -328,15 +250,3 @@ def test_pulls_and_queries_while_writing(open_store, make_config):
     assert by_writer == {str(w): list(range(n_per)) for w in range(writers)}
 
 
-def test_answers_clamp_to_a_raised_queue_minimum(big_store):
-    """After the queue minimum moved (correctMinOffset, as retention does), offsets by time are
-    clamped into [min, max] and the earliest time is that of the unit at the minimum."""
-    rs = _fill(big_store, 6, ts=lambda i: T0 + 1000 * i)
-    big_store.find_consume_queue("T", 0).correct_min_offset(rs[3].phy_offset)
-    assert big_store.get_min_offset_in_queue("T", 0) == 3
-    assert big_store.get_offset_in_queue_by_time("T", 0, T0, "lower") == 3
-    assert big_store.get_offset_in_queue_by_time("T", 0, T0 + 1000, "upper") == 3
-    assert big_store.get_offset_in_queue_by_time("T", 0, T0 + 4000, "lower") == 4
-    assert big_store.get_earliest_message_time("T", 0) == T0 + 3000
-    assert big_store.get_commit_log_offset_in_queue("T", 0, 1) == 0  # below the minimum: absent
-    assert big_store.get_message_store_timestamp("T", 0, 1) == -1
