@@ -65,7 +65,8 @@ def _items_bytes(hashes: np.ndarray, phys: np.ndarray, diffs: np.ndarray, prevs:
 
 def indexed(phys: list, sys_flags: list, end0: int, skip_eq: bool) -> list[bool]:
     """Whether each record is indexed (upstream ``buildIndex``): it lies after the index's end
-    ``end0`` (at it too unless ``skip_eq``) and is not a prepared or rolled-back transaction message."""
+    ``end0`` (at it too unless ``skip_eq``) and is not a rolled-back transaction message (PREPARED
+    records are indexed, as upstream)."""
     return [(p > end0 or (p == end0 and not skip_eq)) and (f & 0xC) != 0xC for p, f in zip(phys, sys_flags)]
 
 
