@@ -185,25 +185,10 @@ def _build(H, p: dict) -> dict:
 # parent side
 # ------------------------------------------------------------------------------------------------
 
-def _tree_rss(pid: int) -> int:
-    import psutil
-
-    try:
-        procs = [psutil.Process(pid)]
-        procs += procs[0].children(recursive=True)
-    except psutil.NoSuchProcess:
-        return 0
-    total = 0
-    for q in procs:
-        try:
-            total += q.memory_info().rss
-        except psutil.NoSuchProcess:
-            pass
-    return total
-
-
 def run_child(row: str, tree: str, params: dict, work: str) -> dict:
     """One measurement in a fresh interpreter; its result with ``rate`` and ``rss_mb`` added."""
+    from spark_bench import tree_rss  # (bench/ is this script's directory)
+
     os.sync()  # what earlier children left dirty is written back before, not during, this one
     env = dict(os.environ, PYTHONPATH=os.path.join(tree, "src"), RMQ_BENCH_DIR=work, TMPDIR=work)
     err_path = os.path.join(work, "child.stderr")
@@ -215,7 +200,7 @@ def run_child(row: str, tree: str, params: dict, work: str) -> dict:
         if row == "spark_rebuild":
             def sample():
                 while not done.is_set():
-                    peak[0] = max(peak[0], _tree_rss(proc.pid))
+                    peak[0] = max(peak[0], tree_rss(proc.pid))
                     time.sleep(0.1)
             threading.Thread(target=sample, daemon=True).start()
         out = proc.stdout.read()

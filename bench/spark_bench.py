@@ -101,7 +101,8 @@ def _data_bytes(store: str, cfg) -> int:
 # Parent side
 # ------------------------------------------------------------------------------------------------
 
-def _tree_rss(pid: int) -> int:
+def tree_rss(pid: int) -> int:
+    """Resident bytes of a process and all its children (0 when it is gone)."""
     import psutil
 
     try:
@@ -130,7 +131,7 @@ def measure(kind: str, store: str, master: str | None, repeat: int) -> dict:
     def sample():
         nonlocal peak
         while not done.is_set():
-            peak = max(peak, _tree_rss(proc.pid))
+            peak = max(peak, tree_rss(proc.pid))
             time.sleep(0.1)
 
     th = threading.Thread(target=sample, daemon=True)
