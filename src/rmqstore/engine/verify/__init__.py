@@ -56,7 +56,7 @@ from .index_checks import (check_index, check_index_coverage, check_index_file, 
                            missing_key_finding)
 from .log_checks import LogChecks, check_commitlog, corrupt_finding, gap_finding, walk_commitlog
 from .queue_checks import check_consume_queues
-from .repairs import RepairPlan, repair, verify_store
+from .repairs import RepairPlan, repair
 from .state_checks import check_checkpoint, check_tail
 from .verifier import Verifier, verify
 
@@ -66,6 +66,6 @@ __all__ = [
     "VerifyContext", "LogChecks", "walk_commitlog", "check_commitlog", "corrupt_finding", "gap_finding",
     "check_consume_queues", "check_index", "check_index_file", "check_index_coverage", "missing_key_finding",
     "index_file_problems", "check_checkpoint", "check_tail", "Verifier", "verify", "RepairPlan", "repair",
-    "verify_store", "DerivedFiles", "build_derived", "rebuild_derived", "shadow_derived", "shadow_queue_tails",
+    "DerivedFiles", "build_derived", "rebuild_derived", "shadow_derived", "shadow_queue_tails",
     "pad_gaps",
 ]

@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 from dataclasses import dataclass, field
-from typing import Callable, Iterable
+from typing import Iterable
 
 from ...errors import ReadOnlyStoreError
 from .. import recovery as R
@@ -18,7 +18,6 @@ from ..checkpoint import StoreCheckpoint
 from .derived import rebuild_derived
 from .findings import CutTail, Finding, LowerCheckpoint, RebuildIndex, RebuildQueue
 from .state_checks import tail_extents
-from .verifier import verify
 
 log = logging.getLogger(__name__)
 
@@ -99,11 +98,3 @@ def repair(store, findings: list[Finding]) -> list[Finding]:
            for f in findings]
     log.warning("%s: verify fixed %d of %d problems", store.path, sum(f.fixed for f in out), len(out))
     return out
-
-
-def verify_store(store, fix: bool = False, progress: Callable[[int], None] | None = None) -> list[Finding]:
-    """:func:`verify`, then with ``fix`` :func:`repair` (what ``MessageStore.verify`` does)."""
-    if fix and store.read_only:
-        raise ReadOnlyStoreError("verify(fix=True) needs the store opened for writing", path=store.path)
-    findings = verify(store, progress)
-    return repair(store, findings) if fix else findings
