@@ -107,7 +107,7 @@ def export(store_dir: str, out: str, fmt: str, *, topics: set[str] | None = None
                 if not keep.any():
                     continue
                 if not keep.all():
-                    batch, codes = S.take(batch, keep), codes[keep]
+                    batch, codes = batch.select(keep), codes[keep]
                 rb = C.record_batch_to_arrow(seg, batch, arrow_schema, topic_dec, codes, body)
                 writer.write(rb)
                 messages += rb.num_rows

@@ -260,6 +260,13 @@ def crc_ok(buf, batch: M.RecordBatch, prop_crc: bool = False) -> np.ndarray:
     return prop_crc_ok(buf, batch) if prop_crc else M.body_crc_ok(buf, batch)
 
 
-def take(batch: M.RecordBatch, idx: np.ndarray) -> M.RecordBatch:
-    """Rows ``idx`` of a batch (any index array or boolean mask)."""
-    return M.RecordBatch(**{k: v[idx] for k, v in batch.__dict__.items()})
+def intact(buf, u8: np.ndarray, batch: M.RecordBatch, prop_crc: bool = False) -> np.ndarray:
+    """Per record: :func:`complete` and :func:`crc_ok` (the CRC computed for complete records only)."""
+    whole = complete(u8, batch)
+    if whole.all():
+        return crc_ok(buf, batch, prop_crc)
+    out = whole.copy()
+    idx = np.flatnonzero(whole)
+    if idx.size:
+        out[idx] = crc_ok(buf, batch.select(idx), prop_crc)
+    return out

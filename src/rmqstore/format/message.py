@@ -127,7 +127,12 @@ class RecordBatch:
         return int(self.starts.size)
 
     def take(self, n: int) -> "RecordBatch":
+        """The first ``n`` records."""
         return RecordBatch(**{k: v[:n] for k, v in self.__dict__.items()})
+
+    def select(self, idx: np.ndarray) -> "RecordBatch":
+        """Records ``idx`` (any index array or boolean mask)."""
+        return RecordBatch(**{k: v[idx] for k, v in self.__dict__.items()})
 
     def first_invalid(self) -> int:
         if self.valid.size <= 16:

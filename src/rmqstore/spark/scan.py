@@ -100,32 +100,6 @@ class Segment:
 
 
 # ------------------------------------------------------------------------------------------------
-# CRC checks of a batch
-# ------------------------------------------------------------------------------------------------
-
-def complete(seg: Segment, batch: M.RecordBatch) -> np.ndarray:
-    """Per record: not torn (:func:`rmqstore.format.cursor.complete`)."""
-    return C.complete(seg.u8, batch)
-
-
-def crc_ok(seg: Segment, batch: M.RecordBatch, prop_crc: bool) -> np.ndarray:
-    """Per record: complete and its body CRC (or, with ``prop_crc``, the ``__CRC32#`` property)
-    holds, as recovery checks it."""
-    whole = C.complete(seg.u8, batch)
-    if not whole.any():
-        return whole
-    if whole.all():
-        return C.crc_ok(seg.mm, batch, prop_crc)
-    out = whole.copy()
-    idx = np.flatnonzero(whole)
-    out[idx] = C.crc_ok(seg.mm, C.take(batch, idx), prop_crc)
-    return out
-
-
-take = C.take
-
-
-# ------------------------------------------------------------------------------------------------
 # Scanning a span
 # ------------------------------------------------------------------------------------------------
 
@@ -263,11 +237,11 @@ class _SpanScan:
         after_kind = seg.kind_at(after) if k == len(batch) else INVALID
         if k and (o.check_crc or after_kind in (END, INVALID, TORN)):
             lo = 0 if o.check_crc else k - 1  # every record, or just the tail record
-            ok = crc_ok(seg, take(batch, np.arange(lo, k)), o.prop_crc)
+            ok = C.intact(seg.mm, seg.u8, batch.select(np.arange(lo, k)), o.prop_crc)
             bad = np.flatnonzero(~ok)
             if bad.size:
                 k = lo + int(bad[0])
-                whole = bool(complete(seg, take(batch, np.array([k])))[0])
+                whole = bool(C.complete(seg.u8, batch.select(np.array([k])))[0])
                 kind, detail = CRC, ("record is incomplete (its end is zero-filled)" if not whole else
                                      "properties CRC mismatch" if o.prop_crc else "body CRC mismatch")
         return batch, k, kind, detail

@@ -217,7 +217,7 @@ def read_partition(opts: ReadOptions, flt: RowFilter, schema: StructType, part) 
             if not m.any():
                 continue
             if not m.all():
-                batch, codes = S.take(batch, m), codes[m]
+                batch, codes = batch.select(m), codes[m]
         out = C.record_batch_to_arrow(seg, batch, decoded, topics, codes, body)
         if broker_col >= 0:
             names = pa.array([loc.broker_name], pa.string()).take(np.zeros(out.num_rows, dtype=np.int32))

@@ -13,7 +13,6 @@ import numpy as np
 from ..format import cursor as C
 from ..format import message as M
 from ..format.hashes import crc32
-from . import scan as S
 from .scan import BLANK, RECORD, Segment
 from .spans import list_segments
 
@@ -134,7 +133,7 @@ def safe_end(store_dir: str, seg_size: int, start: int, max_bytes: int | None, s
                 same = state.tail_pos == seg0 + last and state.tail_digest == digest
                 if same and now - state.tail_seen >= TAIL_SETTLE_SECONDS:
                     tb = M.decode_batch(seg.u8, np.array([last], dtype=np.int64))
-                    if bool(S.crc_ok(seg, tb, state.prop_crc)[0]):
+                    if bool(C.intact(seg.mm, seg.u8, tb, state.prop_crc)[0]):
                         end_rel = last + last_total
                         state.walked_to = seg0 + end_rel
                         state.tail_pos = -1

@@ -138,7 +138,8 @@ def test_record_checks_find_a_flipped_body_byte_and_a_torn_end(tmp_path, where):
         buf[int(batch.props_pos[2] + batch.props_len[2] - 1)] = 0
         assert C.complete(u8, batch).tolist() == [True, True, False, True, True]
         assert C.crc_ok(buf, batch).all()  # the body CRC does not see a tear after the body
-    assert C.take(batch, np.array([0, 4])).starts.tolist() == [offs[0], offs[4]]
+    assert C.intact(buf, u8, batch).tolist() == [True, True, False, True, True]
+    assert batch.select(np.array([0, 4])).starts.tolist() == [offs[0], offs[4]]
 
 
 def test_the_properties_crc_check(tmp_path):

@@ -26,7 +26,7 @@ def batch_checks(mf, batch: M.RecordBatch, cfg, *, check_crc: bool) -> tuple[np.
     if n == 0:
         return ok, ok.copy()
     idx = np.flatnonzero(ok)
-    valid = batch if idx.size == n else C.take(batch, idx)
+    valid = batch if idx.size == n else batch.select(idx)
     if idx.size:
         ok[idx] = (valid.phy_offset == mf.file_from_offset + valid.starts) & C.complete(mf.u8, valid)
     crc = np.ones(n, dtype=bool)
@@ -34,8 +34,6 @@ def batch_checks(mf, batch: M.RecordBatch, cfg, *, check_crc: bool) -> tuple[np.
         crc[idx] = C.crc_ok(mf.mm, valid, cfg.force_verify_prop_crc)
     return ok, crc
 
-
-take_idx = C.take
 
 
 def record_ok_at(mf, pos: int, cfg, *, check_crc: bool = True) -> bool:

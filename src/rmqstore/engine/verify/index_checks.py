@@ -9,7 +9,6 @@ import numpy as np
 
 from ...format import index_file as IF
 from ...format import message as M
-from .. import recovery as R
 from ..dispatch import extract_dispatch_columns
 from ..index import IndexFile
 from .context import LogFacts, Snapshot, VerifyContext, by_segment, file_pos
@@ -163,7 +162,7 @@ def record_matches(ctx: VerifyContext, it: IndexItems, data_end: int) -> tuple[n
         ok = batch.valid & (batch.phy_offset == phys[idx]) & (phys[idx] + batch.total <= data_end)
         sel = np.flatnonzero(ok)
         if sel.size:
-            sub = R.take_idx(batch, sel)
+            sub = batch.select(sel)
             cols = extract_dispatch_columns(seg.u8, sub, store.delay_levels_ms, ctx.topic_cache)
             rec_hash_ok = np.zeros(sel.size, dtype=bool)
             want = hashes[idx[sel]]
