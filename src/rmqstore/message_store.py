@@ -42,7 +42,7 @@ from .engine.index import IndexFile, IndexService
 from .format import index_file as IF
 from .format import message as M
 from .io.mapped_file import atomic_write_text, fsync_dir, fsync_dirty_dirs
-from .errors import (CorruptRecordError, ReadOnlyStoreError, RmqStoreError, StoreClosedError, StoreIOError,
+from .errors import (CorruptRecordError, ReadOnlyStoreError, RmqStoreError, StoreIOError,
                      StoreLockedError, StoreNotFoundError)
 from .io import paths
 from .store_reads import StoreReads
@@ -527,7 +527,7 @@ class MessageStore(StoreReads):
         view grows only by complete, valid records. Consume queues grow only by units that match
         their records inside that view; new queues and index files appear; files deleted by
         retention leave the view (min offsets move). Returns the new end of valid data."""
-        self._check_open()
+        self.check_open()
         cl = self.commit_log
         if not self.read_only:
             return cl.confirm_offset
@@ -741,10 +741,6 @@ class MessageStore(StoreReads):
         """No abort file and no live writer when opened: every record was dispatched."""
         return self._closed_cleanly
 
-    def _check_open(self) -> None:
-        if self._closed:
-            raise StoreClosedError("store is closed", path=self.path)
-
     def close(self) -> None:
         """Clean shutdown: dispatch everything, flush all files, write the checkpoint, remove
         ``abort`` (kept if dispatch could not finish, so the next open recovers)."""
@@ -855,7 +851,7 @@ class MessageStore(StoreReads):
     # Writing
     # ==========================================================================================
     def _check_writable(self) -> None:
-        self._check_open()
+        self.check_open()
         if self.read_only:
             raise ReadOnlyStoreError("store is open read-only", path=self.path)
 
@@ -883,7 +879,7 @@ class MessageStore(StoreReads):
         dispatch listeners), instead of waiting for the background dispatcher. For a single
         writer that prefers no thread switches, such as the broker's event loop (see
         :meth:`set_background_dispatch`). Under SYNC_FLUSH only what is flushed is dispatched."""
-        self._check_open()
+        self.check_open()
         if not self.read_only:
             self.reput.do_reput()
 
@@ -892,13 +888,13 @@ class MessageStore(StoreReads):
         50 ms, a safety net); the writer calls :meth:`dispatch` after its appends. ``True`` (the
         default) restores waking it on every append. No effect under SYNC_FLUSH, where the flush
         thread wakes the dispatcher after each group commit."""
-        self._check_open()
+        self.check_open()
         if not self.read_only and not self.cfg.sync_flush:
             self.commit_log.on_append = self.reput.wake if enabled else None
 
     def wait_dispatched(self, timeout: float | None = None) -> None:
         """Block until every message appended so far is in its consume queue and the index."""
-        self._check_open()
+        self.check_open()
         if self.read_only:
             return
         target = self.commit_log.confirm_offset
@@ -991,7 +987,7 @@ class MessageStore(StoreReads):
         ``fix=True`` (writers only) then applies :meth:`repair` to them: it rebuilds what the
         commitlog can regenerate and marks those findings ``fixed``. ``progress(bytes_done)`` is
         called while the store is checked."""
-        self._check_open()
+        self.check_open()
         if fix and self.read_only:
             raise ReadOnlyStoreError("verify(fix=True) needs the store opened for writing", path=self.path)
         with self._own_derived_files():
@@ -1004,7 +1000,7 @@ class MessageStore(StoreReads):
         values that are ahead, rebuild the named consume queues and the index from the commitlog.
         Returns the findings, those repaired marked ``fixed``; damaged records cannot be repaired
         and stay unfixed. Raises :class:`ReadOnlyStoreError` on a reader."""
-        self._check_open()
+        self.check_open()
         return V.repair(self, findings)
 
     @contextlib.contextmanager
@@ -1037,7 +1033,7 @@ class MessageStore(StoreReads):
         ``deleteFileBatchMax``, never the last segment; consume-queue and index files whose data
         is gone follow). ``dry_run`` (default) only plans; ``force`` runs whatever the hour
         (upstream's manual trigger). See :mod:`rmqstore.engine.retention`."""
-        self._check_open()
+        self.check_open()
         return RT.clean_expired(self, now_ms=now_ms, dry_run=dry_run, force=force)
 
     # ==========================================================================================

@@ -4,7 +4,7 @@ message id, key queries, and the checks that keep a damaged record from ever bei
 :class:`StoreReads` is a mixin: :class:`MessageStore` inherits it, and it works only through the
 store's public parts (``commit_log``, ``consume_queues``, ``index_service``, ``cfg``, ``reput``,
 ``read_only``, ``cq_lock``, ``closed``, ``closed_cleanly``, ``memory_limit_bytes()``,
-``find_consume_queue()``).
+``find_consume_queue()``); it also holds ``check_open()``, which the whole facade calls.
 """
 from __future__ import annotations
 
@@ -95,7 +95,8 @@ class _Pull:
 class StoreReads:
     """Pulls, lookups and queries of a :class:`~rmqstore.message_store.MessageStore` (a mixin)."""
 
-    def _ensure_open(self) -> None:
+    def check_open(self) -> None:
+        """:class:`StoreClosedError` once the store is closed (every public call checks)."""
         if self.closed:
             raise StoreClosedError("store is closed", path=self.path)
 
@@ -103,7 +104,7 @@ class StoreReads:
         """The record at a commitlog offset; None when nothing is stored there, and
         :class:`CorruptRecordError` (path, offset) when the bytes there are not a complete, valid
         record (every read checks the CRC: a damaged message is never served)."""
-        self._ensure_open()
+        self.check_open()
         cl = self.commit_log
         if phy_offset < cl.min_offset or phy_offset >= cl.confirm_offset:
             return None
@@ -256,7 +257,7 @@ class StoreReads:
     def records_bytes(self, records: Sequence[MessageRecord]) -> bytes:
         """The stored bytes of ``records`` (read by this store), back to back: a pull's or a query's
         body as a broker sends it. :class:`OffsetError` when one is no longer inside written data."""
-        self._ensure_open()
+        self.check_open()
         cl = self.commit_log
         lo, hi = cl.min_offset, cl.confirm_offset
         find = cl.queue.find
@@ -287,7 +288,7 @@ class StoreReads:
         ``transfer_limits=False`` (an in-process reader such as :meth:`consumer`) drops upstream's
         per-pull byte and count limits, sized for a network transfer (``maxTransfer*OnMessageIn*``:
         32 messages from memory, 8 from disk); ``max_nums`` and the 128 MiB pull cap still hold."""
-        self._ensure_open()
+        self.check_open()
         cq = self.find_consume_queue(topic, queue_id)
         min_o, max_o = cq.min_offset, cq.max_offset
         if max_o == 0:
@@ -395,7 +396,7 @@ class StoreReads:
         (``"earliest"``, ``"latest"`` or an epoch-ms timestamp); ``offsets`` a JSON file (or a
         :class:`ConsumerOffsetManager`) to keep the group's offsets elsewhere than the store's
         ``config/consumerOffset.json`` (needed to commit on a read-only store)."""
-        self._ensure_open()
+        self.check_open()
         return Consumer(self, group, topics, subscription, auto_commit=auto_commit, start=start, offsets=offsets)
 
     def _read_quiet(self, phy: int) -> MessageRecord | None:
@@ -413,7 +414,7 @@ class StoreReads:
         ``truncated`` says whether ``max_num`` cut the result (``maxMsgsNumBatch`` does not apply).
         ``exact=False``: upstream ``queryMessage`` — index hash matches, hash collisions included,
         ``max_num`` capped at ``maxMsgsNumBatch``, up to three rounds."""
-        self._ensure_open()
+        self.check_open()
         if exact:
             return self._query_exact(topic, key, max_num, begin_ms, end_ms, uniq_only=False)
         result = QueryMessageResult([])
@@ -459,5 +460,5 @@ class StoreReads:
     def query_message_by_unique_key(self, topic: str, uniq_key: str, begin_ms: int = 0,
                                     end_ms: int = 2**63 - 1) -> QueryMessageResult:
         """Messages whose UNIQ_KEY equals ``uniq_key`` (broker default maxNum 32)."""
-        self._ensure_open()
+        self.check_open()
         return self._query_exact(topic, uniq_key, self.cfg.default_query_max_num, begin_ms, end_ms, uniq_only=True)
