@@ -89,10 +89,9 @@ class Segment:
         """A record that resynchronisation accepts starts at ``p`` (:func:`rmqstore.format.cursor.is_record_at`)."""
         return C.is_record_at(self.mm, self.u8, self.size, self.start, p)
 
-    def find_record_start(self, pos: int, limit: int) -> int:
-        """First ``p`` in ``[pos, limit)`` where :meth:`is_record_at` holds, or -1."""
-        p = C.find_record_start(self.mm, self.u8, self.size, self.start, pos, limit)
-        return -1 if p is None else p
+    def find_record_start(self, pos: int, limit: int) -> int | None:
+        """First ``p`` in ``[pos, limit)`` where :meth:`is_record_at` holds, or None."""
+        return C.find_record_start(self.mm, self.u8, self.size, self.start, pos, limit)
 
     def kind_at(self, p: int) -> str:
         """What the chain finds at ``p``: a record header, a blank, the zero end of data, or junk."""
@@ -200,10 +199,10 @@ class _SpanScan:
         seg, s, b = self.seg, self.s, self.b
         s.head_kind = seg.kind_at(self.a)
         p = seg.find_record_start(self.a, b)
-        if p < 0:
+        if p is None:
             return
         s.first = seg.start + p
-        while 0 <= p < b:
+        while p is not None and p < b:
             batch, k, kind, detail = self._next_batch(p)
             if k:
                 out = batch.take(k) if k < len(batch) else batch
@@ -246,25 +245,25 @@ class _SpanScan:
                                      "properties CRC mismatch" if o.prop_crc else "body CRC mismatch")
         return batch, k, kind, detail
 
-    def _after_run(self, p: int) -> int:
-        """Where the scan goes on after a run of good records ending at ``p`` (-1: it ends)."""
+    def _after_run(self, p: int) -> int | None:
+        """Where the scan goes on after a run of good records ending at ``p`` (None: it ends)."""
         seg, b = self.seg, self.b
         if p >= b:
             self.stop(p, seg.kind_at(p))
-            return -1
+            return None
         kind = seg.kind_at(p)
         if kind == RECORD:
             return p
         if kind in (BLANK, SEGMENT_END):
             self.stop(p, kind)
-            return -1
+            return None
         if kind == END:
             self.stop(p, END)
         else:
             self.brk(p, kind, "record runs past the segment end" if kind == TORN else
                      f"invalid record: {M.check_record(seg.mm, p, seg.size, check_crc=False)[2]}")
         if not self.o.salvage:
-            return -1
+            return None
         return seg.find_record_start(p + 1, b)  # salvage whatever follows (normally nothing)
 
 

@@ -68,7 +68,7 @@ def end_after_records(store_dir: str, seg_size: int, start: int, end: int, n: in
             break
         with Segment(store_dir, seg0, seg_size) as seg:
             p = seg.find_record_start(max(cur, seg0) - seg0, min(end - seg0, seg_size))
-            while 0 <= p < end - seg0:
+            while p is not None and p < end - seg0:
                 starts, _ = C.walk_starts(seg.mm, p, seg.size, 65536)
                 starts = starts[:int(np.searchsorted(starts, end - seg0))]
                 if not starts.size:
@@ -115,7 +115,7 @@ def safe_end(store_dir: str, seg_size: int, start: int, max_bytes: int | None, s
                 p = state.walked_to - seg0
             else:
                 p = 0 if cur == seg0 else seg.find_record_start(cur - seg0, seg_size)
-                if p < 0:
+                if p is None:
                     return cur
                 state.seg, state.walked_to = seg0, seg0 + p
             starts, totals, why = _walk_live(seg, p)

@@ -177,7 +177,7 @@ def _span_start(store_dir: str, seg_size: int, span: S.Span) -> int | None:
     window = (span.start - span.seg, min(seg_size, span.end - span.seg + 8))
     with S.Segment(store_dir, span.seg, seg_size, window) as seg:
         p = _framing_start(seg, span.start - seg.start, span.end - seg.start)
-    return None if p < 0 else span.seg + p
+    return None if p is None else span.seg + p
 
 
 def _span_files(store_dir: str, seg_size: int, segments: list[int], span: S.Span, limit: int) -> list:
@@ -263,14 +263,14 @@ class _SpanScan:
         yield {"row": SPAN, "span": span_id, "info": json.dumps(info)}
 
 
-def _framing_start(seg: S.Segment, a: int, b: int) -> int:
+def _framing_start(seg: S.Segment, a: int, b: int) -> int | None:
     """First position in [a, b) where a record with intact framing (the verifier's chain: length
-    formula, PHYSICALOFFSET = position) or the closing blank starts; -1 if none."""
+    formula, PHYSICALOFFSET = position) or the closing blank starts; None if none."""
     p = seg.find_record_start(a, b)
     blank = seg.mm.find(M.BLANK.pack(0, M.BLANK_MAGIC)[4:], a + 4, min(b + 8, seg.size))
     while blank >= 0:
         q = blank - 4
-        if q >= b or (p >= 0 and q >= p):
+        if q >= b or (p is not None and q >= p):
             break
         if q >= a and M.BLANK.unpack_from(seg.mm, q)[0] == seg.size - q:
             return q
