@@ -40,7 +40,7 @@ import time
 
 # (order matters: engine.dispatch imports find_resync from this package while it is loading)
 from .report import CorruptSpan, RecoveryReport, TailCut
-from .records import MAX_RESYNC_CANDIDATES, batch_checks, find_resync, max_record_size, record_ok_at
+from .records import MAX_RESYNC_CANDIDATES, find_resync, max_record_size, record_ok_at
 from .scan import SCAN_BATCH, ScanOptions, ScanResult, scan_log, walk_log
 from .tails import describe_cuts, save_cut_bytes, tail_extents
 from .queues import (cut_queue, last_real_unit_end, match_units, narrow_queue_view, queue_cut_point,
@@ -52,7 +52,7 @@ from .plan import RecoveryPlan, choose_start_segment, plan_recovery
 from .apply import apply_read_view, apply_recovery, redispatch_records
 
 __all__ = [
-    "CorruptSpan", "RecoveryReport", "TailCut", "MAX_RESYNC_CANDIDATES", "batch_checks", "find_resync",
+    "CorruptSpan", "RecoveryReport", "TailCut", "MAX_RESYNC_CANDIDATES", "find_resync",
     "max_record_size", "record_ok_at", "SCAN_BATCH", "ScanOptions", "ScanResult", "scan_log",
     "walk_log", "describe_cuts", "save_cut_bytes", "tail_extents", "cut_queue",
     "last_real_unit_end", "match_units", "narrow_queue_view", "queue_cut_point",

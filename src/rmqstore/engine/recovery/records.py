@@ -14,37 +14,14 @@ MAX_RESYNC_CANDIDATES = 100_000
 _MAGIC_BYTES = C.RECORD_MAGIC_BYTES + (C.BLANK_MAGIC_BYTES,)
 
 
-def batch_checks(mf, batch: M.RecordBatch, cfg, *, check_crc: bool) -> tuple[np.ndarray, np.ndarray]:
-    """For records whose framing ``decode_batch`` accepted: ``(structure_ok, crc_ok)``, by the
-    commitlog cursor's checks (:mod:`rmqstore.format.cursor`).
-
-    ``structure_ok``: PHYSICALOFFSET equals the position, and the record is complete (the last TOPIC
-    byte and the last PROPERTIES byte, when there are properties, are not zero). ``crc_ok``: body
-    CRC, or the properties CRC under ``forceVerifyPropCRC`` (all True when ``check_crc`` is off)."""
-    n = len(batch)
-    ok = batch.valid.copy()
-    if n == 0:
-        return ok, ok.copy()
-    idx = np.flatnonzero(ok)
-    valid = batch if idx.size == n else batch.select(idx)
-    if idx.size:
-        ok[idx] = (valid.phy_offset == mf.file_from_offset + valid.starts) & C.complete(mf.u8, valid)
-    crc = np.ones(n, dtype=bool)
-    if check_crc and idx.size:
-        crc[idx] = C.crc_ok(mf.mm, valid, cfg.force_verify_prop_crc)
-    return ok, crc
-
-
-
 def record_ok_at(mf, pos: int, cfg, *, check_crc: bool = True) -> bool:
-    """Whether a complete, valid record starts at ``pos`` of segment ``mf``."""
-    if pos < 0 or pos + 91 > mf.file_size:
+    """Whether a complete, valid record starts at ``pos`` of segment ``mf``: the cursor's resync rule
+    (magic, length formula, PHYSICALOFFSET), no zero-filled end, and its CRC (with ``check_crc``)."""
+    if not C.is_record_at(mf.mm, mf.u8, mf.file_size, mf.file_from_offset, pos):
         return False
     batch = M.decode_batch(mf.u8, np.array([pos], dtype=np.int64))
-    if not batch.valid[0]:
-        return False
-    ok, crc = batch_checks(mf, batch, cfg, check_crc=check_crc)
-    return bool(ok[0] and crc[0])
+    return bool(C.intact(mf.mm, mf.u8, batch, cfg.force_verify_prop_crc)[0] if check_crc
+                else C.complete(mf.u8, batch)[0])
 
 
 def max_record_size(cfg) -> int:
