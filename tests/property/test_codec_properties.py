@@ -10,7 +10,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from rmqstore.engine.dispatch import extract_dispatch_columns, extract_dispatch_fields
+from rmqstore.engine.dispatch import SMALL_BATCH, extract_dispatch_columns, extract_dispatch_fields
 from rmqstore.engine.index import IndexFile
 from rmqstore.format import consume_queue as CQ
 from rmqstore.format import index_file as IX
@@ -189,6 +189,10 @@ DELAYS = tuple(1000 * (i + 1) for i in range(18))
 @given(st.lists(st.tuples(st.sampled_from(["T", "Topic_B", "SCHEDULE_TOPIC_XXXX", "t" * 130]), raw_props),
                 min_size=1, max_size=6))
 def test_dispatch_extraction_forms_agree(records):
+    """Scalar and numpy extraction against upstream's parsing. The records are repeated past
+    ``SMALL_BATCH`` so that the numpy form is the one exercised (a batch of one record repeated
+    takes its one-topic path; spaces in KEYS values its token split)."""
+    records = records * (SMALL_BATCH // len(records) + 1)
     born = parse_host("1.2.3.4:5")
     buf = bytearray()
     for i, (topic, props) in enumerate(records):

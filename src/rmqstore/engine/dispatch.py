@@ -17,7 +17,7 @@ import numpy as np
 from ..format import cursor as C
 from ..format import hashes as H
 from ..format import message as M
-from ..format.arrays import padded_rows, range_positions, stable_argsort
+from ..format.arrays import padded_rows, range_positions, rows_at, stable_argsort
 from ..format.record import SCHEDULE_TOPIC, tags_code_of
 
 log = logging.getLogger(__name__)
@@ -209,20 +209,27 @@ def _topic_column(u8: np.ndarray, batch: M.RecordBatch, topic_cache: dict) -> tu
     fixed-width rows (length byte + padded bytes), the distinct rows decoded once."""
     tl = batch.topic_len
     width = int(tl.max()) if len(batch) else 0
+    if width and int(tl.min()) == width:
+        first = batch.topic_pos[0]
+        if (rows_at(u8, batch.topic_pos, width) == u8[first:first + width]).all():  # one topic (the usual case)
+            return np.zeros(len(batch), dtype=np.int64), [_decoded(u8, int(first), width, topic_cache)]
     cols = np.arange(width, dtype=np.int64)
     idx = batch.topic_pos[:, None] + np.minimum(cols, np.maximum(tl[:, None] - 1, 0))
     mat = np.where(cols < tl[:, None], u8[idx], 0).astype(np.uint8)
     rows = np.concatenate([tl.astype(np.uint8)[:, None], mat], axis=1)
     _, first, topic_ids = np.unique(np.ascontiguousarray(rows).view(np.dtype((np.void, rows.shape[1]))).ravel(),
                                     return_index=True, return_inverse=True)
-    topics = []
-    for i in first.tolist():
-        tb = u8[int(batch.topic_pos[i]):int(batch.topic_pos[i] + tl[i])].tobytes()
-        t = topic_cache.get(tb)
-        if t is None:
-            t = topic_cache[tb] = tb.decode("utf-8", "replace")
-        topics.append(t)
+    topics = [_decoded(u8, int(batch.topic_pos[i]), int(tl[i]), topic_cache) for i in first.tolist()]
     return topic_ids.ravel(), topics
+
+
+def _decoded(u8: np.ndarray, pos: int, n: int, topic_cache: dict) -> str:
+    """The topic name in ``u8[pos:pos + n]``, decoded once per distinct name."""
+    tb = u8[pos:pos + n].tobytes()
+    t = topic_cache.get(tb)
+    if t is None:
+        t = topic_cache[tb] = tb.decode("utf-8", "replace")
+    return t
 
 
 @dataclass
@@ -270,6 +277,11 @@ def _key_tokens(buf: np.ndarray, krec: np.ndarray, ks: np.ndarray, ke: np.ndarra
     if not krec.size:
         z = np.zeros(0, dtype=np.int64)
         return z, z, z
+    spaces = np.flatnonzero(buf == 0x20)
+    nxt_space = np.searchsorted(spaces, ks)
+    inner = nxt_space < spaces.size
+    if not (spaces[nxt_space[inner]] < ke[inner]).any():
+        return ks, ke, krec  # (the usual case: no value holds a space, each is one token)
     inside = np.zeros(buf.size + 1, dtype=np.int8)
     inside[ks] = 1  # value ranges never touch (a 0x02 ends each), so no position repeats
     inside[ke] = -1
