@@ -13,7 +13,7 @@ from .. import dispatch as D
 from .. import verify as V
 from ..contract import StoreParts
 from .index_repair import complete_split_record
-from .index_tail import store_ts_reader, truncate_index_file
+from .index_tail import index_cut_point, store_ts_reader, truncate_index_file
 from .plan import RecoveryPlan
 from .queues import cut_queue, narrow_queue_view
 from .report import CorruptSpan, RecoveryReport
@@ -128,15 +128,16 @@ def _cut_index_files(store: StoreParts, plan: RecoveryPlan, report: RecoveryRepo
         if f.name in plan.index_cuts:
             # a record whose keys spill from the previous file into this one keeps them here
             limit = max(plan.index_cut_to, prev_end[0] + 1) if out else plan.index_cut_to
-            cut = truncate_index_file(f, limit, ts_at, prev_end)
-            if cut:
-                report.index_files_rebuilt.append(f.name)
-            if f.index_count <= 1:
-                # no item left: its header may still carry the end of a file cut back or
-                # removed before it; the index creates a fresh current file when needed
+            kept, _, upper = index_cut_point(f, limit)
+            if kept <= 1:
+                # no item left: removed whole (its header may still carry the end of a file cut
+                # back or removed before it); the index creates a fresh current file when needed
+                if upper > 1:
+                    report.index_files_rebuilt.append(f.name)
                 f.destroy()
                 continue
-            if cut:
+            if truncate_index_file(f, limit, ts_at, prev_end):
+                report.index_files_rebuilt.append(f.name)
                 f.flush()
         out.append(f)
         prev_end = (f.end_phy, f.end_ts)

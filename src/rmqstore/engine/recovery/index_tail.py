@@ -21,15 +21,11 @@ def truncate_index_file(f, phy_limit: int, store_ts_at: Callable[[int], int], pr
     Returns the number of items cut."""
     mm = f.mf.mm
     slots_n, cap = f.slot_num, f.index_num
-    count = max(1, min(int(f.index_count), cap))
-    slots = np.frombuffer(mm, dtype=">i4", count=slots_n, offset=IF.HEADER_SIZE)
-    items = np.frombuffer(mm, dtype=IF.ITEM_DTYPE, count=cap, offset=IF.item_pos(slots_n, 0))
-    upper = max(count, min(cap, int(slots.max(initial=0)) + 1))
-    phys = items["phy_offset"][1:count].astype(np.int64)
-    cut_at = np.flatnonzero(phys >= phy_limit)
-    new_count = 1 + int(cut_at[0]) if cut_at.size else count
+    new_count, count, upper = index_cut_point(f, phy_limit)
     if new_count == count and upper == count:
         return 0
+    slots = np.frombuffer(mm, dtype=">i4", count=slots_n, offset=IF.HEADER_SIZE)
+    items = np.frombuffer(mm, dtype=IF.ITEM_DTYPE, count=cap, offset=IF.item_pos(slots_n, 0))
     removed = items[new_count:upper]
     slot_of = (removed["key_hash"].astype(np.int64) % slots_n)
     if removed.size:
@@ -64,6 +60,20 @@ def truncate_index_file(f, phy_limit: int, store_ts_at: Callable[[int], int], pr
     del slots, items, removed
     f.write_header()
     return upper - new_count
+
+
+def index_cut_point(f, phy_limit: int) -> tuple[int, int, int]:
+    """``(kept, count, upper)`` of an index file cut at ``phy_limit``: the item count it keeps
+    (1: none, item 0 is unused), its item count, and the end of the items written (past the
+    count when a crash fell between the slot writes and the header write)."""
+    slots_n, cap = f.slot_num, f.index_num
+    count = max(1, min(int(f.index_count), cap))
+    slots = np.frombuffer(f.mf.mm, dtype=">i4", count=slots_n, offset=IF.HEADER_SIZE)
+    upper = max(count, min(cap, int(slots.max(initial=0)) + 1))
+    items = np.frombuffer(f.mf.mm, dtype=IF.ITEM_DTYPE, count=count, offset=IF.item_pos(slots_n, 0))
+    cut_at = np.flatnonzero(items["phy_offset"][1:count].astype(np.int64) >= phy_limit)
+    del slots, items
+    return (1 + int(cut_at[0]) if cut_at.size else count), count, upper
 
 
 def store_ts_reader(files) -> Callable[[int], int]:
