@@ -11,8 +11,8 @@ re-dispatched into consume queues and index); MB/s is recovered commitlog bytes 
 time. Rounds alternate the order (old first, then new first); ratios are new over old per round.
 Then, in this process, the new tree's record CRC check (``format.message.body_crc_ok``) against a
 plain ``zlib.crc32`` loop over the same bodies (the first 100,000 records), alternating, 5 times each.
-Last, the new tree's phases: one abnormal recovery timed by phase (the plan's validating scan, the
-apply, the re-dispatch inside it), medians of 3 opens.
+Last, the new tree's phases: one abnormal recovery (one walk of the log) timed by phase, medians of
+3 opens.
 """
 from __future__ import annotations
 
@@ -76,8 +76,9 @@ _PHASES = r"""
 import json, os, sys, time
 store, seg = sys.argv[1], int(sys.argv[2])
 import durability
+from rmqstore.engine import dispatch as D
 from rmqstore.engine import recovery as R
-from rmqstore.engine.recovery import apply as A
+from rmqstore.engine.recovery import one_pass as O
 with open(os.path.join(store, "abort"), "w") as fh:
     fh.write("0")
 with open(os.path.join(store, "checkpoint"), "r+b") as fh:
@@ -92,22 +93,27 @@ def timed(mod, name):
         finally:
             spent[name] = spent.get(name, 0.0) + time.perf_counter() - t
     setattr(mod, name, run)
-timed(R, "plan_recovery"); timed(R, "apply_recovery"); timed(A, "redispatch_records")
+for mod, name in ((R, "recover_after_crash"), (O, "QueueHints"), (O, "cut_derived_files"), (O, "scan_log"),
+                  (D, "dispatch_batch"), (O, "flush_derived_files")):
+    timed(mod, name)
 got = durability.bench_recover(store, seg)
 print(json.dumps(dict(spent, total=got["seconds"])))
 """
 
 
 def phases(store: str, seg: int, rounds: int = 3) -> str:
-    """Where the new tree's abnormal recovery spends its time (medians of ``rounds`` opens): the plan
-    (the validating scan), the apply, and inside the apply the re-dispatch."""
+    """Where the new tree's abnormal recovery (one walk of the log) spends its time, medians of
+    ``rounds`` opens: reading the queues' hints, cutting the queues and index, the scan (which
+    includes waiting for the dispatch thread), the dispatch thread's own time (overlapping the
+    scan), and the flush."""
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT / "src"), str(ROOT / "bench")]))
     runs = [json.loads(subprocess.run([sys.executable, "-c", _PHASES, store, str(seg)], capture_output=True, text=True,
                                       check=True, env=env).stdout.strip().splitlines()[-1]) for _ in range(rounds)]
-    med = {k: statistics.median(r[k] for r in runs) for k in runs[0]}
-    return (f"new tree, phases of one abnormal recovery (medians of {rounds}): total {med['total']:.2f} s, "
-            f"plan (validating scan) {med['plan_recovery']:.2f} s, apply {med['apply_recovery']:.2f} s of which "
-            f"re-dispatch {med['redispatch_records']:.2f} s")
+    med = {k: statistics.median(r.get(k, 0.0) for r in runs) for k in runs[0]}
+    return (f"new tree, phases of one abnormal recovery (medians of {rounds}): total {med['total']:.2f} s; "
+            f"hints {med.get('QueueHints', 0):.2f} s, cuts {med.get('cut_derived_files', 0):.2f} s, scan with "
+            f"dispatch {med.get('scan_log', 0):.2f} s (dispatch thread {med.get('dispatch_batch', 0):.2f} s, "
+            f"overlapping), flush {med.get('flush_derived_files', 0):.2f} s")
 
 
 def crc_vs_zlib(store: str, seg: int, rounds: int = 5) -> str:

@@ -493,12 +493,16 @@ class MessageStore(StoreReads):
         t0 = R.now()
         for cq in self.consume_queues.values():
             cq.recover()
-        plan = self.recovery_plan = R.plan_recovery(self, last_exit_ok, dropped_index)
+        one_pass = None if self.read_only or last_exit_ok else R.recover_after_crash(self, last_exit_ok, dropped_index)
+        if one_pass is not None:  # (a writer after a crash: the same plan and files, one walk of the log)
+            plan, report = one_pass
+            self.recovery_plan = plan
+        else:
+            plan = self.recovery_plan = R.plan_recovery(self, last_exit_ok, dropped_index)
+            report = R.apply_read_view(self, plan) if self.read_only else R.apply_recovery(self, plan)
         if self.read_only:
-            report = R.apply_read_view(self, plan)
             resume = plan.end_offset
         else:
-            report = R.apply_recovery(self, plan)
             resume = max(report.redispatch_from, plan.end_offset) if plan.mode != "empty" else plan.end_offset
         self.reput = ReputMessageService(self, report.redispatch_from)
         self.reput.reput_from = resume

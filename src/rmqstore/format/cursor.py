@@ -28,6 +28,7 @@ import numpy as np
 
 from . import message as M
 from . import properties as P
+from .arrays import rows_at
 from .hashes import crc32
 
 #: records walked per batch unless the caller says otherwise
@@ -81,15 +82,85 @@ class Step:
         return int(b.starts[-1] + b.total[-1]) if len(b) else None
 
 
-def walk_starts(buf, pos: int, end: int, max_records: int = BATCH_RECORDS) -> tuple[np.ndarray, Halt]:
+def walk_starts(buf, pos: int, end: int, max_records: int = BATCH_RECORDS,
+                hints: np.ndarray | None = None) -> tuple[np.ndarray, Halt]:
     """Record starts from ``pos`` by TOTALSIZE (headers only, nothing decoded) and the halt.
 
-    The framing is only sketched here (magic and a size that fits); :func:`read_batch` checks it."""
-    starts, stop, stop_pos = M.walk_records(buf, pos, end, max_records)
+    The framing is only sketched here (magic and a size that fits); :func:`read_batch` checks it.
+    ``hints`` (sorted positions where records probably start, e.g. from consume-queue units) make
+    the walk vectorised where they chain; the answer is the same with or without them
+    (:func:`_hinted_walk`)."""
+    if hints is None:
+        starts, stop, stop_pos = M.walk_records(buf, pos, end, max_records)
+    else:
+        starts, stop, stop_pos = _hinted_walk(buf, pos, end, max_records, hints)
     kind = Stop(stop)
     if kind is Stop.LIMIT and starts.size == max_records:
         kind = Stop.FULL
     return starts, Halt(kind, stop_pos)
+
+
+#: records walked one by one after the hints stopped chaining, before they are tried again (doubled
+#: at each further miss, up to the most)
+_PLAIN_RUN, _PLAIN_RUN_MOST = 16, 1 << 14
+#: hints tried at once (doubled while whole windows chain): work stays in proportion to the chain found
+_HINT_WINDOW, _HINT_WINDOW_MOST = 256, 1 << 16
+
+
+def _hinted_walk(buf, pos: int, end: int, max_records: int, hints: np.ndarray) -> tuple[np.ndarray, str, int]:
+    """:func:`.message.walk_records` with ``hints``. The walk from ``pos`` visits ``pos``, then
+    ``pos + TOTALSIZE``, and so on; where the hints from ``pos`` on are exactly that chain (each
+    header accepted by the walk's own test and ending where the next hint starts), they are the
+    walk's records, found in one numpy pass. Where they stop chaining, the plain walk goes on
+    from the last record proven, and the hints are tried again after it."""
+    u8 = np.frombuffer(buf, dtype=np.uint8)
+    parts: list[np.ndarray] = []
+    n, run, window = 0, _PLAIN_RUN, _HINT_WINDOW
+    while True:
+        chain = _hint_chain(u8, pos, end, min(window, max_records - n), hints)
+        if chain.size:
+            parts.append(chain)
+            n += chain.size
+            last = int(chain[-1])
+            pos = last + _TOTAL_MAGIC.unpack_from(buf, last)[0]
+            if n == max_records:
+                stop = "limit"
+                break
+            if chain.size == window:  # (the whole window chained: take a bigger one)
+                window = min(window * 2, _HINT_WINDOW_MOST)
+                continue
+        window = _HINT_WINDOW
+        want = min(run, max_records - n)
+        more, stop, pos = M.walk_records(buf, pos, end, want)
+        if more.size:
+            parts.append(more)
+            n += more.size
+        if more.size < want or n == max_records:
+            break  # (the walk's own stop, or the count reached)
+        run = min(run * 2, _PLAIN_RUN_MOST) if not chain.size else _PLAIN_RUN
+    starts = np.concatenate(parts) if len(parts) > 1 else (parts[0] if parts else np.zeros(0, dtype=np.int64))
+    return starts.astype(np.int64, copy=False), stop, pos
+
+
+def _hint_chain(u8: np.ndarray, pos: int, end: int, most: int, hints: np.ndarray) -> np.ndarray:
+    """The longest run of ``hints`` from ``pos`` (at most ``most``) that the walk from ``pos``
+    visits record by record: each header readable before ``end``, with the V1/V2 magic and a
+    TOTALSIZE from the minimum up to ``end``, and each record but the last ending at the next
+    hint. Empty when ``pos`` is not a hint."""
+    i = int(np.searchsorted(hints, pos))
+    cand = hints[i:i + most]
+    if not cand.size or int(cand[0]) != pos:
+        return cand[:0]
+    cand = cand[:int(np.searchsorted(cand, end - 8, side="right"))]  # (headers readable: p + 8 <= end)
+    if not cand.size:
+        return cand
+    head = rows_at(u8, cand, 8).view(">i4")
+    total, magic = head[:, 0].astype(np.int64), head[:, 1]
+    ok = ((magic == M.MAGIC_V1) | (magic == M.MAGIC_V2)) & (total >= M.MIN_RECORD_SIZE) & (total <= end - cand)
+    chained = np.append(cand[:-1] + total[:-1] == cand[1:], True)
+    m = int(np.argmin(ok)) if not ok.all() else cand.size          # the first header the walk refuses
+    brk = int(np.argmin(chained)) + 1 if not chained.all() else cand.size  # after the first break
+    return cand[:min(m, brk)]
 
 
 def read_batch(buf, u8: np.ndarray, pos: int, end: int, max_records: int = BATCH_RECORDS, *,

@@ -155,3 +155,56 @@ def test_the_properties_crc_check(tmp_path):
     buf[int(batch.starts[1]) + 30] ^= 1  # a header byte: only the properties CRC covers it
     assert C.crc_ok(buf, batch, prop_crc=True).tolist() == [True, False, True, True]
     assert C.crc_ok(buf, batch).all()
+
+
+# ------------------------------------------------------------------------------------------------
+# Hints: the same walk, vectorised where they chain
+# ------------------------------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def hinted_segment(tmp_path_factory):
+    """A segment of 300 records of varying size, its bytes and record offsets."""
+    tmp = tmp_path_factory.mktemp("hints")
+    cfg = MessageStoreConfig(mapped_file_size_commit_log=SEG, mapped_file_size_consume_queue=20 * 64)
+    with MessageStore.open(tmp / "s", cfg) as st:
+        offs = [st.put_message(Message.create("T", b"y" * (i % 37), keys=[f"k{i}"])).phy_offset for i in range(300)]
+    with open(os.path.join(tmp, "s", "commitlog", "0" * 20), "rb") as fh:
+        return bytes(fh.read()), offs
+
+
+def _whole_walk(buf, pos, end, most, hints=None):
+    starts, halts = [], []
+    while True:
+        s, h = C.walk_starts(buf, pos, end, most, hints=hints)
+        starts += s.tolist()
+        halts.append(h)
+        if h.stop is not C.Stop.FULL:
+            return starts, halts
+        pos = h.pos
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_hinted_walks_answer_as_the_plain_walk_whatever_the_hints(hinted_segment, seed):
+    """Exact, a subset, extra junk positions, positions past the bound, none that chain; over damaged
+    bytes (a broken magic, a size past the bound, a zeroed stretch) and any batch size and bound: the
+    same starts and the same halts as the walk without hints."""
+    data, offs = hinted_segment
+    rng = np.random.default_rng(seed)
+    buf = bytearray(data)
+    damage = seed % 4
+    j = int(rng.integers(50, 280))
+    if damage == 1:
+        buf[offs[j] + 4] ^= 0xFF                                     # magic
+    elif damage == 2:
+        struct.pack_into(">i", buf, offs[j], len(buf))               # TOTALSIZE past the end
+    elif damage == 3:
+        buf[offs[j]:offs[j] + 300] = bytes(300)                      # zeros where records were
+    real = np.array(offs, dtype=np.int64)
+    junk = np.append(rng.integers(0, offs[-1] + 200, 40), len(buf) - 3)  # (and one whose header would not fit)
+    kinds = [real, real[rng.random(real.size) < 0.8], np.union1d(real, junk), np.sort(junk), real[::7]]
+    end = len(buf) if seed % 3 else offs[int(rng.integers(100, 299))] + int(rng.integers(0, 200))
+    most = int(rng.choice([1, 7, 64, 1 << 20]))
+    start = offs[int(rng.integers(0, 40))] if seed % 2 else 0
+    want = _whole_walk(buf, start, end, most)
+    for hints in kinds:
+        assert _whole_walk(buf, start, end, most, np.asarray(hints, dtype=np.int64)) == want

@@ -25,44 +25,56 @@ from .view import really_corrupt, set_read_positions, validate_read_views
 def apply_recovery(store: StoreParts, plan: RecoveryPlan) -> RecoveryReport:
     """A writer: make the files what ``plan`` says (FORMAT.md §9 with the changes described in
     :mod:`rmqstore.engine.recovery`)."""
-    report = _report_of(plan, applied=True)
+    report = report_of(plan, applied=True)
     if plan.mode == "empty":
         for cq in store.consume_queues.values():
             cq.destroy()
         store.consume_queues.clear()
     else:
-        report.cuts = _cut_commitlog(store, plan)
-        _settle_checkpoint(store, plan)
+        report.cuts = cut_commitlog(store, plan)
+        settle_checkpoint(store, plan)
+    report.redispatch_from = cut_derived_files(store, plan, report.index_files_rebuilt)
+    if plan.mode != "empty":
+        report.records_redispatched = redispatch_records(store, report.redispatch_from, plan.end_offset)
+        flush_derived_files(store)
+    settle_queues(store, plan, report)
+    return report
+
+
+def cut_derived_files(store: StoreParts, plan: RecoveryPlan, rebuilt: list[str]) -> int:
+    """The consume queues and index files cut as ``plan`` says (the names of index files that
+    lost items added to ``rebuilt``). Returns where the re-dispatch starts."""
+    if plan.mode != "empty":
         for topic, qid, new_end in plan.queue_cuts:
             cut_queue(store.consume_queues[(topic, qid)], new_end)
     redispatch = plan.redispatch_from
     if plan.index_cuts:
-        redispatch = min(redispatch, _cut_index_files(store, plan, report))
+        redispatch = min(redispatch, _cut_index_files(store, plan, rebuilt))
     elif plan.index_catch_up_from is not None:
         redispatch = min(redispatch, plan.index_catch_up_from)
-    report.redispatch_from = max(redispatch, store.commit_log.min_offset)
-    if plan.mode != "empty":
-        report.records_redispatched = redispatch_records(store, report.redispatch_from, plan.end_offset)
-        for cq in store.consume_queues.values():
-            cq.flush(0)
-        store.index_service.flush()
-        fsync_dirty_dirs()
-        store.checkpoint.flush()
-    _settle_queues(store, plan, report)
-    return report
+    return max(redispatch, store.commit_log.min_offset)
+
+
+def flush_derived_files(store: StoreParts) -> None:
+    """The consume queues, the index, their directories and the checkpoint to disk."""
+    for cq in store.consume_queues.values():
+        cq.flush(0)
+    store.index_service.flush()
+    fsync_dirty_dirs()
+    store.checkpoint.flush()
 
 
 def apply_read_view(store: StoreParts, plan: RecoveryPlan) -> RecoveryReport:
     """A reader: its view of the files as ``plan`` would leave them, in memory; nothing written.
     After a crash its consume-queue views end at the last unit that matches its record."""
-    report = _report_of(plan, applied=False)
+    report = report_of(plan, applied=False)
     if plan.mode != "empty":
         report.corrupt_records = really_corrupt(store, list(plan.corrupt))
         report.cuts = [dataclasses.replace(c) for c in plan.cuts]
         set_read_positions(store, plan.end_offset)
         cl = store.commit_log
         cl.confirm_offset = cl.flushed_offset = plan.end_offset
-        _settle_checkpoint(store, plan)
+        settle_checkpoint(store, plan)
         if plan.abnormal:
             validate_read_views(store, from_phy=plan.redispatch_from)
         else:
@@ -73,17 +85,17 @@ def apply_read_view(store: StoreParts, plan: RecoveryPlan) -> RecoveryReport:
         report.index_files_rebuilt = list(plan.index_dropped)
         store.index_service.adopt(list(plan.index_files))
     report.redispatch_from = max(plan.redispatch_from, store.commit_log.min_offset)
-    _settle_queues(store, plan, report)
+    settle_queues(store, plan, report)
     return report
 
 
-def _report_of(plan: RecoveryPlan, *, applied: bool) -> RecoveryReport:
+def report_of(plan: RecoveryPlan, *, applied: bool) -> RecoveryReport:
     return RecoveryReport(mode=plan.mode, applied=applied, start_offset=plan.start_offset,
                           end_offset=plan.end_offset, last_valid_offset=plan.last_valid_offset,
                           records_scanned=plan.records, corrupt_records=list(plan.corrupt))
 
 
-def _cut_commitlog(store: StoreParts, plan: RecoveryPlan) -> list:
+def cut_commitlog(store: StoreParts, plan: RecoveryPlan) -> list:
     """The bytes at and after the end of valid data: saved under ``recovery/``, zeroed, and the
     segments after it removed."""
     cl = store.commit_log
@@ -105,7 +117,7 @@ def _cut_commitlog(store: StoreParts, plan: RecoveryPlan) -> list:
     return cuts
 
 
-def _settle_checkpoint(store: StoreParts, plan: RecoveryPlan) -> None:
+def settle_checkpoint(store: StoreParts, plan: RecoveryPlan) -> None:
     """The checkpoint (in memory) for the end of valid data: a cut record's store time must not
     stay in it."""
     cpv = store.checkpoint.values
@@ -116,11 +128,12 @@ def _settle_checkpoint(store: StoreParts, plan: RecoveryPlan) -> None:
         cpv.logics_msg_timestamp = min(cpv.logics_msg_timestamp, plan.max_store_timestamp)
 
 
-def _cut_index_files(store: StoreParts, plan: RecoveryPlan, report: RecoveryReport) -> int:
+def _cut_index_files(store: StoreParts, plan: RecoveryPlan, rebuilt: list[str]) -> int:
     """Index files of ``plan.index_cuts``: upstream deletes those newer than the checkpoint after
     a crash (and loses their entries for records before the recovery point). Here they are cut
-    back to the recovery point and kept; the re-dispatch adds the rest. Returns where the
-    re-dispatch must start for the index."""
+    back to the recovery point and kept; the re-dispatch adds the rest (the names of the files
+    that lost items are added to ``rebuilt``). Returns where the re-dispatch must start for the
+    index."""
     ts_at = store_ts_reader(store.commit_log.queue.files)
     prev_end = (0, 0)
     out = []
@@ -133,11 +146,11 @@ def _cut_index_files(store: StoreParts, plan: RecoveryPlan, report: RecoveryRepo
                 # no item left: removed whole (its header may still carry the end of a file cut
                 # back or removed before it); the index creates a fresh current file when needed
                 if upper > 1:
-                    report.index_files_rebuilt.append(f.name)
+                    rebuilt.append(f.name)
                 f.destroy()
                 continue
             if truncate_index_file(f, limit, ts_at, prev_end):
-                report.index_files_rebuilt.append(f.name)
+                rebuilt.append(f.name)
                 f.flush()
         out.append(f)
         prev_end = (f.end_phy, f.end_ts)
@@ -145,7 +158,7 @@ def _cut_index_files(store: StoreParts, plan: RecoveryPlan, report: RecoveryRepo
     return complete_split_record(store, plan.index_cut_to)
 
 
-def _settle_queues(store: StoreParts, plan: RecoveryPlan, report: RecoveryReport) -> None:
+def settle_queues(store: StoreParts, plan: RecoveryPlan, report: RecoveryReport) -> None:
     """Every queue's max offset in the commitlog's table and its min offset; the queues that lost
     units reported."""
     cl = store.commit_log

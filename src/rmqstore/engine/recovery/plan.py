@@ -14,7 +14,7 @@ from .index_repair import index_end
 from .queues import queue_cut_point
 from .records import max_record_size, record_ok_at
 from .report import CorruptSpan, TailCut
-from .scan import scan_log
+from .scan import ScanResult, scan_log
 from .tails import describe_cuts, tail_extents
 
 
@@ -68,55 +68,78 @@ def plan_recovery(store: StoreParts, last_exit_ok: bool, dropped_index: list) ->
     """The plan for ``store``'s files as loaded (consume queues recovered to their own ends):
     ``last_exit_ok`` when there was no ``abort`` file; ``dropped_index``: the index files the
     index service did not load (newer than the checkpoint after a crash)."""
+    pre = plan_before_scan(store, last_exit_ok, dropped_index)
+    if pre.mode == "empty":
+        return pre
+    cfg = store.cfg
+    return finish_plan(store, pre, scan_log(store.commit_log.queue.files, pre.start_offset, cfg,
+                                            check_crc=cfg.check_crc_on_recover))
+
+
+def plan_before_scan(store: StoreParts, last_exit_ok: bool, dropped_index: list) -> RecoveryPlan:
+    """The part of the plan that needs no scan of the commitlog: the mode, the start of the scan
+    and, after a crash, the consume-queue and index cuts (both at the scan start, which is where
+    the re-dispatch starts). :func:`finish_plan` adds the scan's answers; a writer after a crash
+    may apply the cuts first and dispatch during the scan (:mod:`.one_pass`)."""
     cqs = store.consume_queues
     files = store.commit_log.queue.files
-    base = RecoveryPlan(
+    cfg = store.cfg
+    plan = RecoveryPlan(
         mode="empty" if not files else ("normal" if last_exit_ok else "abnormal"),
         checkpoint=dataclasses.replace(store.checkpoint.values),
         dispatch_from=max((cq.max_physic_offset for cq in cqs.values()), default=-1),
         queue_ends=tuple((t, q, cq.max_offset) for (t, q), cq in cqs.items()),
         index_dropped=tuple(f.name for f in dropped_index),
         index_files=tuple(sorted(set(store.index_service.files) | set(dropped_index), key=lambda f: f.name)))
-    plan = _plan_commitlog(store, base) if files else base
-    return _plan_index(store, plan, dropped_index)
-
-
-def _plan_commitlog(store: StoreParts, plan: RecoveryPlan) -> RecoveryPlan:
-    """The scan for the end of valid data, the tail to cut, the consume-queue units to cut."""
-    files = store.commit_log.queue.files
-    cfg = store.cfg
-    normal = plan.mode == "normal"
+    if not files:
+        return _plan_index(store, plan)
     cp = plan.checkpoint
-    start_i = choose_start_segment(files, cfg, normal=normal, dispatch_from_phy=plan.dispatch_from,
+    start_i = choose_start_segment(files, cfg, normal=plan.mode == "normal", dispatch_from_phy=plan.dispatch_from,
                                    min_timestamp=cp.min_timestamp, index_msg_timestamp=cp.index_msg_timestamp)
     start_phy = files[start_i].file_from_offset
-    scan = scan_log(files, start_phy, cfg, check_crc=cfg.check_crc_on_recover)
+    plan = dataclasses.replace(plan, start_offset=start_phy, end_offset=start_phy)
+    if plan.abnormal:  # (a scan never ends before its start: the cuts are at the start whatever it finds)
+        plan = _plan_index(store, _with_queue_cuts(store, plan, start_phy, start_phy))
+    return plan
+
+
+def finish_plan(store: StoreParts, pre: RecoveryPlan, scan: ScanResult) -> RecoveryPlan:
+    """:func:`plan_before_scan`'s plan with the scan's answers: the end of valid data, the tail to
+    cut, the corrupt spans kept; after a clean shutdown also the consume-queue and index cuts (at
+    the end of valid data)."""
+    files = store.commit_log.queue.files
     end = scan.end
-    cuts = describe_cuts(tail_extents(files, end, max_record_size(cfg) + 4096), scan.reason)
-    redispatch = min(max(plan.dispatch_from, 0), end) if normal else min(start_phy, end)
-    cut_to = end if normal else redispatch
+    cuts = describe_cuts(tail_extents(files, end, max_record_size(store.cfg) + 4096), scan.reason)
+    plan = dataclasses.replace(
+        pre, end_offset=end, end_reason=scan.reason, last_valid_offset=scan.last_valid, records=scan.records,
+        max_store_timestamp=scan.max_store_timestamp, corrupt=tuple(scan.corrupt), cuts=tuple(cuts))
+    if plan.abnormal:
+        return plan
+    return _plan_index(store, _with_queue_cuts(store, plan, end, min(max(plan.dispatch_from, 0), end)))
+
+
+def _with_queue_cuts(store: StoreParts, plan: RecoveryPlan, cut_to: int, redispatch: int) -> RecoveryPlan:
+    """The consume-queue units pointing at or past ``cut_to`` cut; records from ``redispatch``
+    dispatched again (and the index cut there)."""
     queue_cuts = []
     for (topic, qid), cq in store.consume_queues.items():
         new_end = queue_cut_point(cq, cut_to)
         if new_end is not None:
             queue_cuts.append((topic, qid, new_end))
-    return dataclasses.replace(
-        plan, start_offset=start_phy, end_offset=end, end_reason=scan.reason, last_valid_offset=scan.last_valid,
-        records=scan.records, max_store_timestamp=scan.max_store_timestamp, corrupt=tuple(scan.corrupt),
-        cuts=tuple(cuts), queue_cut_to=cut_to, queue_cuts=tuple(queue_cuts), redispatch_from=redispatch,
-        index_cut_to=redispatch)
+    return dataclasses.replace(plan, queue_cut_to=cut_to, queue_cuts=tuple(queue_cuts), redispatch_from=redispatch,
+                               index_cut_to=redispatch)
 
 
-def _plan_index(store: StoreParts, plan: RecoveryPlan, dropped: list) -> RecoveryPlan:
+def _plan_index(store: StoreParts, plan: RecoveryPlan) -> RecoveryPlan:
     """Index files cut back to the re-dispatch start (after a crash: those newer than the
     checkpoint and the newest, which can hold a half-written put; after a clean shutdown whose
     commitlog lost its tail: those covering cut records), or the offset an index behind catches
     up from."""
     svc = store.index_service
     every = plan.index_files
-    cuts, cut_to = [f.name for f in dropped], plan.index_cut_to
+    cuts, cut_to = list(plan.index_dropped), plan.index_cut_to
     if plan.mode != "empty" and every:
-        if plan.abnormal and every[-1] not in dropped:
+        if plan.abnormal and every[-1].name not in plan.index_dropped:
             cuts.append(every[-1].name)
         elif not plan.abnormal:
             # (a new record at a cut record's offset would otherwise be taken as indexed already)

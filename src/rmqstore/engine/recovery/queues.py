@@ -57,7 +57,7 @@ def validated_unit_end(cq, files, end: int, from_q: int) -> int:
         if q_first + n_units <= from_q:
             continue
         lo = max(0, from_q - q_first)
-        units = np.frombuffer(mf.mm, dtype=_UNIT_DTYPE, count=n_units - lo, offset=lo * 20)
+        units = np.frombuffer(mf.mm, dtype=UNIT_DTYPE, count=n_units - lo, offset=lo * 20)
         written = np.flatnonzero((units["p"] != 0) | (units["s"] != 0))
         if not written.size:
             continue
@@ -89,7 +89,7 @@ def queue_cut_point(cq, phy_end: int) -> int | None:
         if n == 0:
             new_end = min(new_end, q0)
             continue
-        phys = np.frombuffer(mf.mm, dtype=_UNIT_DTYPE, count=n)["p"].astype(np.int64)
+        phys = np.frombuffer(mf.mm, dtype=UNIT_DTYPE, count=n)["p"].astype(np.int64)
         keep = np.flatnonzero(phys < phy_end)
         k = int(keep[-1]) + 1 if keep.size else 0
         new_end = q0 + k
@@ -132,7 +132,7 @@ def last_real_unit_end(cq) -> int:
         n = mf.wrote_position // 20
         if n == 0:
             continue
-        units = np.frombuffer(mf.mm, dtype=_UNIT_DTYPE, count=n)
+        units = np.frombuffer(mf.mm, dtype=UNIT_DTYPE, count=n)
         real = np.flatnonzero(~((units["p"] == 0) & (units["s"] == 0x7FFFFFFF)))
         if real.size:
             u = units[int(real[-1])]
@@ -140,4 +140,4 @@ def last_real_unit_end(cq) -> int:
     return -1
 
 
-_UNIT_DTYPE = np.dtype([("p", ">i8"), ("s", ">i4"), ("t", ">i8")])
+UNIT_DTYPE = np.dtype([("p", ">i8"), ("s", ">i4"), ("t", ">i8")])

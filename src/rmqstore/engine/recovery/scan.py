@@ -49,6 +49,7 @@ class ScanOptions:
     dispatchable: bool = False
     progress: Callable[[int], None] | None = None
     on_corrupt: Callable[[CorruptSpan], None] | None = None
+    hints: Callable | None = None
 
 
 def scan_log(files, start_phy: int, cfg, **options) -> ScanResult:
@@ -62,6 +63,9 @@ def scan_log(files, start_phy: int, cfg, **options) -> ScanResult:
     (records must end at or before it). With ``dispatchable`` the batches also include records
     whose framing is intact but whose CRC or completeness check fails (what upstream's reput
     dispatches: their consume-queue units keep queue offsets aligned; reads refuse them).
+    ``hints(mf)`` gives sorted positions in segment ``mf`` where records probably start (or
+    None): the walk is vectorised where they chain, with the same answer
+    (:func:`rmqstore.format.cursor.walk_starts`).
     """
     return walk_log(files, start_phy, cfg, ScanOptions(**options))
 
@@ -121,7 +125,8 @@ def walk_log(files, start_phy: int, cfg, opts: ScanOptions) -> ScanResult:
                 continue
             res.reason = "end of the last segment"
             return res
-        starts, halt = C.walk_starts(mf.mm, pos, seg_limit, SCAN_BATCH)
+        starts, halt = C.walk_starts(mf.mm, pos, seg_limit, SCAN_BATCH,
+                                     hints=opts.hints(mf) if opts.hints is not None else None)
         walked = M.decode_batch(mf.u8, starts)
         batch = C.check_framing(mf.mm, mf.u8, walked, halt, base).batch  # framing and PHYSICALOFFSET hold
         n_frame = len(batch)
