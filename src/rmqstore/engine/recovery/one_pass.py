@@ -24,15 +24,13 @@ from __future__ import annotations
 
 from concurrent.futures import Future, ThreadPoolExecutor
 
-import numpy as np
-
 from ...format import message as M
 from .. import dispatch as D
 from ..contract import StoreParts
 from .apply import (cut_commitlog, cut_derived_files, flush_derived_files, redispatch_records, report_of,
                     settle_checkpoint, settle_queues)
 from .plan import RecoveryPlan, finish_plan, plan_before_scan
-from .queues import UNIT_DTYPE
+from .queues import QueueHints
 from .report import CorruptSpan, RecoveryReport
 from .scan import scan_log
 
@@ -72,34 +70,6 @@ def one_pass_applies(store: StoreParts, pre: RecoveryPlan) -> bool:
     """Whether :func:`recover_after_crash` can take ``pre`` (see the module's description)."""
     return (pre.abnormal and not any(f.is_write_full for f in pre.index_files)
             and max(pre.redispatch_from, store.commit_log.min_offset) == pre.start_offset)
-
-
-#: the most record starts taken from the consume queues (8 bytes each); the scan walks record by record past them
-HINTS_MOST = 1 << 22
-
-
-class QueueHints:
-    """Where the consume queues (as loaded, before any cut) say records start from ``start`` on:
-    the scan's hints (:class:`.scan.ScanOptions`), per commitlog segment. A hint that is wrong
-    costs time, not correctness: the walk checks every one against the records' own sizes."""
-
-    def __init__(self, store: StoreParts, start: int, most: int = HINTS_MOST) -> None:
-        runs = []
-        for cq in store.consume_queues.values():
-            for qf in cq.queue.files:
-                n = qf.wrote_position // 20
-                if n:
-                    phys = np.frombuffer(qf.mm, dtype=UNIT_DTYPE, count=n)["p"]
-                    runs.append(phys[phys >= start].astype(np.int64))
-        self.phys = np.sort(np.concatenate(runs))[:most] if runs else np.zeros(0, dtype=np.int64)
-        self._segment: tuple = (None, None)
-
-    def __call__(self, mf) -> np.ndarray:
-        if self._segment[0] is not mf:
-            base = mf.file_from_offset
-            lo, hi = np.searchsorted(self.phys, [base, base + mf.file_size]).tolist()
-            self._segment = (mf, self.phys[lo:hi] - base)
-        return self._segment[1]
 
 
 class CleanDispatch:

@@ -11,7 +11,7 @@ from ...format import message as M
 from ...format.checkpoint import CheckpointValues
 from ..contract import StoreParts
 from .index_repair import index_end
-from .queues import queue_cut_point
+from .queues import QueueHints, queue_cut_point
 from .records import max_record_size, record_ok_at
 from .report import CorruptSpan, TailCut
 from .scan import ScanResult, scan_log
@@ -73,7 +73,8 @@ def plan_recovery(store: StoreParts, last_exit_ok: bool, dropped_index: list) ->
         return pre
     cfg = store.cfg
     return finish_plan(store, pre, scan_log(store.commit_log.queue.files, pre.start_offset, cfg,
-                                            check_crc=cfg.check_crc_on_recover))
+                                            check_crc=cfg.check_crc_on_recover,
+                                            hints=QueueHints(store, pre.start_offset)))
 
 
 def plan_before_scan(store: StoreParts, last_exit_ok: bool, dropped_index: list) -> RecoveryPlan:

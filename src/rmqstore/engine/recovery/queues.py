@@ -1,10 +1,12 @@
 """Consume-queue units against the commitlog: which units match their records, where a reader's
-view of a queue ends, and where a queue is cut after a recovery."""
+view of a queue ends, where a queue is cut after a recovery, and the units' offsets as the
+recovery walk's hints (:class:`QueueHints`)."""
 from __future__ import annotations
 
 import numpy as np
 
 from ...format import message as M
+from ..contract import StoreParts
 
 
 def match_units(files, end: int, units: tuple[np.ndarray, np.ndarray, np.ndarray],
@@ -141,3 +143,31 @@ def last_real_unit_end(cq) -> int:
 
 
 UNIT_DTYPE = np.dtype([("p", ">i8"), ("s", ">i4"), ("t", ">i8")])
+
+
+#: the most record starts taken from the consume queues (8 bytes each); the scan walks record by record past them
+HINTS_MOST = 1 << 22
+
+
+class QueueHints:
+    """Where the consume queues (as loaded, before any cut) say records start from ``start`` on:
+    the scan's hints (:class:`.scan.ScanOptions`), per commitlog segment. A hint that is wrong
+    costs time, not correctness: the walk checks every one against the records' own sizes."""
+
+    def __init__(self, store: StoreParts, start: int, most: int = HINTS_MOST) -> None:
+        runs = []
+        for cq in store.consume_queues.values():
+            for qf in cq.queue.files:
+                n = qf.wrote_position // 20
+                if n:
+                    phys = np.frombuffer(qf.mm, dtype=UNIT_DTYPE, count=n)["p"]
+                    runs.append(phys[phys >= start].astype(np.int64))
+        self.phys = np.sort(np.concatenate(runs))[:most] if runs else np.zeros(0, dtype=np.int64)
+        self._segment: tuple = (None, None)
+
+    def __call__(self, mf) -> np.ndarray:
+        if self._segment[0] is not mf:
+            base = mf.file_from_offset
+            lo, hi = np.searchsorted(self.phys, [base, base + mf.file_size]).tolist()
+            self._segment = (mf, self.phys[lo:hi] - base)
+        return self._segment[1]
