@@ -3,6 +3,9 @@
 Dispatch (the background reput and the dispatch of a rebuild), recovery, verify and the Spark scan
 all walk a commitlog segment the same way, through this module:
 
+* :func:`walk_starts` follows TOTALSIZE from a position; given hints (positions where records
+  probably start, as the consume queues know them), it takes each run of hints that the walk would
+  visit anyway in one numpy pass, with the same answer as without them.
 * :func:`read_batch` follows TOTALSIZE from a position while the headers look like records, decodes
   the records it passed as one numpy :class:`~rmqstore.format.message.RecordBatch`, keeps the ones
   whose framing holds (magic, length formula and, when the caller knows the segment's base offset,

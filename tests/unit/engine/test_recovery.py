@@ -9,6 +9,7 @@ import numpy as np
 
 from rmqstore import Message, MessageStore
 from rmqstore.engine import recovery as R
+from rmqstore.engine.consume_queue import ConsumeQueue
 from rmqstore.format import index_file as IF
 from tests import kit
 
@@ -211,3 +212,27 @@ def test_read_only_recovery_is_a_dry_run(tmp_path):
         assert "dry run" in rep.summary()
     after = {p: open(p, "rb").read() for p in snapshot}
     assert after == snapshot and not (path / "recovery").exists()
+
+
+def test_a_readers_queue_view_ends_its_commitlog_end_with_its_last_unit(tmp_path):
+    """A reader ends a queue's view after its last unit that matches its record
+    (:func:`validate_read_views`); units left out of the view (here two that point past the data)
+    must not count as the queue's end in the commitlog: a record that follows the view is allowed
+    as many queue offsets past it as records fit after that end, and a stale end refused records
+    ("too far back"). (A reader normally answers such a queue from a stand-in built from the
+    commitlog; the view itself is checked here, on the queue as loaded.)"""
+    cfg, path, puts = _small(tmp_path)
+    last = puts[-1]
+    per_file = cfg.mapped_file_size_consume_queue // 20
+    for q in (58, 59):
+        cq_file = path / "consumequeue" / "FooBar" / "0" / f"{q // per_file * per_file * 20:020d}"
+        kit.patch_file(cq_file, q % per_file * 20, (last.phy_offset + 1000).to_bytes(8, "big") + (300).to_bytes(4, "big"))
+    with MessageStore.open(path, cfg, read_only=True) as ro:
+        cq = ConsumeQueue(str(path), "FooBar", 0, cfg, read_only=True)
+        cq.load()
+        cq.recover()
+        assert cq.max_offset == 60 and cq.max_physic_offset == last.phy_offset + 1300
+        R.validate_read_views(ro, from_phy=0, cqs=[cq])
+        assert cq.max_offset == 58
+        assert cq.max_physic_offset == puts[57].phy_offset + puts[57].wrote_bytes
+        cq.close()

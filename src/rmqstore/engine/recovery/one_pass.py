@@ -15,10 +15,15 @@ records from the same offset as the two-pass one would, because everything befor
 is valid records, which both dispatch alike. A record failing its CRC at the end of the data is
 never dispatched: it is the torn tail, past the end.
 
-Not taken (the two passes run instead) when the plan is not after a crash, when the re-dispatch
-would start before the scan start (an index file whose keys spill into the next file may need
-its last record again: :func:`.index_repair.complete_split_record`), or when retention has moved
-the commitlog's start past the scan start.
+Two things make the walk fast: the consume queues' record offsets, read before the queues are
+cut, are the walk's hints (:class:`.queues.QueueHints`; the cursor checks each one, so wrong or
+missing hints cost time, never a different answer), and each batch is dispatched on a worker
+thread while the scan validates the next one (:class:`CleanDispatch`).
+
+Not taken (the two passes run instead) when the plan is not after a crash, when an index file is
+full (the record that filled it may need its keys again in the next file, from before the scan
+start: :func:`.index_repair.complete_split_record`), or when retention has moved the commitlog's
+start past the scan start.
 """
 from __future__ import annotations
 

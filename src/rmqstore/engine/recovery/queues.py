@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ...format import consume_queue as CQF
 from ...format import message as M
 from ..contract import StoreParts
 
@@ -59,14 +60,14 @@ def validated_unit_end(cq, files, end: int, from_q: int) -> int:
         if q_first + n_units <= from_q:
             continue
         lo = max(0, from_q - q_first)
-        units = np.frombuffer(mf.mm, dtype=UNIT_DTYPE, count=n_units - lo, offset=lo * 20)
-        written = np.flatnonzero((units["p"] != 0) | (units["s"] != 0))
+        units = np.frombuffer(mf.mm, dtype=CQF.UNIT_DTYPE, count=n_units - lo, offset=lo * 20)
+        written = np.flatnonzero((units["phy_offset"] != 0) | (units["size"] != 0))
         if not written.size:
             continue
         units = units[:int(written[-1]) + 1]
         n_units = lo + units.size
         qs = np.arange(q_first + lo, q_first + n_units, dtype=np.int64)
-        ok = match_units(files, end, (units["p"].astype(np.int64), units["s"].astype(np.int64), qs),
+        ok = match_units(files, end, (units["phy_offset"].astype(np.int64), units["size"].astype(np.int64), qs),
                          (cq.topic, cq.queue_id))
         good = np.flatnonzero(ok)
         if good.size:
@@ -91,7 +92,7 @@ def queue_cut_point(cq, phy_end: int) -> int | None:
         if n == 0:
             new_end = min(new_end, q0)
             continue
-        phys = np.frombuffer(mf.mm, dtype=UNIT_DTYPE, count=n)["p"].astype(np.int64)
+        phys = np.frombuffer(mf.mm, dtype=CQF.UNIT_DTYPE, count=n)["phy_offset"].astype(np.int64)
         keep = np.flatnonzero(phys < phy_end)
         k = int(keep[-1]) + 1 if keep.size else 0
         new_end = q0 + k
@@ -134,15 +135,12 @@ def last_real_unit_end(cq) -> int:
         n = mf.wrote_position // 20
         if n == 0:
             continue
-        units = np.frombuffer(mf.mm, dtype=UNIT_DTYPE, count=n)
-        real = np.flatnonzero(~((units["p"] == 0) & (units["s"] == 0x7FFFFFFF)))
+        units = np.frombuffer(mf.mm, dtype=CQF.UNIT_DTYPE, count=n)
+        real = np.flatnonzero(~((units["phy_offset"] == 0) & (units["size"] == 0x7FFFFFFF)))
         if real.size:
             u = units[int(real[-1])]
-            return int(u["p"]) + int(u["s"])
+            return int(u["phy_offset"]) + int(u["size"])
     return -1
-
-
-UNIT_DTYPE = np.dtype([("p", ">i8"), ("s", ">i4"), ("t", ">i8")])
 
 
 #: the most record starts taken from the consume queues (8 bytes each); the scan walks record by record past them
@@ -160,7 +158,7 @@ class QueueHints:
             for qf in cq.queue.files:
                 n = qf.wrote_position // 20
                 if n:
-                    phys = np.frombuffer(qf.mm, dtype=UNIT_DTYPE, count=n)["p"]
+                    phys = np.frombuffer(qf.mm, dtype=CQF.UNIT_DTYPE, count=n)["phy_offset"]
                     runs.append(phys[phys >= start].astype(np.int64))
         self.phys = np.sort(np.concatenate(runs))[:most] if runs else np.zeros(0, dtype=np.int64)
         self._segment: tuple = (None, None)

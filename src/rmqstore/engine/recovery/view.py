@@ -8,7 +8,7 @@ import numpy as np
 
 from ...format import consume_queue as CQF
 from ..contract import StoreParts
-from .queues import validated_unit_end
+from .queues import last_real_unit_end, validated_unit_end
 from .records import record_ok_at
 
 
@@ -45,6 +45,9 @@ def validate_read_views(store: StoreParts, from_phy: int | None = None, cqs=None
         qf = cq.queue.files
         while len(qf) > 1 and qf[-1].wrote_position == 0 and qf[-2].wrote_position < qf[-2].file_size:
             qf.pop().close()
+        # and the end of its last record is the view's: a unit left out of it must not count (a reader
+        # allows a record past the view as many queue offsets as records fit after this end)
+        cq.max_physic_offset = last_real_unit_end(cq)
 
 
 def really_corrupt(store: StoreParts, spans: list) -> list:
