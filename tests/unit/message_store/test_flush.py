@@ -180,7 +180,11 @@ def test_async_flusher_flushes_on_its_own(tmp_path):
             time.sleep(0.01)
         assert all(mf.flushed_position == mf.wrote_position for cq in st.consume_queues.values()
                    for mf in cq.queue.files)
-        cp = CheckpointValues.unpack(open(os.path.join(st.path, "checkpoint"), "rb").read())
+        # the flusher writes the checkpoint after the consume queues: wait for it too
+        cp = CheckpointValues.unpack(kit.read_bytes(os.path.join(st.path, "checkpoint")))
+        while cp.logics_msg_timestamp <= 0 and time.monotonic() < deadline:
+            time.sleep(0.01)
+            cp = CheckpointValues.unpack(kit.read_bytes(os.path.join(st.path, "checkpoint")))
         assert cp.logics_msg_timestamp > 0
 
 
