@@ -28,7 +28,9 @@ Beyond upstream:
 The package, as plan then apply: :mod:`.plan` computes a :class:`RecoveryPlan` from the files
 (steps 1-2 and what steps 3-4 will cut and re-dispatch) without changing a byte; a writer applies
 it (:func:`apply_recovery`), a reader applies it to its in-memory view only
-(:func:`apply_read_view`), so a read-only open reports what a recovery would do. The record walk
+(:func:`apply_read_view`), so a read-only open reports what a recovery would do. After a crash a
+writer does both in one walk of the log (:mod:`.one_pass`: the cuts, which need no scan then, first;
+the records dispatched as the scan validates them), with the same plan and files. The record walk
 is :mod:`.scan` (one piece, shared with verify and read-only refresh); :mod:`.records` says what a
 valid record is and where valid data continues; :mod:`.tails`, :mod:`.queues`,
 :mod:`.index_tail` and :mod:`.index_repair` cut the commitlog tail, the consume queues and the
