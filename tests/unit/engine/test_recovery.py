@@ -236,3 +236,16 @@ def test_a_readers_queue_view_ends_its_commitlog_end_with_its_last_unit(tmp_path
         assert cq.max_offset == 58
         assert cq.max_physic_offset == puts[57].phy_offset + puts[57].wrote_bytes
         cq.close()
+
+
+def test_queue_hints_are_the_units_record_offsets_per_segment_and_bounded(tmp_path):
+    cfg, path, puts = _small(tmp_path)
+    start = puts[10].phy_offset
+    with MessageStore.open(path, cfg, read_only=True) as ro:
+        hints = R.QueueHints(ro, start)
+        assert hints.phys.tolist() == [p.phy_offset for p in puts[10:]]
+        for mf in ro.commit_log.queue.files:  # per segment, relative to its first byte
+            base = mf.file_from_offset
+            want = [p.phy_offset - base for p in puts[10:] if base <= p.phy_offset < base + mf.file_size]
+            assert hints(mf).tolist() == want
+        assert R.QueueHints(ro, start, most=5).phys.tolist() == [p.phy_offset for p in puts[10:15]]

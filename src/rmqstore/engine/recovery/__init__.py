@@ -45,7 +45,7 @@ from .report import CorruptSpan, RecoveryReport, TailCut
 from .records import MAX_RESYNC_CANDIDATES, find_resync, max_record_size, record_ok_at
 from .scan import SCAN_BATCH, ScanOptions, ScanResult, scan_log, walk_log
 from .tails import describe_cuts, save_cut_bytes, tail_extents
-from .queues import (cut_queue, last_real_unit_end, match_units, narrow_queue_view, queue_cut_point,
+from .queues import (QueueHints, cut_queue, last_real_unit_end, match_units, narrow_queue_view, queue_cut_point,
                      validated_unit_end)
 from .index_tail import store_ts_reader, truncate_index_file
 from .index_repair import complete_split_record, index_end, index_end_of, keyed_records_in
@@ -57,7 +57,7 @@ from .one_pass import recover_after_crash
 __all__ = [
     "CorruptSpan", "RecoveryReport", "TailCut", "MAX_RESYNC_CANDIDATES", "find_resync",
     "max_record_size", "record_ok_at", "SCAN_BATCH", "ScanOptions", "ScanResult", "scan_log",
-    "walk_log", "describe_cuts", "save_cut_bytes", "tail_extents", "cut_queue",
+    "walk_log", "describe_cuts", "save_cut_bytes", "tail_extents", "QueueHints", "cut_queue",
     "last_real_unit_end", "match_units", "narrow_queue_view", "queue_cut_point",
     "validated_unit_end", "store_ts_reader", "truncate_index_file", "complete_split_record", "index_end",
     "index_end_of", "keyed_records_in", "first_unit_at_or_after", "really_corrupt", "set_read_positions",

@@ -150,17 +150,21 @@ HINTS_MOST = 1 << 22
 class QueueHints:
     """Where the consume queues (as loaded, before any cut) say records start from ``start`` on:
     the scan's hints (:class:`.scan.ScanOptions`), per commitlog segment. A hint that is wrong
-    costs time, not correctness: the walk checks every one against the records' own sizes."""
+    costs time, not correctness: the walk checks every one against the records' own sizes. At most
+    ``most`` are kept (queue by queue: past that, the walk goes record by record where the
+    queues not taken have records), and no more than one consume-queue file's units are read at
+    once beside them."""
 
     def __init__(self, store: StoreParts, start: int, most: int = HINTS_MOST) -> None:
-        runs = []
+        runs, total = [], 0
         for cq in store.consume_queues.values():
             for qf in cq.queue.files:
                 n = qf.wrote_position // 20
-                if n:
+                if n and total < most:
                     phys = np.frombuffer(qf.mm, dtype=CQF.UNIT_DTYPE, count=n)["phy_offset"]
-                    runs.append(phys[phys >= start].astype(np.int64))
-        self.phys = np.sort(np.concatenate(runs))[:most] if runs else np.zeros(0, dtype=np.int64)
+                    runs.append(phys[phys >= start][:most - total].astype(np.int64))
+                    total += runs[-1].size
+        self.phys = np.sort(np.concatenate(runs)) if runs else np.zeros(0, dtype=np.int64)
         self._segment: tuple = (None, None)
 
     def __call__(self, mf) -> np.ndarray:
