@@ -141,7 +141,8 @@ def _cut_index_files(store: StoreParts, plan: RecoveryPlan, rebuilt: list[str]) 
         if f.name in plan.index_cuts:
             # a record whose keys spill from the previous file into this one keeps them here
             limit = max(plan.index_cut_to, prev_end[0] + 1) if out else plan.index_cut_to
-            kept, _, upper = index_cut_point(f, limit)
+            point = index_cut_point(f, limit)
+            kept, _, upper = point
             if kept <= 1:
                 # no item left: removed whole (its header may still carry the end of a file cut
                 # back or removed before it); the index creates a fresh current file when needed
@@ -149,7 +150,7 @@ def _cut_index_files(store: StoreParts, plan: RecoveryPlan, rebuilt: list[str]) 
                     rebuilt.append(f.name)
                 f.destroy()
                 continue
-            if truncate_index_file(f, limit, ts_at, prev_end):
+            if truncate_index_file(f, limit, ts_at, prev_end, point):
                 rebuilt.append(f.name)
                 f.flush()
         out.append(f)

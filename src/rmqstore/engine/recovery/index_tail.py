@@ -10,7 +10,8 @@ from ...format import index_file as IF
 from ...format import message as M
 
 
-def truncate_index_file(f, phy_limit: int, store_ts_at: Callable[[int], int], prev_end: tuple[int, int]) -> int:
+def truncate_index_file(f, phy_limit: int, store_ts_at: Callable[[int], int], prev_end: tuple[int, int],
+                        cut_point: tuple[int, int, int] | None = None) -> int:
     """Cut an index file back to its items for records below ``phy_limit`` (the re-dispatch start).
 
     Items are in commitlog order, so the kept items are a prefix. Slots that point at a cut item
@@ -18,10 +19,11 @@ def truncate_index_file(f, phy_limit: int, store_ts_at: Callable[[int], int], pr
     set to the newest kept item of their chain, which is the ``prevIndex`` of the oldest cut item
     in the slot. Header counts and end offsets are recomputed from the kept items. ``prev_end`` is
     ``(endPhyOffset, endTimestamp)`` of the previous file (a file left empty starts from there).
-    Returns the number of items cut."""
+    ``cut_point`` is :func:`index_cut_point`'s answer when the caller has it already. Returns the
+    number of items cut."""
     mm = f.mf.mm
     slots_n, cap = f.slot_num, f.index_num
-    new_count, count, upper = index_cut_point(f, phy_limit)
+    new_count, count, upper = cut_point if cut_point is not None else index_cut_point(f, phy_limit)
     if new_count == count and upper == count:
         return 0
     slots = np.frombuffer(mm, dtype=">i4", count=slots_n, offset=IF.HEADER_SIZE)
