@@ -19,8 +19,18 @@ from tests.kit import free_port
 SPARK_HOME = os.path.dirname(pyspark.__file__)
 
 
+def _env(**extra: str) -> dict[str, str]:
+    """This process's environment with ``extra``, and PYTHONPATH made absolute: executors run in
+    the workers' work directories and would resolve a relative entry there (a test run from a git
+    worktree with ``PYTHONPATH=src`` then imports the installed package instead)."""
+    env = dict(os.environ, **extra)
+    if env.get("PYTHONPATH"):
+        env["PYTHONPATH"] = os.pathsep.join(os.path.abspath(p) for p in env["PYTHONPATH"].split(os.pathsep) if p)
+    return env
+
+
 def _spark_class(cls: str, *args: str, log: Path) -> subprocess.Popen:
-    env = dict(os.environ, SPARK_HOME=SPARK_HOME, PYSPARK_PYTHON=sys.executable, SPARK_LOCAL_IP="127.0.0.1")
+    env = _env(SPARK_HOME=SPARK_HOME, PYSPARK_PYTHON=sys.executable, SPARK_LOCAL_IP="127.0.0.1")
     fh = open(log, "w")
     return subprocess.Popen([os.path.join(SPARK_HOME, "bin", "spark-class"), cls, *args], stdout=fh,
                             stderr=subprocess.STDOUT, env=env)
@@ -89,12 +99,16 @@ spark = jobs.get_spark(master)
 got = test_cluster.answers(spark, out, job_store, stores)
 got["executors"] = sorted(set(spark.sparkContext.parallelize(range(8), 8).map(
     lambda _: __import__("socket").gethostname() + str(__import__("os").getppid())).collect()))
+import rmqstore
+got["package"] = rmqstore.__file__
+got["executor_packages"] = sorted(set(spark.sparkContext.parallelize(range(4), 4).map(
+    lambda _: __import__("rmqstore").__file__).collect()))
 print(json.dumps(got))
 """
 
 
 def _run(master: str, out: Path, job_store, *stores) -> dict:
-    env = dict(os.environ, PYSPARK_PYTHON=sys.executable)
+    env = _env(PYSPARK_PYTHON=sys.executable)
     p = subprocess.run([sys.executable, "-c", _JOB, os.path.dirname(__file__), master, str(out), str(job_store),
                         *map(str, stores)], capture_output=True, text=True, timeout=600, env=env)
     lines = [x for x in p.stdout.splitlines() if x.startswith("{")]
@@ -121,6 +135,10 @@ def test_source_and_jobs_answer_the_same_on_a_standalone_cluster(spark, cluster,
     assert remote["n"] == local["n"] == sum(len(vectors[n].messages()) for n in names)
     assert remote["digest"] == local["digest"] and remote["partitions"] == local["partitions"] > 2
     assert len(remote["executors"]) == 2  # both workers' executors ran tasks
+    # the executors run the code under test, not another copy of the package (a relative PYTHONPATH
+    # would be resolved in the workers' directories)
+    assert remote["executor_packages"] == [remote["package"]]
+    assert remote["package"] == __import__("rmqstore").__file__
     assert remote["stats"] == local["stats"] and remote["stats"]
     tree = _tree(tmp_path / "local")
     assert _tree(tmp_path / "cluster") == tree and any(k.startswith("consumequeue") for k, _ in tree)
