@@ -493,13 +493,13 @@ class MessageStore(StoreReads):
         t0 = R.now()
         for cq in self.consume_queues.values():
             cq.recover()
-        one_pass = None if self.read_only or last_exit_ok else R.recover_after_crash(self, last_exit_ok, dropped_index)
-        if one_pass is not None:  # (a writer after a crash: the same plan and files, one walk of the log)
-            plan, report = one_pass
-            self.recovery_plan = plan
+        pre = R.plan_before_scan(self, last_exit_ok, dropped_index)
+        if not self.read_only and R.one_pass_applies(self, pre):
+            plan, report = R.recover_after_crash(self, pre)  # (after a crash: the same plan and files, one walk)
         else:
-            plan = self.recovery_plan = R.plan_recovery(self, last_exit_ok, dropped_index)
+            plan = R.plan_from_scan(self, pre)
             report = R.apply_read_view(self, plan) if self.read_only else R.apply_recovery(self, plan)
+        self.recovery_plan = plan
         if self.read_only:
             resume = plan.end_offset
         else:

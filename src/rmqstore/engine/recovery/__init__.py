@@ -50,9 +50,9 @@ from .queues import (QueueHints, cut_queue, last_real_unit_end, match_units, nar
 from .index_tail import store_ts_reader, truncate_index_file
 from .index_repair import complete_split_record, index_end, index_end_of, keyed_records_in
 from .view import first_unit_at_or_after, really_corrupt, set_read_positions, validate_read_views, view_end
-from .plan import RecoveryPlan, choose_start_segment, plan_recovery
+from .plan import RecoveryPlan, choose_start_segment, finish_plan, plan_before_scan, plan_from_scan, plan_recovery
 from .apply import apply_read_view, apply_recovery, redispatch_records
-from .one_pass import recover_after_crash
+from .one_pass import one_pass_applies, recover_after_crash
 
 __all__ = [
     "CorruptSpan", "RecoveryReport", "TailCut", "MAX_RESYNC_CANDIDATES", "find_resync",
@@ -62,7 +62,8 @@ __all__ = [
     "validated_unit_end", "store_ts_reader", "truncate_index_file", "complete_split_record", "index_end",
     "index_end_of", "keyed_records_in", "first_unit_at_or_after", "really_corrupt", "set_read_positions",
     "validate_read_views", "view_end", "RecoveryPlan", "choose_start_segment", "plan_recovery",
-    "apply_read_view", "apply_recovery", "redispatch_records", "recover_after_crash", "now",
+    "apply_read_view", "apply_recovery", "redispatch_records", "one_pass_applies", "recover_after_crash", "plan_before_scan",
+    "plan_from_scan", "finish_plan", "now",
 ]
 
 

@@ -44,9 +44,8 @@ def apply_recovery(store: StoreParts, plan: RecoveryPlan) -> RecoveryReport:
 def cut_derived_files(store: StoreParts, plan: RecoveryPlan, rebuilt: list[str]) -> int:
     """The consume queues and index files cut as ``plan`` says (the names of index files that
     lost items added to ``rebuilt``). Returns where the re-dispatch starts."""
-    if plan.mode != "empty":
-        for topic, qid, new_end in plan.queue_cuts:
-            cut_queue(store.consume_queues[(topic, qid)], new_end)
+    for topic, qid, new_end in plan.queue_cuts:
+        cut_queue(store.consume_queues[(topic, qid)], new_end)
     redispatch = plan.redispatch_from
     if plan.index_cuts:
         redispatch = min(redispatch, _cut_index_files(store, plan, rebuilt))

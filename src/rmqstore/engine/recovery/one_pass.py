@@ -34,27 +34,22 @@ from .. import dispatch as D
 from ..contract import StoreParts
 from .apply import (cut_commitlog, cut_derived_files, flush_derived_files, redispatch_records, report_of,
                     settle_checkpoint, settle_queues)
-from .plan import RecoveryPlan, finish_plan, plan_before_scan
+from .plan import RecoveryPlan, finish_plan
 from .queues import QueueHints
 from .report import CorruptSpan, RecoveryReport
 from .scan import scan_log
 
 
-def recover_after_crash(store: StoreParts, last_exit_ok: bool, dropped_index: list
-                        ) -> tuple[RecoveryPlan, RecoveryReport] | None:
+def recover_after_crash(store: StoreParts, pre: RecoveryPlan) -> tuple[RecoveryPlan, RecoveryReport]:
     """The plan and report of :func:`.plan.plan_recovery` + :func:`.apply.apply_recovery` for a
-    writer, with one walk of the commitlog; None (nothing done) when one walk does not apply."""
-    pre = plan_before_scan(store, last_exit_ok, dropped_index)
-    if not one_pass_applies(store, pre):
-        return None
+    writer, with one walk of the commitlog: ``pre`` is :func:`.plan.plan_before_scan`'s plan, for
+    which :func:`one_pass_applies` holds (so the re-dispatch starts at the scan start)."""
     hints = QueueHints(store, pre.start_offset)  # (read before the queues are cut)
     rebuilt: list[str] = []
     redispatch_from = cut_derived_files(store, pre, rebuilt)
-    sink = CleanDispatch(store, pre.start_offset)
+    sink = CleanDispatch(store, redispatch_from)
     cfg = store.cfg
     try:
-        if redispatch_from < pre.start_offset:  # (not with the checks above; kept correct regardless)
-            sink.count += redispatch_records(store, redispatch_from, pre.start_offset)
         scan = scan_log(store.commit_log.queue.files, pre.start_offset, cfg, check_crc=cfg.check_crc_on_recover,
                         on_batch=sink.batch, on_corrupt=sink.corrupt, hints=hints)
     finally:

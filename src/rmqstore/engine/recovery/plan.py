@@ -68,7 +68,11 @@ def plan_recovery(store: StoreParts, last_exit_ok: bool, dropped_index: list) ->
     """The plan for ``store``'s files as loaded (consume queues recovered to their own ends):
     ``last_exit_ok`` when there was no ``abort`` file; ``dropped_index``: the index files the
     index service did not load (newer than the checkpoint after a crash)."""
-    pre = plan_before_scan(store, last_exit_ok, dropped_index)
+    return plan_from_scan(store, plan_before_scan(store, last_exit_ok, dropped_index))
+
+
+def plan_from_scan(store: StoreParts, pre: RecoveryPlan) -> RecoveryPlan:
+    """:func:`plan_before_scan`'s plan completed by the validating scan of the commitlog."""
     if pre.mode == "empty":
         return pre
     cfg = store.cfg
