@@ -13,14 +13,13 @@ import os
 
 import numpy as np
 import pyarrow as pa
-from pyspark.sql.datasource import DataSource, DataSourceReader
 from pyspark.sql.types import BooleanType, IntegerType, LongType, StringType, StructField, StructType
 
 from ..format import index_file as FI
 from ..format import message as M
 from . import fs as RFS
 from . import scan as S
-from .tasks import FilesPartition, SpansPartition, cfg_from_json, open_fs, spec_of
+from .tasks import FilesPartition, SpansPartition, SpecReader, SpecSource, cfg_from_json, open_fs
 
 # ================================================================================================
 # Index keys of every record (stats)
@@ -35,25 +34,10 @@ KEYS_SCHEMA = StructType([
 ])
 
 
-class KeysSource(DataSource):
+class KeysReader(SpecReader):
     """The index keys of every record (UNIQ_KEY, then each KEYS token; none for ROLLBACK), with the
     hash the index files them under: spec ``store``, ``cfg``, ``groups`` (``[[span id, segment
     start, start, end], ...]`` per partition)."""
-
-    @classmethod
-    def name(cls) -> str:
-        return "rmqstore_keys"
-
-    def schema(self):
-        return KEYS_SCHEMA
-
-    def reader(self, schema):
-        return KeysReader(spec_of(self.options), schema)
-
-
-class KeysReader(DataSourceReader):
-    def __init__(self, spec, schema):
-        self.spec, self.schema = spec, schema
 
     def partitions(self):
         return [SpansPartition(i, g) for i, g in enumerate(self.spec["groups"])]
@@ -110,24 +94,9 @@ INDEX_PROFILE_SCHEMA = StructType([
 ])
 
 
-class IndexProfileSource(DataSource):
+class IndexProfileReader(SpecReader):
     """One row per index file: items, slots holding items, longest slot chain, header values.
     Spec ``{"groups": [[path, ...], ...], "slots": n, "items": n}``."""
-
-    @classmethod
-    def name(cls) -> str:
-        return "rmqstore_index_profile"
-
-    def schema(self):
-        return INDEX_PROFILE_SCHEMA
-
-    def reader(self, schema):
-        return IndexProfileReader(spec_of(self.options), schema)
-
-
-class IndexProfileReader(DataSourceReader):
-    def __init__(self, spec, schema):
-        self.spec, self.schema = spec, schema
 
     def partitions(self):
         return [FilesPartition(i, g) for i, g in enumerate(self.spec["groups"])]
@@ -161,6 +130,14 @@ class IndexProfileReader(DataSourceReader):
                 mf.close()
         if rows:
             yield pa.RecordBatch.from_pylist(rows, schema=to_arrow_schema(self.schema, timezone="UTC"))
+
+
+class KeysSource(SpecSource):
+    NAME, SCHEMA, READER = "rmqstore_keys", KEYS_SCHEMA, KeysReader
+
+
+class IndexProfileSource(SpecSource):
+    NAME, SCHEMA, READER = "rmqstore_index_profile", INDEX_PROFILE_SCHEMA, IndexProfileReader
 
 
 INTERNAL_SOURCES = (KeysSource, IndexProfileSource)

@@ -30,7 +30,7 @@ import shutil
 import uuid
 
 import numpy as np
-from pyspark.sql.datasource import InputPartition
+from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 
 from ..config import MessageStoreConfig
 from ..format import message as M
@@ -56,6 +56,32 @@ def spec_of(options) -> dict:
     if not raw:
         raise ValueError("internal rmqstore data source used without its spec option")
     return json.loads(raw)
+
+
+class SpecReader(DataSourceReader):
+    """The reader of an internal data source: the job's spec (decoded) and the schema."""
+
+    def __init__(self, spec: dict, schema):
+        self.spec, self.schema = spec, schema
+
+
+class SpecSource(DataSource):
+    """An internal data source of a job, whose one option is the job's JSON spec (:func:`spec_of`):
+    a subclass names its ``NAME``, ``SCHEMA`` and ``READER`` (a :class:`SpecReader`)."""
+
+    NAME: str = ""
+    SCHEMA = None
+    READER: type = SpecReader
+
+    @classmethod
+    def name(cls) -> str:
+        return cls.NAME
+
+    def schema(self):
+        return self.SCHEMA
+
+    def reader(self, schema):
+        return self.READER(spec_of(self.options), schema)
 
 
 def open_fs(spec: dict) -> None:

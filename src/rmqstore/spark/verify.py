@@ -25,12 +25,12 @@ from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
-from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
+from pyspark.sql.datasource import InputPartition
 from pyspark.sql.types import ByteType, IntegerType, LongType, StringType, StructField, StructType
 
 from ..format import message as M
 from . import scan as S
-from .tasks import spec_of, cfg_from_json, open_fs
+from .tasks import SpecReader, SpecSource, cfg_from_json, open_fs
 
 FINDING, QUEUE_EDGE, KEY, GOOD_ITEM, SPAN = 0, 1, 2, 3, 4
 
@@ -91,23 +91,8 @@ class TaskPartition(InputPartition):
         self.index, self.task = index, task
 
 
-class VerifySource(DataSource):
-    @classmethod
-    def name(cls) -> str:
-        return "rmqstore_verify"
-
-    def schema(self):
-        return VERIFY_SCHEMA
-
-    def reader(self, schema):
-        return VerifyReader(spec_of(self.options), schema)
-
-
-class VerifyReader(DataSourceReader):
+class VerifyReader(SpecReader):
     """spec: ``store``, ``cfg``, ``segments`` and ``tasks`` (each a dict with ``mode``)."""
-
-    def __init__(self, spec, schema):
-        self.spec, self.schema = spec, schema
 
     def partitions(self):
         return [TaskPartition(i, t) for i, t in enumerate(self.spec["tasks"])]
@@ -191,6 +176,10 @@ def _span_files(store_dir: str, seg_size: int, segments: list[int], span: S.Span
     for mf in files:
         mf.wrote_position = mf.flushed_position = seg_size
     return files
+
+
+class VerifySource(SpecSource):
+    NAME, SCHEMA, READER = "rmqstore_verify", VERIFY_SCHEMA, VerifyReader
 
 
 class _SpanScan:
