@@ -61,3 +61,8 @@ class StoreClosedError(RmqStoreError, RuntimeError):
 
 class MessageIdError(RmqStoreError, ValueError):
     """A message id (offsetMsgId or UNIQ_KEY) is not in the form RocketMQ writes."""
+
+
+class OutputExistsError(RmqStoreError, FileExistsError):
+    """An output that exists, or a directory holding data the command did not create: refused
+    before anything is written (no command deletes or overwrites what it did not create)."""

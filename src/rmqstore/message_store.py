@@ -104,6 +104,18 @@ def _lock_holder(lock_path: str) -> int | None:
         os.close(fd)
 
 
+def lock_holder(store_dir: str | os.PathLike) -> int | None:
+    """PID of the process holding the writer lock of the store at ``store_dir`` (this process's own
+    when it has the store open for writing; -1 when the PID is unknown), None when nobody holds it.
+    The lock file of a store this process holds is never opened here: closing any descriptor of it
+    would drop the process's lock (POSIX record locks belong to the process)."""
+    path = os.path.abspath(os.fspath(store_dir))
+    with _LOCKED_GUARD:
+        if path in _LOCKED_PATHS:
+            return os.getpid()
+    return _lock_holder(paths.lock_path(path))
+
+
 def _total_ram() -> int:
     try:
         return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
@@ -232,7 +244,7 @@ class MessageStore(StoreReads):
         if not self.read_only:
             self._take_lock()
         else:
-            self.live_writer_pid = _lock_holder(paths.lock_path(self.path))
+            self.live_writer_pid = lock_holder(self.path)
         self._load_consumer_offsets()
         abort_path = paths.abort_path(self.path)
         last_exit_ok = not os.path.exists(abort_path)
