@@ -127,7 +127,7 @@ def test_spark_rebuild_from_s3_into_s3_is_byte_identical(spark, s3, vectors, tmp
     import pyarrow.fs as pafs
 
     from rmqstore.rebuild import rebuild as rebuild_in_process
-    from rmqstore.errors import StoreIOError
+    from rmqstore.errors import OutputExistsError
     from rmqstore.spark.jobs import rebuild
 
     from tests.kit import SPLITS
@@ -145,7 +145,7 @@ def test_spark_rebuild_from_s3_into_s3_is_byte_identical(spark, s3, vectors, tmp
     same_output(str(tmp_path / "in-process"), str(tmp_path / "from-s3"))
     assert (res["records"], res["consume_queues"], res["index_files"], res["end_offset"]) == \
            (want.records, want.consume_queues, want.index_files, want.end_offset)
-    with pytest.raises(StoreIOError, match="already holds consumequeue"):
+    with pytest.raises(OutputExistsError, match="already holds consumequeue"):
         rebuild(spark, remote, out, vs.config, options=_opts(s3))
 
 

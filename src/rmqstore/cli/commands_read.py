@@ -286,7 +286,7 @@ def offset_by_time(cmd: StoreCommand, topic: str, timestamp: int, queues: tuple[
 @click.option("--begin", type=TIME, default=None, help="Earliest store time: epoch ms or ISO time.")
 @click.option("--end", type=TIME, default=None, help="Store times before this: epoch ms or ISO time.")
 @click.option("--no-body", is_flag=True, help="Leave bodies out.")
-@click.option("--force", is_flag=True, help="Overwrite OUT when it exists.")
+@click.option("--force", is_flag=True, help="Overwrite OUT when it exists (never a file inside a store directory).")
 @store_options
 def export(cmd: StoreCommand, out: str, fmt: str, topics: tuple[str, ...], begin: int | None, end: int | None,
            no_body: bool, force: bool) -> None:
@@ -298,8 +298,15 @@ def export(cmd: StoreCommand, out: str, fmt: str, topics: tuple[str, ...], begin
 
     from ..export import export as run_export
 
-    if out != "-" and os.path.exists(out) and not force:
+    from ..export import check_export_output
+    from ..errors import OutputExistsError
+
+    if out != "-" and os.path.isfile(out) and not force:
         raise UsageProblem(f"{out} exists", hint="give another OUT, or --force to overwrite it")
+    try:
+        check_export_output(out, force)
+    except OutputExistsError as e:
+        raise UsageProblem(str(e), hint="give OUT a path outside any store directory") from None
     if out == "-" and fmt == "parquet":
         raise UsageProblem("parquet needs a file", hint="give OUT a path")
     import importlib.util
@@ -308,7 +315,7 @@ def export(cmd: StoreCommand, out: str, fmt: str, topics: tuple[str, ...], begin
         raise UsageProblem("export needs pyarrow", hint="pip install 'rmqstore[spark]'")
     with cmd.out.status(f"exporting {cmd.store_path}"):
         r = run_export(cmd.store_path, out, fmt, topics=set(topics) or None, begin_ms=begin, end_ms=end,
-                       include_body=not no_body, cfg=cmd.config())
+                       include_body=not no_body, cfg=cmd.config(), overwrite=force)
     d = dataclasses.asdict(r)
     d["seconds"] = round(r.seconds, 3)
     d["mb_per_s"] = round(r.commitlog_bytes / r.seconds / 1e6, 1) if r.seconds > 0 else None

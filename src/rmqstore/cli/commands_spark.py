@@ -70,6 +70,18 @@ def open_session(cmd: StoreCommand, master: str | None):
     return jobs, spark, cfg
 
 
+def _check_output(cmd: StoreCommand, out_dir: str, what: str) -> None:
+    """A local output that exists is refused before Spark starts (a remote one by the job, before
+    its first task): rebuild's must be new or empty, export's new."""
+    if "://" in out_dir:
+        return
+    from ..rebuild import check_new_output
+
+    source = next((loc for loc in cmd.locations if "://" not in loc
+                   and os.path.abspath(loc) == os.path.abspath(out_dir)), None)
+    check_new_output(out_dir, source, what, must_not_exist=what.startswith("export"))
+
+
 def _where(cmd: StoreCommand):
     """The store argument of a job: the one location, or the list of them."""
     return cmd.locations[0] if len(cmd.locations) == 1 else list(cmd.locations)
@@ -98,7 +110,8 @@ def spark() -> None:
 @store_locations
 def spark_rebuild(cmd: StoreCommand, out_dir: str, master: str | None) -> None:
     """Rebuild consume queues and index files from the commitlog with Spark into OUT_DIR (WRITES
-    only OUT_DIR; the store is read, never changed). Output is byte-identical to `rmqstore rebuild`."""
+    only OUT_DIR, which must be new or empty; the store is read, never changed). Output is byte-identical to `rmqstore rebuild`."""
+    _check_output(cmd, out_dir, "rebuild output")
     jobs, sp, cfg = open_session(cmd, master)
     with cmd.out.status("Spark rebuild"):
         res = jobs.rebuild(sp, _where(cmd), out_dir, cfg=cfg)
@@ -139,7 +152,8 @@ def _problem_count(summary, df) -> int:
 @store_locations
 def spark_export(cmd: StoreCommand, out_dir: str, include_body: bool, master: str | None) -> None:
     """Export every message (all fields, bodies with --include-body) to Parquet in OUT_DIR with
-    Spark (WRITES only OUT_DIR; the store is read, never changed)."""
+    Spark (WRITES only OUT_DIR, which must not exist; the store is read, never changed)."""
+    _check_output(cmd, out_dir, "export output")
     jobs, sp, cfg = open_session(cmd, master)
     with cmd.out.status("Spark export"):
         res = jobs.export(sp, _where(cmd), out_dir, cfg=cfg, include_body=include_body)
