@@ -22,7 +22,7 @@ LAYERS = {
     "engine": 4,
     "message_store": 5, "store_reads": 5, "rebuild": 5, "consumer": 5,
     "export": 6, "spark": 6, "broker": 6, "demo": 6,
-    "cli": 7, "__main__": 7,
+    "cli": 7, "__main__": 7, "testing": 7,
 }
 
 
