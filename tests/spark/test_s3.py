@@ -164,3 +164,29 @@ def test_stats_and_verify_of_s3_stores(spark, s3, vectors):
     _, alone = verify(spark, local, cfg)
     assert (summary["records"], summary["problems"], findings.count()) == (alone["records"], 0, 0)
     assert "a remote store" in summary["skipped"] and "skipped" not in alone
+
+
+@pytest.mark.parametrize("given", ["none", "embedded"])
+def test_spark_rebuild_of_an_s3_store_takes_the_stores_own_sizes(spark, s3, vectors, tmp_path, given):
+    """No config (or the embedded preset, as `rmqstore spark rebuild` passes): the consume-queue
+    files (1,000 bytes in this store) and index geometry come from the store's own objects, as
+    `rmqstore rebuild` infers them from a local copy; the two rebuilds write the same bytes."""
+    from rmqstore import MessageStoreConfig
+    from rmqstore.rebuild import rebuild as rebuild_in_process
+    from rmqstore.spark.jobs import rebuild
+    from rmqstore.spark.jobs.runtime import stores
+
+    from test_rebuild import same_output
+
+    local, remote = s3["stores"]["rollover"]
+    cfg = None if given == "none" else MessageStoreConfig.embedded()
+    (loc,) = stores(remote, cfg, _opts(s3))
+    want_cfg = vectors["rollover"].config
+    assert (loc.cfg.cq_file_size, loc.cfg.mapped_file_size_commit_log, loc.cfg.index_file_size) == \
+           (1000, want_cfg.mapped_file_size_commit_log, want_cfg.index_file_size)
+    rebuild(spark, remote, str(tmp_path / "from-s3"), cfg, options=_opts(s3))
+    rebuild_in_process(local, str(tmp_path / "in-process"), cfg)
+    same_output(str(tmp_path / "in-process"), str(tmp_path / "from-s3"))
+    sizes = {os.path.getsize(os.path.join(d, f)) for d, _, fs in os.walk(tmp_path / "from-s3" / "consumequeue")
+             for f in fs}
+    assert sizes == {1000}
