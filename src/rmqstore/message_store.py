@@ -519,6 +519,8 @@ class MessageStore(StoreReads):
         self.reput = ReputMessageService(self, report.redispatch_from)
         self.reput.reput_from = resume
         report.seconds = R.now() - t0
+        if self.read_only and self.live_writer_pid is not None and report.mode != "empty":
+            report.mode = "live"  # a reader of a store a writer has open: no crash, nothing to recover
         self.recovery_report = report
         if self.live_writer_pid is not None and not report.corrupt_records:
             pid = "" if self.live_writer_pid < 0 else f" (pid {self.live_writer_pid})"
