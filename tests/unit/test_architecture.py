@@ -17,7 +17,7 @@ SRC = Path(__file__).resolve().parents[2] / "src"
 LAYERS = {
     "errors": 0,
     "format": 1, "io": 1,
-    "config": 2, "types": 2,
+    "config": 2, "types": 2, "spark_python": 2,
     "layout": 3,
     "engine": 4,
     "message_store": 5, "store_reads": 5, "rebuild": 5, "consumer": 5,
