@@ -5,8 +5,11 @@ on one store or several (read-only; rebuild and export write only their output d
 variables), and may be repeated."""
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
+import sys
+import tempfile
 
 import click
 
@@ -61,13 +64,37 @@ def open_session(cmd: StoreCommand, master: str | None):
     props = cmd.broker_properties()
     cfg = MessageStoreConfig.from_properties(props) if props else MessageStoreConfig.embedded()
     jobs = _jobs()
-    with cmd.out.status("starting Spark"):
+    with cmd.out.status("starting Spark"), jvm_log() as log_path:
         try:
             spark = jobs.get_spark(master=master or os.environ.get("SPARK_MASTER"))
         except Exception as e:  # noqa: BLE001 - Java missing, bad master URL, ...
-            raise SparkUnavailableError(f"cannot start Spark: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+            first = str(e).splitlines()[0] if str(e) else ""
+            raise SparkUnavailableError(f"cannot start Spark: {type(e).__name__}: {first} (the JVM's log: {log_path})"
                                         ) from e
     return jobs, spark, cfg
+
+
+@contextlib.contextmanager
+def jvm_log():
+    """While Spark starts, the process's standard error (file descriptor 2, which the JVM inherits
+    for its whole life) goes to a log file: the JVM's start-up notices and log4j lines do not reach
+    the terminal. The file is removed once Spark has started (the JVM keeps writing into it
+    unseen; a job's failure reaches Python as an exception); it is kept, and named, when the start
+    fails."""
+    fd, path = tempfile.mkstemp(prefix="rmqstore-spark-", suffix=".log")
+    sys.stderr.flush()
+    saved = os.dup(2)
+    os.dup2(fd, 2)
+    os.close(fd)
+    started = False
+    try:
+        yield path
+        started = True
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+        if started:
+            os.unlink(path)
 
 
 def _check_output(cmd: StoreCommand, out_dir: str, what: str) -> None:
