@@ -209,7 +209,8 @@ def claim_demo_dir(store_dir: str) -> str:
         _refuse_if_held(path)
         entries = os.listdir(path)
         if entries and MARKER not in entries:
-            raise OutputExistsError(f"refusing to use a directory the demo did not create ({len(entries)} entries, "
+            held = f"{len(entries)} entr{'y' if len(entries) == 1 else 'ies'}"
+            raise OutputExistsError(f"refusing to use a directory the demo did not create (it holds {held}, "
                                     f"no {MARKER} marker)", path=path)
         if entries:
             with _holding_lock(path):
