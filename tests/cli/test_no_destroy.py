@@ -164,7 +164,7 @@ def test_export_never_writes_into_a_store(run, tmp_path):
 
 
 @pytest.mark.parametrize("argv", [["send", "T", "x"], ["load", "-"], ["recover"], ["clean", "--force"],
-                                  ["verify", "--fix"]])
+                                  ["verify", "--fix"], ["serve", "--listen", "127.0.0.1:0"]])
 def test_writers_refuse_a_held_lock_at_once(run, tmp_path, held, argv):
     live = tmp_path / "live"
     held(live)
