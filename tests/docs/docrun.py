@@ -80,6 +80,7 @@ class Block:
     code: str
     directive: str | None = None   # "background", "skip" or None
     reason: str | None = None
+    seconds: float = 0.0            # how long it ran (set by run_page)
 
     @property
     def kind(self) -> str | None:
@@ -367,7 +368,9 @@ def _run_blocks(blocks: list[Block], name: str, workdir: Path) -> list[Block]:
         for block in blocks:
             if block.kind is None or block.directive == "skip":
                 continue
+            t0 = time.monotonic()
             (run.run_python if block.kind == "python" else run.run_sh)(block)
+            block.seconds = time.monotonic() - t0
             run.ran.append(block)
     finally:
         run.close()
