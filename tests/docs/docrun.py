@@ -39,7 +39,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 RUN = {"python": "python", "sh": "sh", "bash": "sh"}
 SHOWN = {"text", "console", "json", "properties", "ini"}
-BLOCK_TIMEOUT_S = 180.0
+BLOCK_TIMEOUT_S = 300.0
 LISTEN_TIMEOUT_S = 15.0
 
 _FENCE = re.compile(r"^(?P<indent>[ \t]*)(?P<fence>`{3,}|~{3,})[ \t]*(?P<info>[^`\n]*)$")

@@ -22,7 +22,8 @@ def _param(path):
     except docrun.DocsError:  # the page's test reports it
         return pytest.param(path, id=rel)
     spark = any(b.kind and b.directive != "skip" and SPARK.search(b.code) for b in blocks)
-    return pytest.param(path, id=rel, marks=[pytest.mark.spark] if spark else [])
+    # a Spark page starts a JVM: minutes on a loaded 2-core machine, so more than the suite's 600 s per test
+    return pytest.param(path, id=rel, marks=[pytest.mark.spark, pytest.mark.timeout(1200)] if spark else [])
 
 
 @pytest.mark.parametrize("path", [_param(p) for p in PAGES])
