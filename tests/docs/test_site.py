@@ -95,3 +95,16 @@ def test_user_docs_speak_of_the_product_only(path):
     for pattern, what in HISTORY:
         m = re.search(pattern, text, flags=re.I)
         assert m is None, f"{path.name}: {what}: {text[max(0, m.start() - 60): m.end() + 60]!r}"
+
+
+def test_the_readme_is_a_landing_page():
+    """Under 200 lines; the two commands first; four quickstarts; the suite's time; links into the docs
+    that exist."""
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    assert len(text.splitlines()) < 200
+    first = docrun.parse(text, "README.md")[0]
+    assert [ln.split()[0] for ln in first.code.splitlines()] == ["./scripts/demo", "./scripts/test"]
+    assert len(re.findall(r"^### \d\. ", text, flags=re.M)) == 4
+    assert re.search(r"The suite takes about \d+\s+minutes on 2 cores", text)
+    links = re.findall(r"\]\((docs/[^)#]+)", text)
+    assert len(set(links)) >= 10 and all((ROOT / link).exists() for link in links), links
