@@ -36,6 +36,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from tests.kit import free_port
+
 ROOT = Path(__file__).resolve().parents[2]
 RUN = {"python": "python", "sh": "sh", "bash": "sh"}
 SHOWN = {"text", "console", "json", "properties", "ini"}
@@ -160,12 +162,6 @@ def addresses(code: str) -> list[tuple[str, int]]:
         if port and (m.group("host"), port) not in out:
             out.append((m.group("host"), port))
     return out
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def remap_ports(blocks: list[Block]) -> dict[int, int]:
