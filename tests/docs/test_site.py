@@ -63,7 +63,8 @@ def test_the_cli_options_page_has_every_command_and_option(site):
 
 def test_the_api_page_documents_the_public_objects(site):
     raw = (site / "api" / "index.html").read_text(encoding="utf-8")
-    for ident in ("rmqstore.MessageStore", "rmqstore.MessageStore.open", "rmqstore.MessageStoreConfig",
+    for ident in ("rmqstore.MessageStore", "rmqstore.MessageStore.open", "rmqstore.MessageStore.get_message",
+                  "rmqstore.MessageStore.query_message", "rmqstore.MessageStore.consumer", "rmqstore.MessageStoreConfig",
                   "rmqstore.Message", "rmqstore.MessageRecord", "rmqstore.consumer.Consumer.poll",
                   "rmqstore.broker.Broker", "rmqstore.spark.jobs.rebuild", "rmqstore.errors.StoreLockedError"):
         assert f'id="{ident}"' in raw, ident
