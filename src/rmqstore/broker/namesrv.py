@@ -272,6 +272,9 @@ class NameServer:
             self._scan.cancel()
         self.server.close_all()
 
+    async def wait_stopped(self) -> None:
+        await self._stop.wait()
+
     async def serve(self) -> None:
         """Start, run until :meth:`request_stop`, stop."""
         await self.start_async()
