@@ -1,0 +1,131 @@
+"""The broker in a cluster: registering with several name servers and unregistering at shutdown,
+the embedded name server taking other brokers' registrations, the master answering a slave's
+SlaveSynchronize requests, suggestWhichBrokerId."""
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+
+from rmqstore import MessageStore, MessageStoreConfig
+from rmqstore.broker import Broker, BrokerConfig
+from rmqstore.broker import remoting as R
+from rmqstore.broker.namesrv import NameServer, NamesrvCode as N
+from rmqstore.engine.consumer_offsets import parse_broker_json
+
+RC = R.ResponseCode
+C = R.RequestCode
+
+
+@pytest.fixture
+def namesrv():
+    servers = []
+
+    def _start(scan: float = 5.0) -> NameServer:
+        ns = NameServer("127.0.0.1:0", scan_interval_s=scan).start()
+        servers.append(ns)
+        return ns
+
+    yield _start
+    for ns in servers:
+        ns.stop()
+
+
+def wait_for(pred, timeout: float = 10.0):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        v = pred()
+        if v:
+            return v
+        time.sleep(0.02)
+    return pred()
+
+
+def route(c, topic: str):
+    r = c.call(N.GET_ROUTEINFO_BY_TOPIC, {"topic": topic})
+    return json.loads(r.body) if r.code == RC.SUCCESS else None
+
+
+def test_registers_with_two_name_servers_and_unregisters_at_shutdown(namesrv, start_broker, connect, tmp_path):
+    a, b = namesrv(), namesrv()
+    br = start_broker(broker={"brokerClusterName": "c1", "namesrvAddr": f"{a.address};{b.address}"})
+    assert not br.cluster.embedded and br.cluster.registrations == 1
+    ca, cb = connect(a.address), connect(b.address)
+    for c in (ca, cb):
+        doc = route(c, "TBW102")
+        assert doc["brokerDatas"][0]["brokerAddrs"] == {"0": br.address}
+        assert doc["brokerDatas"][0]["cluster"] == "c1" and doc["queueDatas"][0]["perm"] == 7
+        info = parse_broker_json(c.call(N.GET_BROKER_CLUSTER_INFO).body.decode())
+        assert info["clusterAddrTable"] == {"c1": ["broker-a"]}
+    # the broker is no name server now: clients must ask the name servers
+    assert connect(br.address).call(N.GET_ROUTEINFO_BY_TOPIC, {"topic": "TBW102"}).code == \
+        RC.REQUEST_CODE_NOT_SUPPORTED
+    br.stop()
+    for c in (ca, cb):
+        assert route(c, "TBW102") is None
+        assert parse_broker_json(c.call(N.GET_BROKER_CLUSTER_INFO).body.decode())["clusterAddrTable"] == {}
+
+
+def test_a_new_topic_reaches_the_name_servers_at_the_next_registration(namesrv, start_broker, connect, send_v2):
+    ns = namesrv()
+    br = start_broker(broker={"namesrvAddr": ns.address})
+    c = connect(ns.address)
+    assert route(c, "Fresh") is None
+    assert send_v2(connect(br.address), "Fresh", b"x").code == RC.SUCCESS  # auto-created from TBW102
+    br.loop.call_soon_threadsafe(lambda: __import__("asyncio").ensure_future(br.cluster.register_all()))
+    assert wait_for(lambda: route(c, "Fresh"))["queueDatas"][0]["brokerName"] == "broker-a"
+
+
+def test_embedded_name_server_takes_other_brokers(start_broker, connect, tmp_path):
+    first = start_broker(broker={"brokerName": "broker-a"})
+    second = start_broker(broker={"brokerName": "broker-b", "namesrvAddr": first.address}, path=tmp_path / "b")
+    c = connect(first.address)
+    doc = route(c, "TBW102")
+    assert sorted((d["brokerName"], d["brokerAddrs"]["0"]) for d in doc["brokerDatas"]) == [
+        ("broker-a", first.address), ("broker-b", second.address)]
+    second.stop()
+    assert wait_for(lambda: len(route(c, "TBW102")["brokerDatas"]) == 1)
+
+
+def test_bad_namesrv_addr(tmp_path):
+    st = MessageStore.open(tmp_path / "s", MessageStoreConfig.embedded())
+    try:
+        with pytest.raises(ValueError, match="HOST:PORT"):
+            Broker(st, BrokerConfig.from_properties({"namesrvAddr": "nohost"}), listen="127.0.0.1:0")
+    finally:
+        st.close()
+
+
+def test_master_answers_slave_sync_requests(start_broker, connect, send_v2):
+    br = start_broker(broker={"brokerName": "broker-a"})
+    c = connect(br.address)
+    assert send_v2(c, "Sync", b"x").code == RC.SUCCESS
+    assert c.call(C.UPDATE_CONSUMER_OFFSET, {"consumerGroup": "g", "topic": "Sync", "queueId": 1,
+                                             "commitOffset": 5}).code == RC.SUCCESS
+    r = c.call(43)  # GET_ALL_CONSUMER_OFFSET: ConsumerOffsetSerializeWrapper, fastjson's bare queue ids
+    assert r.code == RC.SUCCESS and b'"Sync@g":{1:5}' in r.body
+    assert parse_broker_json(r.body.decode())["offsetTable"] == {"Sync@g": {"1": 5}}
+    r = c.call(45)  # GET_ALL_DELAY_OFFSET
+    assert r.code == RC.SUCCESS and "offsetTable" in parse_broker_json(r.body.decode())
+    topics = json.loads(c.call(C.GET_ALL_TOPIC_CONFIG).body)
+    assert "Sync" in topics["topicConfigTable"] and set(topics["dataVersion"]) == {"counter", "stateVersion",
+                                                                                  "timestamp"}
+    again = json.loads(c.call(C.GET_ALL_TOPIC_CONFIG).body)
+    assert again["dataVersion"] == topics["dataVersion"]  # stable while nothing changes
+    groups = json.loads(c.call(201).body)
+    assert "subscriptionGroupTable" in groups
+
+
+def test_suggest_which_broker_id(start_broker, connect, send_v2):
+    br = start_broker(broker={"slaveReadEnable": "true"})
+    c = connect(br.address)
+    assert send_v2(c, "Lag", b"x" * 100, queue_id=0).code == RC.SUCCESS
+    pull = {"consumerGroup": "g", "topic": "Lag", "queueId": 0, "queueOffset": 0, "maxMsgNums": 32, "sysFlag": 4,
+            "commitOffset": 0, "suspendTimeoutMillis": 0, "subscription": "*", "subVersion": 0}
+    r = c.call(C.PULL_MESSAGE, pull)
+    assert r.code == RC.SUCCESS and r.ext["suggestWhichBrokerId"] == "0"  # in memory: stay on the master
+    br.store.memory_limit_bytes = lambda: 0  # every byte behind the end now counts as "not in memory"
+    assert send_v2(c, "Lag", b"y" * 100, queue_id=0).code == RC.SUCCESS
+    r = c.call(C.PULL_MESSAGE, dict(pull, maxMsgNums=1))
+    assert r.code == RC.SUCCESS and r.ext["suggestWhichBrokerId"] == "1"  # whichBrokerWhenConsumeSlowly
