@@ -4,6 +4,9 @@ SlaveSynchronize requests, suggestWhichBrokerId."""
 from __future__ import annotations
 
 import json
+import signal
+import subprocess
+import sys
 import time
 
 import pytest
@@ -14,8 +17,11 @@ from rmqstore.broker import remoting as R
 from rmqstore.broker.namesrv import NameServer, NamesrvCode as N
 from rmqstore.engine.consumer_offsets import parse_broker_json
 
+from tests.kit import free_port
+
 RC = R.ResponseCode
 C = R.RequestCode
+RMQSTORE = [sys.executable, "-m", "rmqstore.cli.main"]
 
 
 @pytest.fixture
@@ -129,3 +135,48 @@ def test_suggest_which_broker_id(start_broker, connect, send_v2):
     assert send_v2(c, "Lag", b"y" * 100, queue_id=0).code == RC.SUCCESS
     r = c.call(C.PULL_MESSAGE, dict(pull, maxMsgNums=1))
     assert r.code == RC.SUCCESS and r.ext["suggestWhichBrokerId"] == "1"  # whichBrokerWhenConsumeSlowly
+
+
+def _proc_line(argv: list[str], prefix: str) -> subprocess.Popen:
+    p = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    line = p.stdout.readline()
+    if not line.startswith(prefix):
+        p.kill()
+        raise AssertionError(f"{argv[3]}: {line!r} {p.communicate(timeout=10)[1][-2000:]}")
+    return p
+
+
+def _stop(p: subprocess.Popen) -> str:
+    try:
+        p.send_signal(signal.SIGTERM)
+        _, err = p.communicate(timeout=30)
+    finally:
+        if p.poll() is None:
+            p.kill()
+    assert p.returncode == 0, err
+    return err
+
+
+def test_cpp_producer_through_rmqstore_namesrv_spreads_over_two_groups(tmp_path, cpp_client, connect):
+    ns_addr = f"127.0.0.1:{free_port()}"
+    procs = [_proc_line([*RMQSTORE, "namesrv", "--listen", ns_addr], f"name server listening on {ns_addr}")]
+    try:
+        for name in ("broker-a", "broker-b"):
+            conf = tmp_path / f"{name}.conf"
+            conf.write_text(f"brokerName={name}\nbrokerClusterName=c1\n")
+            procs.append(_proc_line([*RMQSTORE, "serve", "--store", str(tmp_path / name), "--config", str(conf),
+                                     "--listen", f"127.0.0.1:{free_port()}", "--namesrv-addr", ns_addr],
+                                    "listening on"))
+        info = parse_broker_json(connect(ns_addr).call(N.GET_BROKER_CLUSTER_INFO).body.decode())
+        assert info["clusterAddrTable"] == {"c1": ["broker-a", "broker-b"]}
+        sent = cpp_client("produce", "--namesrv", ns_addr, "--group", "PG", "--topic", "Spread", "--count", 200,
+                          "--quiet")
+        assert sent[-1]["ok"] == 200
+    finally:
+        errs = [_stop(p) for p in reversed(procs)]
+    assert "unregistered from the name server" in errs[0] and "unregistered from the name server" in errs[1]
+    counts = []
+    for name in ("broker-a", "broker-b"):
+        with MessageStore.open(tmp_path / name, read_only=True) as st:
+            counts.append(sum(st.get_max_offset_in_queue("Spread", q) for q in range(16)))
+    assert sum(counts) == 200 and min(counts) > 0, counts  # both groups took sends
