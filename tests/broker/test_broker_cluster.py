@@ -161,12 +161,16 @@ def test_cpp_producer_through_rmqstore_namesrv_spreads_over_two_groups(tmp_path,
     ns_addr = f"127.0.0.1:{free_port()}"
     procs = [_proc_line([*RMQSTORE, "namesrv", "--listen", ns_addr], f"name server listening on {ns_addr}")]
     try:
+        ports = []
         for name in ("broker-a", "broker-b"):
             conf = tmp_path / f"{name}.conf"
             conf.write_text(f"brokerName={name}\nbrokerClusterName=c1\n")
+            ports.append(free_port())
             procs.append(_proc_line([*RMQSTORE, "serve", "--store", str(tmp_path / name), "--config", str(conf),
-                                     "--listen", f"127.0.0.1:{free_port()}", "--namesrv-addr", ns_addr],
+                                     "--listen", f"127.0.0.1:{ports[-1]}", "--namesrv-addr", ns_addr],
                                     "listening on"))
+        vip = connect(f"127.0.0.1:{ports[0] - 2}")  # the VIP channel a Java slave asks for topics
+        assert "TBW102" in json.loads(vip.call(C.GET_ALL_TOPIC_CONFIG).body)["topicConfigTable"]
         info = parse_broker_json(connect(ns_addr).call(N.GET_BROKER_CLUSTER_INFO).body.decode())
         assert info["clusterAddrTable"] == {"c1": ["broker-a", "broker-b"]}
         sent = cpp_client("produce", "--namesrv", ns_addr, "--group", "PG", "--topic", "Spread", "--count", 200,

@@ -24,6 +24,7 @@ from .metadata import PERM_READ
 from .namesrv import NameServerProcessor, body_crc32
 from .outer import BrokerOuterAPI, RemotingClient, split_addresses
 from .remoting import RemotingCommand, RequestCode, ResponseCode
+from .server import RemotingServer
 from .routes import MASTER_ID, Registration, RouteTable, encode_fastjson
 from .slave import SlaveSync
 
@@ -76,6 +77,7 @@ class ClusterMember:
         self._tasks: list[asyncio.Task] = []
         self._local_version: tuple | None = None
         self.registrations = 0
+        self.fast_server: RemotingServer | None = None
 
     # --- handlers -------------------------------------------------------------------------------
     def handlers(self) -> dict:
@@ -226,11 +228,27 @@ class ClusterMember:
         if address:
             self.ha_addr = f"{host}:{address[1]}"
 
+    async def start_fast_port(self) -> None:
+        """Also serve on the listen port - 2, the "VIP channel" upstream's brokers listen on: a Java
+        slave asks its master for topics there (``MixAll.brokerVIPChannel``). A port in use is logged
+        and skipped."""
+        b = self.broker
+        if b.listen_port <= 2 or self.embedded:
+            return
+        self.fast_server = RemotingServer(b.server.handlers, on_disconnect=b.server.on_disconnect)
+        try:
+            await self.fast_server.start(b.listen_host, b.listen_port - 2)
+        except OSError as e:
+            log.warning("the VIP channel port %d is not available (%s): Java slaves cannot sync topics",
+                        b.listen_port - 2, e)
+            self.fast_server = None
+
     async def start(self) -> None:
         self.start_ha()
         if self.embedded:
             self.register_locally()
             return
+        await self.start_fast_port()
         await self.register_all()
         self._tasks.append(asyncio.ensure_future(self._register_loop()))
         if self.is_slave:
@@ -259,6 +277,9 @@ class ClusterMember:
     async def stop(self) -> None:
         for t in self._tasks:
             t.cancel()
+        if self.fast_server is not None:
+            self.fast_server.stop_accepting()
+            self.fast_server.close_all()
         if not self.embedded:
             await self.outer.unregister_all(self.unregister_ext())
         self.client.close()
