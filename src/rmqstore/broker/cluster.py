@@ -6,7 +6,7 @@ embedded name server when it has none, the HA service's start, and the slave's r
 - With ``namesrvAddr`` the broker registers with every name server at start and every
   ``registerNameServerPeriod`` (kept within 10-60 s, as upstream), and unregisters at shutdown. A
   slave takes its master's HA address and broker address from the replies (a static
-  ``haMasterAddress`` wins) and runs SlaveSynchronize (:mod:`.slave`) every 60 s and whenever its
+  ``haMasterAddress`` wins) and runs SlaveSynchronize (:mod:`.slave`) every 10 s and whenever its
   master changes. Without ``namesrvAddr`` the broker is its own name server: it registers itself in
   its own route table, and other brokers may register there too.
 - A slave refuses sends (SYSTEM_BUSY "[REJECTREQUEST]system busy...", as 5.x rejects them) and
@@ -31,8 +31,8 @@ from .slave import SlaveSync
 log = logging.getLogger("rmqstore.broker")
 
 SLAVE = "SLAVE"
-#: SlaveSynchronize's period (5.x: 60 s)
-SYNC_PERIOD_S = 60.0
+#: SlaveSynchronize's period (4.9.8's 10 s; 5.x: 60 s)
+SYNC_PERIOD_S = 10.0
 REJECT_REMARK = "[REJECTREQUEST]system busy, start flow control for a while"
 _SEND_CODES = (RequestCode.SEND_MESSAGE, RequestCode.SEND_MESSAGE_V2, RequestCode.SEND_BATCH_MESSAGE,
                RequestCode.CONSUMER_SEND_MSG_BACK)
@@ -111,8 +111,19 @@ class ClusterMember:
         def pull(conn, cmd: RemotingCommand):
             if not self.slave_serves_reads():
                 return cmd.response(ResponseCode.SYSTEM_BUSY, REJECT_REMARK)
+            self._adopt_replicated_topic(cmd.ext.get("topic"))
             return handler(conn, cmd)
         return pull
+
+    def _adopt_replicated_topic(self, topic: str | None) -> None:
+        """A topic whose messages were replicated before SlaveSynchronize brought its config (or
+        whose master died first) gets a config from the queues the slave holds, so that consumers
+        can drain it (upstream answers TOPIC_NOT_EXIST until the next sync)."""
+        b = self.broker
+        if topic and b.topics.get(topic) is None:
+            held = b.store.topics().get(topic)
+            if held:
+                b.topics.adopt({topic: held})
 
     def slave_serves_reads(self) -> bool:
         """``slaveReadEnable``, or (beyond upstream) a master unreachable for ``haHousekeepingInterval``."""
@@ -283,4 +294,7 @@ class ClusterMember:
         if not self.embedded:
             await self.outer.unregister_all(self.unregister_ext())
         self.client.close()
+        if self.ha is not None:  # the broker started replication: it stops it too
+            self.ha = None
+            self.broker.store.stop_ha()
 
