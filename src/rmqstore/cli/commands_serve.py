@@ -66,7 +66,7 @@ def serve(store: str | None, config: str | None, listen: str, grpc_listen: str |
     _check_namesrv_addr(namesrv_addr)
     if read_only and not is_store_dir(cmd.store_path):
         raise click.UsageError(f"--read-only needs an existing store (path={cmd.store_path})")
-    handler = _log_handler()
+    handler = log_handler()
     log = logging.getLogger("rmqstore")
     log.addHandler(handler)
     log.setLevel(logging.INFO)
@@ -117,7 +117,7 @@ def _check_namesrv_addr(namesrv_addr: str | None) -> None:
             raise click.UsageError(f"--namesrv-addr: {e}") from None
 
 
-def _log_handler() -> logging.Handler:
+def log_handler() -> logging.Handler:
     if sys.stderr.isatty():  # a terminal: rich's log lines (time, level, message)
         from rich.console import Console
         from rich.logging import RichHandler
