@@ -234,7 +234,15 @@ class ClusterMember:
         host = b.cfg.broker_ip2 or b.advertised_host
         if start is None or b.read_only:
             return
-        self.ha = start(b.listen_host, ha_port(store, b.listen_port))
+        try:
+            self.ha = start(b.listen_host, ha_port(store, b.listen_port))
+        except OSError as e:
+            if not self.embedded or self.role != "ASYNC_MASTER":
+                raise
+            # the one-process broker serves without replication rather than not at all
+            log.warning("HA port %d not available (%s): no slave can replicate from this broker",
+                        ha_port(store, b.listen_port), e)
+            return
         address = getattr(self.ha, "address", None)
         if address:
             self.ha_addr = f"{host}:{address[1]}"

@@ -145,11 +145,11 @@ def _announce(broker, bcfg, store_path: str, read_only: bool, tls: bool, json_mo
         click.echo(f"listening on {broker.listen_host}:{broker.server_port} (broker {bcfg.broker_name} id "
                    f"{c.broker_id}, {c.role}, cluster {bcfg.broker_cluster_name}; registered with "
                    f"{';'.join(c.namesrv_addrs)}; store {store_path}{', read-only' if read_only else ''})")
-    if broker.cluster.ha_addr:
-        click.echo(f"HA (replication) on {broker.cluster.ha_addr}")
     if broker.grpc_address:
         click.echo(f"gRPC MessagingService on {broker.grpc_address}"
                    f"{' (TLS)' if tls else ''}: RocketMQ 5 clients use endpoints={broker.grpc_address}")
+    if broker.cluster.ha_addr:
+        click.echo(f"HA (replication) on {broker.cluster.ha_addr}")
 
 
 COMMANDS = [serve]
