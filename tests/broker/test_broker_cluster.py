@@ -184,3 +184,16 @@ def test_cpp_producer_through_rmqstore_namesrv_spreads_over_two_groups(tmp_path,
         with MessageStore.open(tmp_path / name, read_only=True) as st:
             counts.append(sum(st.get_max_offset_in_queue("Spread", q) for q in range(16)))
     assert sum(counts) == 200 and min(counts) > 0, counts  # both groups took sends
+
+
+def test_namesrv_command_json_line_sigterm_and_port_in_use(tmp_path):
+    addr = f"127.0.0.1:{free_port()}"
+    p = _proc_line([*RMQSTORE, "namesrv", "--listen", addr, "--json"], "{")
+    try:
+        busy = subprocess.run([*RMQSTORE, "namesrv", "--listen", addr], capture_output=True, text=True, timeout=60)
+        assert busy.returncode != 0 and f"cannot listen on {addr}" in busy.stderr
+    finally:
+        err = _stop(p)
+    assert "stopped" in err
+    bad = subprocess.run([*RMQSTORE, "namesrv", "--listen", "nope"], capture_output=True, text=True, timeout=60)
+    assert bad.returncode == 2 and "HOST:PORT" in bad.stderr

@@ -151,3 +151,24 @@ def test_offsets_committed_to_the_slave_are_not_lost(start_broker, ns, tmp_path,
     cm.call(C.UPDATE_CONSUMER_OFFSET, {"consumerGroup": "g", "topic": "Off", "queueId": 0, "commitOffset": 2})
     on_loop(slave, slave.cluster.sync.sync_all)
     assert slave.store.consumer_offsets.query_offset("g", "Off", 0) == 2
+
+
+def test_offsets_committed_while_the_master_was_down_reach_it_when_it_returns(start_broker, stop_broker, ns,
+                                                                             tmp_path, connect, send_v2):
+    master, slave = pair(start_broker, ns, tmp_path)
+    cm = connect(master.address)
+    send_v2(cm, "Away", b"x", queue_id=0)
+    cm.call(C.UPDATE_CONSUMER_OFFSET, {"consumerGroup": "g", "topic": "Away", "queueId": 0, "commitOffset": 1})
+    assert on_loop(slave, slave.cluster.sync.sync_all)
+    stop_broker(master)  # the master machine goes away
+    on_loop(slave, slave.cluster.register_all)
+    assert slave.cluster.master_addr is None  # the name server names no live master
+    cs = connect(slave.address)
+    assert cs.call(C.UPDATE_CONSUMER_OFFSET, {"consumerGroup": "g", "topic": "Away", "queueId": 0,
+                                              "commitOffset": 6}).code == RC.SUCCESS
+    back = start_broker(broker={"namesrvAddr": ns.address}, path=tmp_path / "m", **FAST_HA)
+    assert back.store.consumer_offsets.query_offset("g", "Away", 0) == 1
+    on_loop(slave, slave.cluster.register_all)  # the next registration names the master again: sync at once
+    assert slave.cluster.master_addr == back.address
+    assert wait_for(lambda: back.store.consumer_offsets.query_offset("g", "Away", 0) == 6)
+    assert slave.store.consumer_offsets.query_offset("g", "Away", 0) == 6
