@@ -224,6 +224,14 @@ def test_java_shaped_register_broker_frame_accepted(namesrv, connect):
     c.send_raw(bytes(bad))
     r = c.read()
     assert (r.opaque, r.code, r.remark) == (8, RC.SYSTEM_ERROR, "crc32 not match")
+    # the same registration with the ROCKETMQ binary header (-Drocketmq.serialize.type=ROCKETMQ)
+    body = register_body([topic("TBW102", 8, 7), topic("BinTopic", 2), topic("DefaultCluster", 16, 7)], counter=2)
+    r = c.call(N.REGISTER_BROKER, {"brokerAddr": "192.168.1.6:10911", "brokerId": "0", "brokerName": "java-b",
+                                   "bodyCrc32": str(body_crc32(body)), "clusterName": "DefaultCluster",
+                                   "compressed": "false", "enableActingMaster": "false",
+                                   "haServerAddr": "192.168.1.6:10912"}, body, serialize=R.ROCKETMQ)
+    assert r.code == RC.SUCCESS and r.serialize == R.ROCKETMQ
+    assert route(c, "BinTopic")[1]["brokerDatas"][0]["brokerName"] == "java-b"
 
 
 def test_compressed_register_body(namesrv, connect):
