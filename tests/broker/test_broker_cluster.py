@@ -197,3 +197,21 @@ def test_namesrv_command_json_line_sigterm_and_port_in_use(tmp_path):
     assert "stopped" in err
     bad = subprocess.run([*RMQSTORE, "namesrv", "--listen", "nope"], capture_output=True, text=True, timeout=60)
     assert bad.returncode == 2 and "HOST:PORT" in bad.stderr
+
+
+def test_embedded_name_server_expires_registrations(start_broker, connect):
+    first = start_broker(broker={"brokerName": "broker-a"})
+    c = connect(first.address)
+    body = json.dumps({"filterServerList": [], "topicConfigSerializeWrapper": {
+        "dataVersion": {"counter": 1, "stateVersion": 0, "timestamp": 1},
+        "topicConfigTable": {t: {"topicName": t, "perm": 6, "readQueueNums": 2, "writeQueueNums": 2}
+                             for t in ("TBW102", "Other")}}}).encode()
+    r = c.call(N.REGISTER_BROKER, {"brokerName": "java-b", "brokerAddr": "10.9.9.9:10911", "clusterName": "c1",
+                                   "haServerAddr": "10.9.9.9:10912", "brokerId": 0,
+                                   "heartbeatTimeoutMillis": 300}, body)
+    assert r.code == RC.SUCCESS and len(route(c, "TBW102")["brokerDatas"]) == 2
+    assert route(c, "Other")["brokerDatas"][0]["brokerName"] == "java-b"
+    time.sleep(0.4)  # past the registration's 300 ms; the scan runs every 5 s: run one now
+    first.loop.call_soon_threadsafe(first.cluster.routes.expire)
+    assert wait_for(lambda: route(connect(first.address), "Other") is None)
+    assert [d["brokerName"] for d in route(connect(first.address), "TBW102")["brokerDatas"]] == ["broker-a"]

@@ -21,7 +21,7 @@ import logging
 import time
 
 from .metadata import PERM_READ
-from .namesrv import NameServerProcessor, body_crc32
+from .namesrv import SCAN_INTERVAL_S, NameServerProcessor, body_crc32
 from .outer import BrokerOuterAPI, RemotingClient, split_addresses
 from .remoting import RemotingCommand, RequestCode, ResponseCode
 from .server import RemotingServer
@@ -78,6 +78,8 @@ class ClusterMember:
         self._local_version: tuple | None = None
         self.registrations = 0
         self.fast_server: RemotingServer | None = None
+        #: seconds between the embedded name server's expiry scans
+        self.expire_scan_s = SCAN_INTERVAL_S
 
     # --- handlers -------------------------------------------------------------------------------
     def handlers(self) -> dict:
@@ -266,6 +268,7 @@ class ClusterMember:
         self.start_ha()
         if self.embedded:
             self.register_locally()
+            self._tasks.append(asyncio.ensure_future(self._expire_loop()))
             return
         await self.start_fast_port()
         await self.register_all()
@@ -291,6 +294,15 @@ class ClusterMember:
                 await self.register_all()
             except Exception:  # noqa: BLE001 - the next round retries
                 log.exception("registration with the name servers failed")
+
+    async def _expire_loop(self) -> None:
+        """The embedded name server expires other brokers' registrations as the standalone one does."""
+        while True:
+            await asyncio.sleep(self.expire_scan_s)
+            try:
+                self.routes.expire()
+            except Exception:  # noqa: BLE001 - the next scan retries
+                log.exception("expiry scan failed")
 
     async def _sync_loop(self) -> None:
         last = time.monotonic()
