@@ -183,6 +183,11 @@ def test_crc_and_body_errors(namesrv, connect):
     assert r.code == RC.SYSTEM_ERROR and "RegisterBrokerBody" in r.remark
     r = c.call(N.REGISTER_BROKER, {"brokerName": "b"}, body)
     assert r.code == RC.SYSTEM_ERROR and "is null" in r.remark
+    r = c.call(N.REGISTER_BROKER, dict(ext, bodyCrc32=0), register_body([topic("A"), dict(topic("B"), perm="rw")]))
+    assert r.code == RC.SYSTEM_ERROR and "'B': perm not integers" in r.remark
+    for junk in (b"\x78\x9c garbage", zlib.compress(b"\0\0\0\x05{}"), zlib.compress(bytes(65 << 20), 1)):
+        r = c.call(N.REGISTER_BROKER, dict(ext, bodyCrc32=0, compressed="true"), junk)
+        assert r.code == RC.SYSTEM_ERROR and "compressed RegisterBrokerBody" in r.remark, r.remark
     assert c.call(N.GET_BROKER_CLUSTER_INFO).code == RC.SUCCESS  # still serving this connection
 
 
