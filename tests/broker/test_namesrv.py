@@ -300,3 +300,12 @@ def test_kv_config_and_data_version(namesrv, connect):
     assert r.ext["changed"] == "true"
     g = c.call(N.GET_BROKER_MEMBER_GROUP, {"clusterName": "c1", "brokerName": "broker-a"})
     assert parse_broker_json(g.body.decode())["brokerMemberGroup"]["brokerAddrs"] == {"0": "10.0.0.1:10911"}
+
+
+def test_fastjson_encoding_rules():
+    from rmqstore.broker.routes import encode_fastjson
+
+    doc = {"z": 1, "a": {1: "x", 0: "y"}, "n": None, "s": {"b", "a"}, "t": "Ünï"}
+    assert encode_fastjson(doc) == '{"a":{"0":"y","1":"x"},"s":["a","b"],"t":"Ünï","z":1}'.encode()
+    assert encode_fastjson(doc, quote_int_keys=False) == '{"a":{0:"y",1:"x"},"s":["a","b"],"t":"Ünï","z":1}'.encode()
+    assert encode_fastjson(doc, ascii_only=True).endswith(b'"t":"\\u00dcn\\u00ef","z":1}')
