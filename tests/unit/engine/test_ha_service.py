@@ -172,7 +172,7 @@ def test_the_broker_awaits_the_future_instead(pair):
     m.ha_wait_in_put = False
     r = m.put_message(Message.create("T", b"y", queue_id=0))
     assert r.status is PutMessageStatus.PUT_OK                      # not waited for here...
-    fut = m.ha.after_put(r)
+    fut = m.ha.replication_future(r)
     assert fut.result(2) is PutMessageStatus.SLAVE_NOT_AVAILABLE    # ...but by whoever awaits this
 
 
