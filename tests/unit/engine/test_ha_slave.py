@@ -3,6 +3,7 @@ holds a torn or non-prefix commitlog and resumes by itself; an old master rejoin
 cuts the tail its new master never had (kept under recovery/); a slave in another process."""
 from __future__ import annotations
 
+import logging
 import os
 import subprocess
 import sys
@@ -203,3 +204,21 @@ def test_a_slave_killed_mid_stream_recovers_and_catches_up(tmp_path):
             s.wait_dispatched(5)
             for key, cq in s.consume_queues.items():
                 assert cq.max_offset == m.consume_queues[key].max_offset
+
+
+def test_a_slave_of_the_wrong_master_cuts_nothing(tmp_path, caplog):
+    with MessageStore.open(str(tmp_path / "m"), conf()) as m, \
+            MessageStore.open(str(tmp_path / "s"), conf()) as s0:
+        put_n(m, 0, 50)
+        for i in range(60):                          # a store with messages of its own
+            s0.put_message(Message.create("Other", b"o" * 300, queue_id=0))
+        end = s0.commit_log.confirm_offset
+    with MessageStore.open(str(tmp_path / "m"), conf()) as m:
+        ha = m.start_ha("127.0.0.1", 0)
+        with caplog.at_level(logging.INFO, logger="rmqstore.ha"):
+            with MessageStore.open(str(tmp_path / "s"), conf(broker_role="SLAVE",
+                                                             ha_master_address="%s:%d" % ha.address)) as s:
+                s.start_ha()
+                until(lambda: any("right master" in r.getMessage() for r in caplog.records), timeout=3)
+                assert s.commit_log.confirm_offset == end
+        assert not (tmp_path / "s" / "recovery").exists()
