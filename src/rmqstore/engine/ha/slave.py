@@ -7,9 +7,9 @@ Beyond upstream, the rejoin check: on its first connection (and after its master
 slave that holds data reports an offset ``haRejoinCheckBytes`` before its end and compares what
 the master sends with its own bytes. Where they first differ, its tail is one the master never
 had (it was a master itself and was replaced): the tail is cut (kept under ``recovery/``) and
-replication goes on from there. Bytes that differ from the first one compared make the window
-larger, up to the start of the commitlog; a commitlog that differs from its master's in every
-window is not cut (a wrong master), only reported."""
+replication goes on from there. A window in which no whole message matches (or of which the
+master holds nothing) is made larger, up to the start of the commitlog; a commitlog that differs
+from its master's from its first message is not cut (a wrong master), only reported."""
 from __future__ import annotations
 
 import logging
@@ -187,6 +187,8 @@ class HAClient:
                         check = None
                         self._check_pending = False
                         self._window = cfg.ha_rejoin_check_bytes
+                if cl.confirm_offset > reported:
+                    self.service.store.reput.wake()  # (a broker dispatching inline set no on_append)
             elif now - self.last_read > housekeeping:
                 log.warning("HA slave: nothing from master %s for %.1fs (haHousekeepingInterval): reconnecting",
                             addr, housekeeping)
