@@ -18,6 +18,7 @@ from ...errors import HAProtocolError
 from .protocol import ReportReader, encode_header, start_offset
 
 log = logging.getLogger("rmqstore.ha")
+_SLAVE_CLOSED = "the slave closed the connection"
 
 
 class Acceptor:
@@ -77,7 +78,8 @@ class SlaveConnection:
             return
         self.closed.set()
         if why:
-            log.warning("HA connection from slave %s closed: %s", self.peer, why)
+            level = logging.INFO if why == _SLAVE_CLOSED else logging.WARNING
+            log.log(level, "HA connection from slave %s closed: %s", self.peer, why)
         try:
             self.sock.shutdown(socket.SHUT_RDWR)
         except OSError:
@@ -109,7 +111,7 @@ class SlaveConnection:
                 why = None if self.closed.is_set() else f"read failed: {e}"
                 break
             if not data:
-                why = "the slave closed the connection"
+                why = _SLAVE_CLOSED
                 break
             last_read = time.monotonic()
             try:
