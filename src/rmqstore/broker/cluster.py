@@ -323,8 +323,5 @@ class ClusterMember:
             self.fast_server.close_all()
         if not self.embedded:
             await self.outer.unregister_all(self.unregister_ext())
-        self.client.close()
-        if self.ha is not None:  # the broker started replication: it stops it too
-            self.ha = None
-            self.broker.store.stop_ha()
+        self.client.close()  # replication (the store's HA service) stops when the store closes
 
