@@ -164,7 +164,8 @@ def test_cpp_producer_through_rmqstore_namesrv_spreads_over_two_groups(tmp_path,
         ports = []
         for name in ("broker-a", "broker-b"):
             conf = tmp_path / f"{name}.conf"
-            conf.write_text(f"brokerName={name}\nbrokerClusterName=c1\n")
+            # the HA port named, not listen + 1: a free listen port's neighbour may be a client's port
+            conf.write_text(f"brokerName={name}\nbrokerClusterName=c1\nhaListenPort={free_port()}\n")
             ports.append(free_port())
             procs.append(_proc_line([*RMQSTORE, "serve", "--store", str(tmp_path / name), "--config", str(conf),
                                      "--listen", f"127.0.0.1:{ports[-1]}", "--namesrv-addr", ns_addr],
