@@ -216,3 +216,14 @@ def test_embedded_name_server_expires_registrations(start_broker, connect):
     first.loop.call_soon_threadsafe(first.cluster.routes.expire)
     assert wait_for(lambda: route(connect(first.address), "Other") is None)
     assert [d["brokerName"] for d in route(connect(first.address), "TBW102")["brokerDatas"]] == ["broker-a"]
+
+
+def test_serve_refuses_a_bad_namesrv_addr_and_a_slave_with_id_0(tmp_path):
+    r = subprocess.run([*RMQSTORE, "serve", "--store", str(tmp_path / "s"), "--listen", "127.0.0.1:0",
+                        "--namesrv-addr", "a:1;nohost"], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2 and "--namesrv-addr" in r.stderr and "HOST:PORT" in r.stderr
+    conf = tmp_path / "slave.conf"
+    conf.write_text("brokerName=b\nbrokerRole=SLAVE\n")
+    r = subprocess.run([*RMQSTORE, "serve", "--store", str(tmp_path / "s"), "--listen", "127.0.0.1:0", "--config",
+                        str(conf)], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2 and "brokerId must be > 0" in r.stderr
