@@ -245,8 +245,8 @@ class ClusterMember:
             log.warning("HA port %d not available (%s): no slave can replicate from this broker",
                         ha_port(store, b.listen_port), e)
             return
-        address = getattr(self.ha, "address", None)
-        if address:
+        address = None if self.is_slave else getattr(self.ha, "address", None)
+        if address and address[1]:
             self.ha_addr = f"{host}:{address[1]}"
 
     async def start_fast_port(self) -> None:
