@@ -281,6 +281,12 @@ class MessageStore(StoreReads):
             self.ha = self.services.add(HAService(self, host, port))
         return self.ha
 
+    def stop_ha(self) -> None:
+        """Stop replication now (whoever started it may; :meth:`close` does it too)."""
+        ha, self.ha = self.ha, None
+        if ha is not None:
+            ha.shutdown()  # (idempotent: the service chain's shutdown at close finds it stopped)
+
     def _replicated(self, result: PutMessageResult) -> PutMessageResult:
         """HA after a put: wake the senders; SYNC_MASTER waits for the slaves' acknowledgement
         unless the caller awaits it (``ha_wait_in_put`` False: the broker)."""

@@ -22,9 +22,15 @@ def test_the_store_owns_its_ha_service(tmp_path):
     host, port = ha.address
     assert host == "127.0.0.1" and port > 0
     socket.create_connection((host, port), timeout=2).close()
-    st.close()
+    st.stop_ha()                               # stopped by whoever started it...
+    assert st.ha is None
     with pytest.raises(OSError):
         socket.create_connection((host, port), timeout=2).close()
+    again = st.start_ha("127.0.0.1", 0)        # ...and started again
+    assert again is not ha and st.ha is again
+    st.close()                                 # close stops it too
+    with pytest.raises(OSError):
+        socket.create_connection(again.address, timeout=2).close()
 
 
 def test_a_read_only_store_cannot_replicate(tmp_path):
