@@ -204,6 +204,14 @@ class HAService:
         self.wake_senders()
         return self.replication_future(result) if wait else None
 
+    def settle(self, result: PutMessageResult, wait: bool = True) -> PutMessageResult:
+        """The store's put path: wake the senders; with ``wait``, block until the put's final
+        status (SYNC_MASTER) and set it on ``result``."""
+        fut = self.after_put(result, wait)
+        if fut is not None:
+            result.status = fut.result()
+        return result
+
     def replication_future(self, result: PutMessageResult) -> Future | None:
         """Under SYNC_MASTER, a future of a put's final status (:meth:`wait_replicated`); None
         when there is nothing to wait for (not SYNC_MASTER, or the put failed)."""
