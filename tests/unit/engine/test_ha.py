@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import socket
+import time
 
 import pytest
 
@@ -9,6 +10,7 @@ from rmqstore.config import MessageStoreConfig
 from rmqstore.engine import ha as HA
 from rmqstore.errors import ConfigError, ReadOnlyStoreError
 from rmqstore.message_store import MessageStore
+from rmqstore.types import Message
 
 SMALL = dict(mapped_file_size_commit_log=64 * 1024, mapped_file_size_consume_queue=4000, max_hash_slot_num=64,
              max_index_num=512)
@@ -56,3 +58,24 @@ def test_config_keys_are_rocketmqs():
         MessageStoreConfig(broker_role="MASTER")
     with pytest.raises(ConfigError, match="ha_transfer_batch_size"):
         MessageStoreConfig(ha_transfer_batch_size=8 << 20)
+
+
+def test_ipv6_master_and_slave(tmp_path):
+    if not socket.has_ipv6:
+        pytest.skip("no IPv6")
+    m = MessageStore.open(str(tmp_path / "m"), MessageStoreConfig(**SMALL))
+    try:
+        try:
+            ha = m.start_ha("::1", 0)
+        except OSError as e:
+            pytest.skip(f"no IPv6 loopback here: {e}")
+        m.put_message(Message.create("T", b"six", queue_id=0))
+        cfg = MessageStoreConfig(**SMALL, broker_role="SLAVE", ha_master_address=f"[::1]:{ha.address[1]}")
+        with MessageStore.open(str(tmp_path / "s"), cfg) as s:
+            s.start_ha()
+            deadline = time.monotonic() + 10
+            while s.commit_log.confirm_offset < m.commit_log.confirm_offset:
+                assert time.monotonic() < deadline
+                time.sleep(0.02)
+    finally:
+        m.close()
