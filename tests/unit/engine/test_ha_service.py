@@ -7,6 +7,7 @@ from __future__ import annotations
 import logging
 import random
 import socket
+import threading
 import time
 
 import pytest
@@ -284,3 +285,21 @@ def test_the_master_address_can_come_later(tmp_path):
     finally:
         s.close()
         m.close()
+
+
+def test_stopping_replication_answers_waiting_puts(pair):
+    m, s, proxy = pair(master_kw=dict(broker_role="SYNC_MASTER", slave_timeout=30_000), via=True)
+    s.start_ha()
+    wait_for(lambda: m.ha.slaves() and m.ha.slaves()[0][1] >= 0)
+    proxy.stall()
+    answers = []
+    t = threading.Thread(target=lambda: answers.append(m.put_message(Message.create("T", b"w", queue_id=0))))
+    t.start()
+    time.sleep(0.2)
+    ha = m.ha
+    m.stop_ha()
+    t.join(10)
+    assert answers[0].status is PutMessageStatus.FLUSH_SLAVE_TIMEOUT      # not left waiting 30 s
+    assert ha.wait_replicated(1).result(1) in (PutMessageStatus.FLUSH_SLAVE_TIMEOUT,
+                                               PutMessageStatus.SLAVE_NOT_AVAILABLE)
+    proxy.resume()
