@@ -132,6 +132,7 @@ class HAClient:
             return self._session(sock, addr)
         except HAProtocolError as e:
             log.error("HA slave: %s; closing the connection to %s", e, addr)
+            self._check_pending = self.cfg.ha_rejoin_check_bytes > 0  # (the next connection compares first)
             return WAIT
         except StoreIOError as e:
             log.error("HA slave: cannot write what master %s sent: %s", addr, e)
@@ -170,6 +171,8 @@ class HAClient:
                                                  nothing_sent=True)
                     if not self._stop.is_set():
                         self._complain(f"master {addr} closed the connection")
+                    if not got_frame:  # (refused at once, e.g. the slave is past the master's end)
+                        self._check_pending = cfg.ha_rejoin_check_bytes > 0
                     return WAIT
                 self._frames.received(n)
                 self.last_read = now
