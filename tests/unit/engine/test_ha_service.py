@@ -13,6 +13,7 @@ import time
 import pytest
 
 from rmqstore.config import MessageStoreConfig
+from rmqstore.engine.checkpoint import StoreCheckpoint
 from rmqstore.engine.ha import encode_report
 from rmqstore.message_store import MessageStore
 from rmqstore.rebuild import rebuild
@@ -108,7 +109,11 @@ def test_slave_is_a_byte_identical_copy_from_the_masters_last_segment(pair, tmp_
         assert cq.max_offset == m.consume_queues[key].max_offset
     assert m.ha.push_to_slave_max_offset() == m.commit_log.confirm_offset
     assert [a for _, a, _ in m.ha.slaves()] == [m.commit_log.confirm_offset]
+    put_some(m, 900, 5)                        # (the dispatched store time reaches the checkpoint)
+    wait_for(lambda: caught_up(m, s))
     s.close()
+    cp = StoreCheckpoint.read_file(str(tmp_path / "s" / "checkpoint"))
+    assert cp.physic_msg_timestamp > 0 and cp.logics_msg_timestamp > 0   # a crash recovery starts near the end
     out = tmp_path / "rebuilt"
     rebuild(str(tmp_path / "s"), str(out), conf())
     assert tree_bytes(out / "consumequeue") == tree_bytes(tmp_path / "s" / "consumequeue")

@@ -191,7 +191,7 @@ class HAClient:
                         self._check_pending = False
                         self._window = cfg.ha_rejoin_check_bytes
                 if cl.confirm_offset > reported:
-                    self.service.store.reput.wake()  # (a broker dispatching inline set no on_append)
+                    self._after_appends()
             elif now - self.last_read > housekeeping:
                 log.warning("HA slave: nothing from master %s for %.1fs (haHousekeepingInterval): reconnecting",
                             addr, housekeeping)
@@ -202,6 +202,16 @@ class HAClient:
                 sock.sendall(encode_report(reported))
                 last_write = now
         return WAIT
+
+    def _after_appends(self) -> None:
+        """Wake the dispatcher (a broker dispatching inline set no ``on_append``), and give the
+        commitlog a store time for the checkpoint's physic time: that of a dispatched record (below
+        the end, so flushed with it), else a crash recovery would have to scan from the first segment."""
+        store = self.service.store
+        store.reput.wake()
+        ts = store.checkpoint.values.logics_msg_timestamp
+        if ts > self.cl.last_store_timestamp:
+            self.cl.last_store_timestamp = ts
 
     # --- the rejoin check ----------------------------------------------------------------------
     def _compare(self, check: Check, phy: int, body) -> str | None:
