@@ -154,12 +154,12 @@ class HAClient:
             check = Check(max(cl.min_offset, own - self._window, 1), own)
         reported = own if check is None else check.start
         sock.sendall(encode_report(reported))
-        last_write = time.monotonic()
+        self.connected = True  # (reachable: the master took the report; it may send nothing for a while)
+        last_write = last_rx = time.monotonic()
         got_frame = False
         log.info("HA slave connected to master %s, reported offset %d%s", addr, reported,
                  "" if check is None else f" (checking [{check.start}, {own}) against the master's bytes)")
         heartbeat, housekeeping = cfg.ha_send_heartbeat_interval / 1000, cfg.ha_housekeeping_interval / 1000
-        self.last_read = time.monotonic()
         while not self._stop.is_set():
             ready, _, _ = select.select([sock], [], [], min(0.1, heartbeat))
             now = time.monotonic()
@@ -175,8 +175,7 @@ class HAClient:
                         self._check_pending = cfg.ha_rejoin_check_bytes > 0
                     return WAIT
                 self._frames.received(n)
-                self.last_read = now
-                self.connected = True
+                self.last_read = last_rx = now
                 self._last_complaint = ""
                 while (frame := self._frames.next_frame()) is not None:
                     got_frame = True
@@ -192,7 +191,7 @@ class HAClient:
                         self._window = cfg.ha_rejoin_check_bytes
                 if cl.confirm_offset > reported:
                     self._after_appends()
-            elif now - self.last_read > housekeeping:
+            elif now - last_rx > housekeeping:
                 log.warning("HA slave: nothing from master %s for %.1fs (haHousekeepingInterval): reconnecting",
                             addr, housekeeping)
                 return AGAIN
