@@ -73,11 +73,9 @@ def _disk_full_result(cfg: MessageStoreConfig) -> PutMessageResult:
     return PutMessageResult(PutMessageStatus.SERVICE_NOT_AVAILABLE, error=f"disk full: {why}")
 
 
-def _refused(cfg: MessageStoreConfig) -> PutMessageResult:
-    if cfg.broker_role == "SLAVE":  # HA: upstream DefaultMessageStore refuses puts on a slave
-        return PutMessageResult(PutMessageStatus.SERVICE_NOT_AVAILABLE, error="the store is a SLAVE: it takes "
-                                "messages only from its master")
-    return _disk_full_result(cfg)
+def _refused(cfg: MessageStoreConfig) -> PutMessageResult:  # (HA: upstream refuses puts on a slave)
+    return _disk_full_result(cfg) if cfg.broker_role != "SLAVE" else PutMessageResult(
+        PutMessageStatus.SERVICE_NOT_AVAILABLE, error="the store is a SLAVE: it takes messages only from its master")
 
 
 class MessageStore(StoreReads):
@@ -281,16 +279,15 @@ class MessageStore(StoreReads):
             self.ha = self.services.add(HAService(self, host, port))
         return self.ha
 
+    def stop_ha(self) -> None:
+        """Stop replication now (whoever started it may; :meth:`close` does it too)."""
+        ha, self.ha = self.ha, None
+        if ha is not None:
+            ha.shutdown()  # (idempotent: the service chain's shutdown at close finds it stopped)
+
     def _replicated(self, result: PutMessageResult) -> PutMessageResult:
-        """HA after a put: wake the senders; SYNC_MASTER waits for the slaves' acknowledgement
-        unless the caller awaits it (``ha_wait_in_put`` False: the broker)."""
-        ha = self.ha
-        if ha is None:
-            return result
-        fut = ha.after_put(result, wait=self.ha_wait_in_put)
-        if fut is not None:
-            result.status = fut.result()
-        return result
+        """HA: wake the senders; SYNC_MASTER waits for the slaves unless the broker awaits it."""
+        return result if self.ha is None else self.ha.settle(result, wait=self.ha_wait_in_put)
 
     def dispatch(self) -> None:
         """Dispatch everything appended so far in the calling thread (consume queues, index,

@@ -25,7 +25,8 @@ class Acceptor:
     """Listens on ``(host, port)``; hands each connection to ``on_connect(sock, peer)``."""
 
     def __init__(self, host: str, port: int, on_connect) -> None:
-        self.sock = socket.create_server((host, port), reuse_port=False)
+        family = socket.AF_INET6 if ":" in host else socket.AF_INET
+        self.sock = socket.create_server((host.strip("[]"), port), family=family)
         self.sock.settimeout(0.2)
         self.address = self.sock.getsockname()[:2]
         self._on_connect = on_connect

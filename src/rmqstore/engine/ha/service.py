@@ -161,6 +161,9 @@ class HAService:
             return fut
         deadline = time.monotonic() + self.cfg.slave_timeout / 1000
         with self._lock:
+            if self._stopped.is_set():  # (shut down meanwhile: nobody would resolve it)
+                fut.set_result(PutMessageStatus.FLUSH_SLAVE_TIMEOUT)
+                return fut
             heapq.heappush(self._waiters, (deadline, next(self._seq), next_offset, fut))
             self._settle(time.monotonic())
             self._acked.notify_all()
@@ -203,6 +206,14 @@ class HAService:
         """After a put: wake the senders; with ``wait``, :meth:`replication_future`."""
         self.wake_senders()
         return self.replication_future(result) if wait else None
+
+    def settle(self, result: PutMessageResult, wait: bool = True) -> PutMessageResult:
+        """The store's put path: wake the senders; with ``wait``, block until the put's final
+        status (SYNC_MASTER) and set it on ``result``."""
+        fut = self.after_put(result, wait)
+        if fut is not None:
+            result.status = fut.result()
+        return result
 
     def replication_future(self, result: PutMessageResult) -> Future | None:
         """Under SYNC_MASTER, a future of a put's final status (:meth:`wait_replicated`); None
