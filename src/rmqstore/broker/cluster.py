@@ -323,5 +323,10 @@ class ClusterMember:
             self.fast_server.close_all()
         if not self.embedded:
             await self.outer.unregister_all(self.unregister_ext())
-        self.client.close()  # replication (the store's HA service) stops when the store closes
+        self.client.close()
+        if self.ha is not None:  # the broker started replication: it stops it (the store's close would too)
+            self.ha = None
+            stop = getattr(self.broker.store, "stop_ha", None)
+            if stop is not None:
+                stop()
 
