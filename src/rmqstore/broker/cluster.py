@@ -129,8 +129,11 @@ class ClusterMember:
 
     def slave_serves_reads(self) -> bool:
         """``slaveReadEnable``, or (beyond upstream) a master unreachable for ``haHousekeepingInterval``."""
-        if self.broker.cfg.slave_read_enable:
+        cfg = self.broker.cfg
+        if cfg.slave_read_enable:
             return True
+        if not cfg.slave_read_when_master_gone:
+            return False
         return self.master_unreachable_ms() >= int(getattr(self.broker.store.cfg, "ha_housekeeping_interval", 20000))
 
     def master_unreachable_ms(self) -> int:
