@@ -73,6 +73,11 @@ def _disk_full_result(cfg: MessageStoreConfig) -> PutMessageResult:
     return PutMessageResult(PutMessageStatus.SERVICE_NOT_AVAILABLE, error=f"disk full: {why}")
 
 
+def _refused(cfg: MessageStoreConfig) -> PutMessageResult:  # (HA: upstream refuses puts on a slave)
+    return _disk_full_result(cfg) if cfg.broker_role != "SLAVE" else PutMessageResult(
+        PutMessageStatus.SERVICE_NOT_AVAILABLE, error="the store is a SLAVE: it takes messages only from its master")
+
+
 class MessageStore(StoreReads):
     """A RocketMQ store directory, opened for writing or read-only (the reads: :class:`StoreReads`)."""
 
@@ -115,6 +120,10 @@ class MessageStore(StoreReads):
         #: the running services: started in order at open (and any added later, e.g. HA), shut
         #: down in the reverse order at close, before the final flush
         self.services = ServiceChain()
+        # HA (replication): the running HAService (start_ha), and whether put_message waits for the
+        # slaves under SYNC_MASTER (the broker awaits HAService.replication_future instead)
+        self.ha = None
+        self.ha_wait_in_put = True
 
     # ==========================================================================================
     # Opening and closing
@@ -246,17 +255,39 @@ class MessageStore(StoreReads):
         be created) or SERVICE_NOT_AVAILABLE (past ``diskSpaceWarningLevelRatio``); nothing is
         half-written either way."""
         self._check_writable()
-        if self.disk_full:
-            return _disk_full_result(self.cfg)
-        return self.commit_log.put_message(msg)
+        if self.disk_full or self.cfg.broker_role == "SLAVE":
+            return _refused(self.cfg)
+        return self._replicated(self.commit_log.put_message(msg))  # HA
 
     def put_messages(self, msgs: Iterable[Message]) -> PutMessageResult:
         """Append a batch for one topic and queue (``putMessages``); all of it or none of it
         becomes visible, also across a crash."""
         self._check_writable()
-        if self.disk_full:
-            return _disk_full_result(self.cfg)
-        return self.commit_log.put_messages(list(msgs))
+        if self.disk_full or self.cfg.broker_role == "SLAVE":
+            return _refused(self.cfg)
+        return self._replicated(self.commit_log.put_messages(list(msgs)))  # HA
+
+    # --- HA (replication; docs/ha-protocol.md) --------------------------------------------------
+    def start_ha(self, host: str = "127.0.0.1", port: int | None = None):
+        """Start replication for the store's ``brokerRole``: a master listens on ``host:port``
+        (None: ``haListenPort``; 0: any free port), a SLAVE connects to its master's HA address
+        (``haMasterAddress``, or :meth:`HAService.set_master_address`). Returns the service
+        (also :attr:`ha`); :meth:`close` shuts it down first, before the final flush."""
+        self._check_writable()
+        if self.ha is None:
+            from .engine.ha import HAService
+            self.ha = self.services.add(HAService(self, host, port))
+        return self.ha
+
+    def stop_ha(self) -> None:
+        """Stop replication now (whoever started it may; :meth:`close` does it too)."""
+        ha, self.ha = self.ha, None
+        if ha is not None:
+            ha.shutdown()  # (idempotent: the service chain's shutdown at close finds it stopped)
+
+    def _replicated(self, result: PutMessageResult) -> PutMessageResult:
+        """HA: wake the senders; SYNC_MASTER waits for the slaves unless the broker awaits it."""
+        return result if self.ha is None else self.ha.settle(result, wait=self.ha_wait_in_put)
 
     def dispatch(self) -> None:
         """Dispatch everything appended so far in the calling thread (consume queues, index,

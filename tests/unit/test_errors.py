@@ -10,6 +10,7 @@ BUILTIN = {
     E.StoreIOError: OSError, E.OffsetError: LookupError, E.StoreLockedError: RuntimeError,
     E.ReadOnlyStoreError: PermissionError, E.StoreNotFoundError: FileNotFoundError,
     E.StoreClosedError: RuntimeError, E.MessageIdError: ValueError, E.OutputExistsError: FileExistsError,
+    E.HAProtocolError: ValueError,
 }
 
 

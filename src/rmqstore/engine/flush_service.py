@@ -18,6 +18,7 @@ from ..io.mapped_file import fsync_dirty_dirs
 from . import recovery as R
 from . import retention as RT
 from .contract import StoreParts
+from .ha.replica import complete_records_end
 
 log = logging.getLogger("rmqstore.message_store")
 
@@ -158,11 +159,11 @@ class FlushService:
             else:
                 reput.wake_now()
                 self.supervise_reput(time.monotonic() + 10)
-                reput.wait_until(store.commit_log.confirm_offset, timeout=60)
+                reput.wait_until(drain_end(store), timeout=60)
         except Exception:  # noqa: BLE001 - a failed flush keeps abort: the next open recovers
             log.exception("flush at close failed")
             clean = False
-        return clean and reput.error is None and reput.behind_bytes() == 0
+        return clean and reput.error is None and reput.reput_from >= drain_end(store)
 
     def final_flush(self) -> bool:
         """A writer's last flush of offsets, commitlog, queues, index and checkpoint (after the
@@ -185,3 +186,13 @@ class FlushService:
             log.exception("final flush failed; the next open will recover")
             return False
         return True
+
+
+def drain_end(store) -> int:
+    """Where a close's dispatch ends: the dispatch end; on a SLAVE (HA) the end of its last whole
+    record: a record cut by a replication batch is not dispatched (the next open cuts it off, and
+    the master sends it again)."""
+    end = store.dispatch_end()
+    if store.cfg.broker_role != "SLAVE":
+        return end
+    return complete_records_end(store.commit_log, end, start=min(store.reput.reput_from, end))
