@@ -4,9 +4,18 @@
 two business keys each, UNIQ_KEY), waits for dispatch, then pulls every queue, queries by key, by
 unique key, by offsetMsgId and by store time, reopens the store read-only and checks it, and returns
 a report (counts, rates, store size). The CLI's ``rmqstore demo`` prints it and adds Spark stats.
+
+The demo writes into a directory of its own: one it creates (or finds empty) gets a marker file,
+:data:`MARKER`, and only a directory holding that marker is emptied by a later run. Any other
+directory is refused (:class:`~rmqstore.errors.OutputExistsError`), and so is one whose store lock
+a live process holds (:class:`~rmqstore.errors.StoreLockedError`): the demo never deletes a store it
+did not make, nor one a broker or writer has open.
 """
 from __future__ import annotations
 
+import contextlib
+import errno
+import fcntl
 import os
 import random
 import shutil
@@ -15,12 +24,16 @@ from dataclasses import dataclass, field
 from typing import NamedTuple
 
 from .config import MessageStoreConfig
-from .message_store import MessageStore
+from .errors import OutputExistsError, StoreIOError, StoreLockedError
+from .io import paths
+from .message_store import MessageStore, lock_holder
 from .types import GetMessageStatus, Message, PutMessageStatus
 
 TOPICS = ("Orders", "Payments", "Shipments", "Audit")
 QUEUES = 4
 TAGS = ("created", "paid", "shipped", "cancelled")
+#: written into a directory the demo creates; only a directory holding it is ever emptied by the demo
+MARKER = ".rmqstore-demo"
 
 
 @dataclass
@@ -156,17 +169,69 @@ def _reopen(store_dir: str, cfg: MessageStoreConfig | None, rep: DemoReport, mes
                   and ro.recovery_report.mode == "normal")
 
 
-def run_demo(store_dir: str = "data/store", messages: int = 100_000, *, fresh: bool = True,
+def _refuse_if_held(path: str) -> None:
+    pid = lock_holder(path)
+    if pid is not None:
+        who = "this process" if pid == os.getpid() else "a live process" + (f" (pid {pid})" if pid > 0 else "")
+        raise StoreLockedError(f"{who} holds the store lock of the demo directory; the demo never deletes "
+                               "a store in use", path=path)
+
+
+@contextlib.contextmanager
+def _holding_lock(path: str):
+    """The directory's store lock, held while the demo empties it (no writer starts meanwhile)."""
+    fd = os.open(paths.lock_path(path), os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        try:
+            fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB, 1, 0)
+        except OSError as e:
+            if e.errno in (errno.EACCES, errno.EAGAIN):
+                raise StoreLockedError("a live process took the store lock of the demo directory", path=path) from e
+            raise StoreIOError(f"cannot lock: {e.strerror}", path=path) from e
+        yield
+    finally:
+        os.close(fd)  # releases the lock
+
+
+def claim_demo_dir(store_dir: str) -> str:
+    """Make ``store_dir`` ready for a new demo store and return its absolute path: created (with
+    :data:`MARKER`) when missing, marked when empty, emptied when it holds the marker and no live
+    process holds its lock. Raises :class:`StoreLockedError` when a live process holds the lock
+    and :class:`OutputExistsError` for any other directory (or a file)."""
+    path = os.path.abspath(store_dir)
+    if not os.path.exists(path):
+        os.makedirs(path)
+    elif not os.path.isdir(path):
+        raise OutputExistsError("the demo directory is a file", path=path)
+    else:
+        _refuse_if_held(path)
+        entries = os.listdir(path)
+        if entries and MARKER not in entries:
+            raise OutputExistsError(f"refusing to use a directory the demo did not create ({len(entries)} entries, "
+                                    f"no {MARKER} marker)", path=path)
+        if entries:
+            with _holding_lock(path):
+                for name in entries:
+                    if name in (MARKER, paths.LOCK):
+                        continue
+                    p = os.path.join(path, name)
+                    shutil.rmtree(p) if os.path.isdir(p) and not os.path.islink(p) else os.unlink(p)
+    with open(os.path.join(path, MARKER), "w", encoding="utf-8") as fh:
+        fh.write("made by `rmqstore demo`; the demo empties this directory on its next run\n")
+    return path
+
+
+def run_demo(store_dir: str = "data/store", messages: int = 100_000, *,
              cfg: MessageStoreConfig | None = None, seed: int = 7, progress=None) -> DemoReport:
-    """Run the workload; ``progress(advance)`` is called while writing if given."""
-    if fresh and os.path.exists(store_dir):
-        shutil.rmtree(store_dir)
+    """Run the workload on a new store in ``store_dir`` (:func:`claim_demo_dir`: the demo's own
+    directory, never another); ``progress(advance)`` is called while writing if given."""
+    path = claim_demo_dir(store_dir)
     rng = random.Random(seed)
-    rep = DemoReport(os.path.abspath(store_dir))
-    with MessageStore.open(store_dir, cfg) as st:
+    rep = DemoReport(path)
+    with MessageStore.open(path, cfg) as st:
         sample = _write(st, rep, rng, messages, progress)
         _pull(st, rep, messages)
         _consume(st, rep, messages)
         _query(st, rep, sample)
-    _reopen(store_dir, cfg, rep, messages)
+    _reopen(path, cfg, rep, messages)
     return rep

@@ -107,6 +107,8 @@ _STORE_ERRORS: list[tuple[type[BaseException], ExitCode, str]] = [
     (E.ConfigError, ExitCode.CONFIG, "fix the named key in the --config file (RocketMQ broker.conf names)"),
     (E.OffsetError, ExitCode.OFFSET,
      "check the valid range with `rmqstore stats` or `rmqstore topic-status`"),
+    (E.OutputExistsError, ExitCode.USAGE,
+     "give a new output path (or an empty directory); nothing was written"),
     (E.StoreIOError, ExitCode.IO, "check permissions and free space on the named path"),
 ]
 
