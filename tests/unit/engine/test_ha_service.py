@@ -258,11 +258,11 @@ def test_silent_connections_are_closed_on_both_sides(pair, caplog):
     with caplog.at_level(logging.INFO, logger="rmqstore.ha"):
         with socket.create_connection(m.ha.address, timeout=3) as c:   # reports once, then nothing
             c.sendall(encode_report(0))
-            c.settimeout(3)
+            c.settimeout(10)
             t0 = time.monotonic()
             while c.recv(65536):
                 pass
-            assert 0.5 < time.monotonic() - t0 < 2.9                     # closed by the master
+            assert 0.5 < time.monotonic() - t0 < 9                       # closed by the master
         before = proxy.connections
         proxy.stall()                                                   # the slave hears nothing
         wait_for(lambda: proxy.connections > before, what="the slave to reconnect")
