@@ -308,3 +308,22 @@ def test_stopping_replication_answers_waiting_puts(pair):
     assert ha.wait_replicated(1).result(1) in (PutMessageStatus.FLUSH_SLAVE_TIMEOUT,
                                                PutMessageStatus.SLAVE_NOT_AVAILABLE)
     proxy.resume()
+
+
+def test_connections_are_bounded(pair, monkeypatch):
+    from rmqstore.engine.ha import service as S
+    monkeypatch.setattr(S, "MAX_CONNECTIONS", 2)
+    m, s, _ = pair()
+    held = [socket.create_connection(m.ha.address, timeout=3) for _ in range(2)]
+    try:
+        wait_for(lambda: len(m.ha.slaves()) == 2)
+        extra = socket.create_connection(m.ha.address, timeout=3)
+        assert extra.recv(10) == b""                       # the third is closed at once
+        extra.close()
+    finally:
+        for c in held:
+            c.close()
+    wait_for(lambda: len(m.ha.slaves()) == 0)
+    s.start_ha()                                            # room again: a slave replicates
+    put_some(m, 0, 10)
+    wait_for(lambda: caught_up(m, s))
