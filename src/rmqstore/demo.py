@@ -41,11 +41,12 @@ class DemoReport:
     store_dir: str
     messages: int = 0
     bytes_written: int = 0
-    steps: list[tuple[str, int, float]] = field(default_factory=list)  # (what, count, seconds)
+    #: (what, count, unit, seconds); count None for a step that is a wait, not work on items (no rate)
+    steps: list[tuple[str, int | None, str, float]] = field(default_factory=list)
     checks: list[tuple[str, bool]] = field(default_factory=list)
 
-    def step(self, what: str, count: int, seconds: float) -> None:
-        self.steps.append((what, count, seconds))
+    def step(self, what: str, count: int | None, seconds: float, unit: str = "messages") -> None:
+        self.steps.append((what, count, unit, seconds))
 
     def check(self, what: str, ok: bool) -> None:
         self.checks.append((what, bool(ok)))
@@ -92,10 +93,11 @@ def _write(st: MessageStore, rep: DemoReport, rng: random.Random, messages: int,
             progress(1000)
     t_put = time.perf_counter() - t0
     rep.messages = messages
-    rep.step("put_message", messages, t_put)
+    rep.step("write (put_message, one at a time)", messages, t_put)
     t0 = time.perf_counter()
     st.wait_dispatched()
-    rep.step("dispatch (wait for the tail)", messages, time.perf_counter() - t0)
+    # the dispatcher runs while the puts do: what is left is how far the queues and index lag behind
+    rep.step("consume queues and index caught up after the last write", None, time.perf_counter() - t0, "")
     return sample
 
 
@@ -111,7 +113,7 @@ def _pull(st: MessageStore, rep: DemoReport, messages: int) -> None:
                     break
                 pulled += len(g.messages)
                 off = g.next_begin_offset
-    rep.step("get_message (pull 32 at a time)", pulled, time.perf_counter() - t0)
+    rep.step("pull every queue (get_message, 32 at a time)", pulled, time.perf_counter() - t0)
     rep.check(f"pulled every message ({pulled}/{messages})", pulled == messages)
 
 
@@ -123,7 +125,7 @@ def _consume(st: MessageStore, rep: DemoReport, messages: int) -> None:
             consumed += len(batch)
         c.commit()
         lag = sum(c.lag().values())
-    rep.step("consumer group poll (all topics) + commit", consumed, time.perf_counter() - t0)
+    rep.step("consume every topic as a group (poll, commit)", consumed, time.perf_counter() - t0)
     rep.check(f"the consumer group consumed every message and has no lag ({consumed}/{messages}, lag {lag})",
               consumed == messages and lag == 0)
 
@@ -135,7 +137,7 @@ def _query(st: MessageStore, rep: DemoReport, sample: list[_Sample]) -> None:
     for s in sample:
         res = st.query_message(s.topic, s.key, max_num=32)
         found += len(res.messages) == 1 and res.messages[0].keys[0] == s.key
-    rep.step("query_message by key", len(sample), time.perf_counter() - t0)
+    rep.step("look up by business key (query_message)", len(sample), time.perf_counter() - t0, "lookups")
     rep.check(f"every sampled key found exactly once ({found}/{len(sample)})", found == len(sample))
 
     t0 = time.perf_counter()
@@ -146,7 +148,7 @@ def _query(st: MessageStore, rep: DemoReport, sample: list[_Sample]) -> None:
         by_id += rec is not None and rec.keys[0] == s.key
         u = st.query_message_by_unique_key(s.topic, rec.uniq_key)
         uniq_ok += [m.phy_offset for m in u.messages] == [rec.phy_offset]
-    rep.step("view_message_by_id + query_message_by_unique_key", 2 * len(sample), time.perf_counter() - t0)
+    rep.step("look up by msgId and by UNIQ_KEY", 2 * len(sample), time.perf_counter() - t0, "lookups")
     rep.check("every sampled msgId and UNIQ_KEY resolves", by_id == uniq_ok == len(sample))
 
     t0 = time.perf_counter()
@@ -155,7 +157,7 @@ def _query(st: MessageStore, rep: DemoReport, sample: list[_Sample]) -> None:
         ts = st.get_message_store_timestamp(s.topic, s.qid, s.queue_offset)
         off = st.get_offset_in_queue_by_time(s.topic, s.qid, ts, boundary="lower")
         by_time += off <= s.queue_offset and st.get_message_store_timestamp(s.topic, s.qid, off) == ts
-    rep.step("get_offset_in_queue_by_time", len(sample), time.perf_counter() - t0)
+    rep.step("find a queue offset by store time", len(sample), time.perf_counter() - t0, "lookups")
     rep.check("offset by time lands on the first message of that millisecond", by_time == len(sample))
 
 
@@ -163,7 +165,7 @@ def _reopen(store_dir: str, cfg: MessageStoreConfig | None, rep: DemoReport, mes
     t0 = time.perf_counter()
     with MessageStore.open(store_dir, cfg, read_only=True) as ro:
         total = sum(ro.get_max_offset_in_queue(t, q) for t in TOPICS for q in range(QUEUES))
-        rep.step("reopen read-only", 1, time.perf_counter() - t0)
+        rep.step("reopen read-only (recovery after a clean close)", None, time.perf_counter() - t0, "")
         rep.check(f"read-only reopen sees every message ({total})", total == messages)
         rep.check("clean shutdown: reopen needed no repair", ro.recovery_report.clean
                   and ro.recovery_report.mode == "normal")
@@ -207,7 +209,8 @@ def claim_demo_dir(store_dir: str) -> str:
         _refuse_if_held(path)
         entries = os.listdir(path)
         if entries and MARKER not in entries:
-            raise OutputExistsError(f"refusing to use a directory the demo did not create ({len(entries)} entries, "
+            held = f"{len(entries)} entr{'y' if len(entries) == 1 else 'ies'}"
+            raise OutputExistsError(f"refusing to use a directory the demo did not create (it holds {held}, "
                                     f"no {MARKER} marker)", path=path)
         if entries:
             with _holding_lock(path):

@@ -13,7 +13,13 @@ def test_demo_without_spark(run, tmp_path):
     got = run.json("demo", "--dir", d, "--messages", 3000, "--no-spark", "--config", conf)
     assert got["ok"] is True and got["messages"] == 3000 and got["spark_stats"] is None
     assert all(c["ok"] for c in got["checks"]) and got["checks"]
-    assert {s["step"] for s in got["steps"]} >= {"put_message", "get_message (pull 32 at a time)"}
+    steps = {s["step"]: s for s in got["steps"]}
+    assert steps["write (put_message, one at a time)"]["count"] == 3000
+    assert steps["pull every queue (get_message, 32 at a time)"]["per_second"] > 0
+    # a wait is no work on items: no count and no rate (a rate of "waiting" means nothing)
+    waits = [s for s in got["steps"] if s["count"] is None]
+    assert waits and all(s["per_second"] is None for s in waits)
+    assert all(s["per_second"] is not None for s in got["steps"] if s["count"] is not None)
     assert (d / ".rmqstore-demo").is_file()
     with MessageStore.open(str(d), infer_config(str(d)), read_only=True) as st:
         total = sum(st.get_max_offset_in_queue(t, q) for t, qs in st.topics().items() for q in qs)
@@ -25,3 +31,4 @@ def test_demo_without_spark(run, tmp_path):
     table = run.ok("demo", "--dir", d, "--messages", 500, "--no-spark").stdout
     assert not (d / "left-by-the-first-run").exists()
     assert "500 messages" in table and "FAIL" not in table and table.count("ok  ") == len(got["checks"])
+    assert "messages/s" in table and "lookups/s" in table

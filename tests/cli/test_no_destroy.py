@@ -103,3 +103,90 @@ def test_demo_has_no_store_alias(run, tmp_path):
     r = run("demo", "--store", tmp_path / "d", "--messages", 10, "--no-spark")
     assert r.exit_code == 2 and "--store" in r.stderr
     assert not (tmp_path / "d").exists()
+
+
+@pytest.fixture
+def no_spark(monkeypatch):
+    """Fails the test if a command starts Spark."""
+    from rmqstore.cli import commands_spark
+
+    def started(*a, **k):
+        raise AssertionError("Spark was started")
+
+    monkeypatch.setattr(commands_spark, "open_session", started)
+
+
+def test_spark_outputs_that_exist_are_refused_before_spark_starts(run, tmp_path, held, no_spark):
+    store = tmp_path / "store"
+    with MessageStore.open(str(store)) as st:
+        from tests.kit import msg
+        st.put_message(msg("T"))
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "mine.parquet").write_text("not the job's")
+    for cmd in (["spark", "export", out], ["spark", "rebuild", out]):
+        r = run.fails(ExitCode.USAGE, *cmd, "--store", store)
+        assert str(out) in r.stderr and "permissions" not in r.stderr
+    assert [p.name for p in out.iterdir()] == ["mine.parquet"]
+    empty = tmp_path / "empty"
+    empty.mkdir()  # Spark writes an export only where nothing is
+    assert "already exists" in run.fails(ExitCode.USAGE, "spark", "export", empty, "--store", store).stderr
+    assert "source store" in run.fails(ExitCode.USAGE, "spark", "rebuild", store, "--store", store).stderr
+    live = tmp_path / "live"
+    held(live)
+    run.fails(ExitCode.STORE_LOCKED, "spark", "rebuild", live, "--store", store)
+    run.fails(ExitCode.STORE_LOCKED, "rebuild", live, "--store", store)
+
+
+def test_export_never_writes_into_a_store(run, tmp_path):
+    store = tmp_path / "store"
+    with MessageStore.open(str(store)) as st:
+        from tests.kit import msg
+        st.put_message(msg("T"))
+    seg = next((store / "commitlog").iterdir())
+    before = tree_hashes(store)
+    for target in (seg, store / "export.jsonl"):
+        r = run.fails(ExitCode.USAGE, "export", target, "--format", "jsonl", "--force", "--store", store)
+        assert "inside the store directory" in r.stderr
+    assert "is a directory" in run.fails(ExitCode.USAGE, "export", tmp_path, "--format", "jsonl",
+                                         "--store", store).stderr
+    assert tree_hashes(store) == before
+    kept = tmp_path / "kept.jsonl"
+    kept.write_text("mine\n")
+    run.fails(ExitCode.USAGE, "export", kept, "--format", "jsonl", "--store", store)
+    assert kept.read_text() == "mine\n"
+    from rmqstore.errors import OutputExistsError
+    from rmqstore.export import export
+
+    with pytest.raises(OutputExistsError):  # the library refuses too, unless told to overwrite
+        export(str(store), str(kept), "jsonl")
+    assert export(str(store), str(kept), "jsonl", overwrite=True).messages == 1
+
+
+@pytest.mark.parametrize("argv", [["send", "T", "x"], ["load", "-"], ["recover"], ["clean", "--force"],
+                                  ["verify", "--fix"], ["serve", "--listen", "127.0.0.1:0"]])
+def test_writers_refuse_a_held_lock_at_once(run, tmp_path, held, argv):
+    live = tmp_path / "live"
+    held(live)
+    before = _files(live)
+    t0 = time.monotonic()
+    # load is given input it would reject (exit 2): the lock is judged before the input is read
+    r = run.fails(ExitCode.STORE_LOCKED, *argv, "--store", live, input="not json\n")
+    assert "lock" in r.stderr and time.monotonic() - t0 < 30
+    assert _files(live) == before
+
+
+def test_read_only_opens_leave_a_writers_lock_alone(tmp_path):
+    """A read-only open in the process that holds the lock keeps the lock (closing a descriptor of
+    the lock file would drop it)."""
+    d = tmp_path / "s"
+    with MessageStore.open(str(d)) as st:
+        from tests.kit import msg
+        st.put_message(msg("T"))
+        st.wait_dispatched()
+        with MessageStore.open(str(d), read_only=True) as ro:
+            assert ro.live_writer_pid == os.getpid()
+        probe = subprocess.run([sys.executable, "-c", f"from rmqstore import MessageStore\n"
+                                                      f"MessageStore.open({str(d)!r})"],
+                               capture_output=True, text=True)
+        assert probe.returncode != 0 and "StoreLockedError" in probe.stderr

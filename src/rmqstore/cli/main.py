@@ -72,8 +72,8 @@ def demo(store_dir: str, messages: int, config: str | None, no_spark: bool, mast
         with cmd.out.status("Spark stats"):
             spark_stats = jobs.stats(sp, store_dir, cfg=scfg, top=5)
     d = {"store_dir": rep.store_dir, "messages": rep.messages, "bytes_written": rep.bytes_written,
-         "steps": [{"step": w, "count": n, "seconds": round(s, 6), "per_second": round(n / s) if s > 0 else None}
-                   for w, n, s in rep.steps],
+         "steps": [{"step": w, "count": n, "seconds": round(s, 6),
+                    "per_second": round(n / s) if n is not None and s > 0 else None} for w, n, _, s in rep.steps],
          "checks": [{"check": w, "ok": ok} for w, ok in rep.checks], "ok": rep.ok,
          "spark_stats": to_jsonable(spark_stats)}
     if json_mode:
@@ -82,11 +82,12 @@ def demo(store_dir: str, messages: int, config: str | None, no_spark: bool, mast
         t = Table(title=f"rmqstore demo: {rep.messages:,} messages, {fmt_bytes(rep.bytes_written)} "
                         f"in {rep.store_dir}")
         t.add_column("step")
-        t.add_column("count", justify="right")
+        t.add_column("how many", justify="right")
         t.add_column("seconds", justify="right")
-        t.add_column("per second", justify="right")
-        for what, n, s in rep.steps:
-            t.add_row(what, f"{n:,}", f"{s:.3f}", f"{n / s:,.0f}" if s > 0 else "-")
+        t.add_column("rate", justify="right")
+        for what, n, unit, s in rep.steps:
+            t.add_row(what, "-" if n is None else f"{n:,} {unit}", f"{s:.3f}",
+                      f"{n / s:,.0f} {unit}/s" if n is not None and s > 0 else "-")
         cmd.out.print(t)
         for what, ok in rep.checks:
             cmd.out.print(("[green]ok  [/] " if ok else "[red]FAIL[/] ") + what)

@@ -240,6 +240,8 @@ class StoreLifecycle:
         reput = ReputMessageService(store, report.redispatch_from)
         reput.reput_from = resume
         report.seconds = R.now() - t0
+        if store.read_only and live_writer_pid is not None and report.mode != "empty":
+            report.mode = "live"  # a reader of a store a writer has open: no crash, nothing to recover
         if live_writer_pid is not None and not report.corrupt_records:
             pid = "" if live_writer_pid < 0 else f" (pid {live_writer_pid})"
             log.warning("%s: a live writer%s has the store open: reading what it has written so far, up to "
