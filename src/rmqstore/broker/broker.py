@@ -27,6 +27,7 @@ from .schedule import ScheduleService
 from .send import SendProcessor
 from .server import RemotingServer
 from .timer import TimerService
+from .traffic import Traffic
 from .transaction import TransactionProcessor
 from ..io import paths
 
@@ -72,9 +73,10 @@ class Broker:
     """The broker: remoting server, processors, state managers, delay and transaction services."""
 
     def __init__(self, store: MessageStore, config: BrokerConfig | None = None, *, listen: str = "127.0.0.1:9876",
-                 grpc_listen: str | None = None, grpc_tls: tuple[str, str] | None = None):
+                 grpc_listen: str | None = None, grpc_tls: tuple[str, str] | None = None, http=None):
         """``grpc_listen`` (``HOST:PORT``) also starts the gRPC ``MessagingService`` of RocketMQ 5's
-        clients; ``grpc_tls`` is ``(certificate chain PEM path, private key PEM path)`` for TLS."""
+        clients; ``grpc_tls`` is ``(certificate chain PEM path, private key PEM path)`` for TLS;
+        ``http`` (:class:`~rmqstore.broker.http.HttpOptions`) starts metrics, JSON API and console."""
         self.store = store
         self.cfg = config or BrokerConfig()
         self.read_only = store.read_only
@@ -94,6 +96,8 @@ class Broker:
         self.clients = ClientManager()
         self.locks = RebalanceLocks()
         self.stats = Stats()
+        self.traffic = Traffic()
+        self.http_options, self.http = http, None
         self.advertised = ""
         self.server_port = 0
         self.advertised_host = ""
@@ -162,6 +166,9 @@ class Broker:
                             asyncio.ensure_future(self._revive())]
         if self.grpc_listen is not None:
             await self._start_grpc(shown)
+        if self.http_options is not None:
+            from .http import start_http
+            self.http = await start_http(self, self.http_options)
         log.info("listening on %s:%d (broker %s, cluster %s, advertised %s%s)", host, port, self.cfg.broker_name,
                  self.cfg.broker_cluster_name, self.advertised, ", read-only" if self.read_only else "")
 
@@ -213,6 +220,8 @@ class Broker:
         if self._grpc_server is not None:
             await self._grpc_server.stop(min(drain_s, 1.0))
             self._grpc_server = None
+        if self.http is not None:
+            await self.http.stop()
         await self.server.drain(drain_s)
         for t in getattr(self, "_tasks", []):
             t.cancel()

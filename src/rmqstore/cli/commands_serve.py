@@ -42,12 +42,21 @@ class _LineHandler(logging.Handler):
               help="TLS certificate chain for the gRPC endpoint (with --grpc-tls-key). Default: plaintext.")
 @click.option("--grpc-tls-key", type=click.Path(dir_okay=False, exists=True), default=None, metavar="PEM",
               help="TLS private key for the gRPC endpoint (with --grpc-tls-cert).")
+@click.option("--http-listen", default=None, metavar="HOST:PORT",
+              help="Also serve HTTP here: Prometheus /metrics (RocketMQ 5's metric names), the JSON admin API under "
+                   "/api/ and the web console at /. Needs the `http` extra. Default: off.")
+@click.option("--http-admin", is_flag=True,
+              help="Allow the API's writes (create/delete topic, reset offsets, resend a DLQ message, verify) to "
+                   "callers sending `Authorization: Bearer $RMQSTORE_HTTP_TOKEN`. Default: read-only.")
+@click.option("--http-token", default=None, envvar="RMQSTORE_HTTP_TOKEN", metavar="TOKEN",
+              help="The bearer token of --http-admin (better given as $RMQSTORE_HTTP_TOKEN: not in `ps`).")
 @click.option("--read-only", is_flag=True, help="Serve reads only: routes are read-only, sends get NO_PERMISSION, "
                                                 "nothing in the store changes.")
 @json_option
 @debug_option
 def serve(store: str | None, config: str | None, listen: str, grpc_listen: str | None, grpc_tls_cert: str | None,
-          grpc_tls_key: str | None, read_only: bool, json_mode: bool) -> None:
+          grpc_tls_key: str | None, http_listen: str | None, http_admin: bool, http_token: str | None,
+          read_only: bool, json_mode: bool) -> None:
     """Run a RocketMQ broker and name server on the store (WRITES, unless --read-only): unmodified
     RocketMQ clients (remoting protocol; with --grpc-listen also the 5.x gRPC clients) produce, consume
     and query against it. Stops cleanly on
@@ -59,6 +68,7 @@ def serve(store: str | None, config: str | None, listen: str, grpc_listen: str |
     cmd = StoreCommand(store, config, False)
     bcfg = BrokerConfig.from_properties(cmd.broker_properties())
     _check_grpc_options(grpc_listen, grpc_tls_cert, grpc_tls_key)
+    http = _http_options(http_listen, http_admin, http_token)
     if read_only and not is_store_dir(cmd.store_path):
         raise click.UsageError(f"--read-only needs an existing store (path={cmd.store_path})")
     handler = _log_handler()
@@ -68,7 +78,7 @@ def serve(store: str | None, config: str | None, listen: str, grpc_listen: str |
     st = MessageStore.open(cmd.store_path, cmd.config(), read_only=read_only)
     try:
         tls = (grpc_tls_cert, grpc_tls_key) if grpc_tls_cert and grpc_tls_key else None
-        broker = Broker(st, bcfg, listen=listen, grpc_listen=grpc_listen, grpc_tls=tls)
+        broker = Broker(st, bcfg, listen=listen, grpc_listen=grpc_listen, grpc_tls=tls, http=http)
 
         async def main() -> None:
             loop = asyncio.get_running_loop()
@@ -100,6 +110,27 @@ def _check_grpc_options(grpc_listen: str | None, grpc_tls_cert: str | None, grpc
             raise click.UsageError(f"--grpc-listen: {e}") from None
 
 
+def _http_options(listen: str | None, admin: bool, token: str | None):
+    if not listen:
+        if admin:
+            raise click.UsageError("--http-admin needs --http-listen")
+        return None
+    from ..broker.broker import parse_listen
+    try:
+        parse_listen(listen)
+    except ValueError as e:
+        raise click.UsageError(f"--http-listen: {e}") from None
+    try:
+        from ..broker.http import HttpOptions
+        import aiohttp  # noqa: F401
+        import prometheus_client  # noqa: F401
+    except ImportError as e:
+        raise click.UsageError(f"--http-listen needs the `http` extra (pip install 'rmqstore[http]'): {e}") from None
+    if admin and not token:
+        raise click.UsageError("--http-admin needs a token: set RMQSTORE_HTTP_TOKEN (or --http-token)")
+    return HttpOptions(listen, token if admin else None)
+
+
 def _log_handler() -> logging.Handler:
     if sys.stderr.isatty():  # a terminal: rich's log lines (time, level, message)
         from rich.console import Console
@@ -114,7 +145,8 @@ def _announce(broker, bcfg, store_path: str, read_only: bool, tls: bool, json_mo
         click.echo(json.dumps({"listening": f"{broker.listen_host}:{broker.server_port}",
                                "namesrv_addr": broker.address, "broker_name": bcfg.broker_name,
                                "cluster": bcfg.broker_cluster_name, "store": store_path,
-                               "read_only": read_only, "grpc": broker.grpc_address or None}))
+                               "read_only": read_only, "grpc": broker.grpc_address or None,
+                               "http": broker.http.address if broker.http else None}))
         return
     click.echo(f"listening on {broker.listen_host}:{broker.server_port} (name server and broker "
                f"{bcfg.broker_name}; clients use namesrvAddr={broker.address}; store {store_path}"
@@ -122,6 +154,9 @@ def _announce(broker, bcfg, store_path: str, read_only: bool, tls: bool, json_mo
     if broker.grpc_address:
         click.echo(f"gRPC MessagingService on {broker.grpc_address}"
                    f"{' (TLS)' if tls else ''}: RocketMQ 5 clients use endpoints={broker.grpc_address}")
+    if broker.http:
+        click.echo(f"HTTP on {broker.http.address}: metrics at http://{broker.http.address}/metrics, "
+                   f"console at http://{broker.http.address}/")
 
 
 COMMANDS = [serve]

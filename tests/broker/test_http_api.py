@@ -1,0 +1,236 @@
+"""The HTTP listener of ``rmqstore serve --http-listen``: ``/metrics`` parsed with prometheus_client's
+own parser after real client traffic (RocketMQ's C++ client), the JSON API's answers against the
+store's, and the write calls' token check."""
+from __future__ import annotations
+
+import json
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("aiohttp")
+from prometheus_client.parser import text_string_to_metric_families  # noqa: E402
+
+from rmqstore import MessageStore  # noqa: E402
+from rmqstore.broker import Broker, BrokerConfig  # noqa: E402
+from rmqstore.broker.http import HttpOptions  # noqa: E402
+from rmqstore.broker.http.metrics import version_desc  # noqa: E402
+from rmqstore.broker.remoting import RequestCode as C  # noqa: E402
+
+from .conftest import RemotingClient, broker_store_config  # noqa: E402
+
+TOKEN = "s3cret-token"
+#: no proxy: the test servers are on loopback
+OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+
+
+def http(base: str, path: str, method: str = "GET", doc=None, token: str | None = None) -> tuple[int, object]:
+    req = urllib.request.Request(base + path, method=method,
+                                 data=json.dumps(doc).encode() if doc is not None else None)
+    req.add_header("Content-Type", "application/json")
+    if token is not None:
+        req.add_header("Authorization", f"Bearer {token}")
+    try:
+        with OPENER.open(req, timeout=20) as r:
+            raw, status, ctype = r.read(), r.status, r.headers.get("Content-Type", "")
+    except urllib.error.HTTPError as e:
+        raw, status, ctype = e.read(), e.code, e.headers.get("Content-Type", "")
+    return status, (json.loads(raw) if "json" in ctype else raw.decode())
+
+
+@pytest.fixture
+def http_broker(tmp_path):
+    running = []
+
+    def _start(token: str | None = TOKEN, **store_overrides) -> tuple[Broker, str]:
+        st = MessageStore.open(Path(tmp_path) / "store", broker_store_config(**store_overrides))
+        b = Broker(st, BrokerConfig.from_properties({"brokerName": "broker-a"}), listen="127.0.0.1:0",
+                   http=HttpOptions("127.0.0.1:0", token))
+        b.start()
+        running.append((b, st))
+        return b, f"http://{b.http.address}"
+
+    yield _start
+    for b, st in running:
+        b.stop()
+        st.close()
+
+
+def samples(text: str) -> dict[str, list]:
+    """name -> [(labels, value)] of every sample, parsed by prometheus_client."""
+    out: dict[str, list] = {}
+    for fam in text_string_to_metric_families(text):
+        for s in fam.samples:
+            out.setdefault(s.name, []).append((s.labels, s.value))
+    return out
+
+
+def one(found: dict, name: str, **labels) -> float:
+    hits = [v for lab, v in found.get(name, []) if all(lab.get(k) == v2 for k, v2 in labels.items())]
+    assert len(hits) == 1, f"{name}{labels}: {hits} in {found.get(name)}"
+    return hits[0]
+
+
+def store_lag(store, group: str, topic: str) -> int:
+    """Lag as the store tells it: each queue's max offset less the group's committed offset."""
+    committed = store.consumer_offsets.query_offsets(group, topic)
+    return sum(store.get_max_offset_in_queue(topic, q) - committed.get(q, 0) for q in store.topics()[topic])
+
+
+def test_metrics_after_real_clients(http_broker, cpp_client):
+    b, base = http_broker()
+    sent = cpp_client("produce", "--namesrv", b.address, "--group", "PG", "--topic", "Orders", "--count", 60,
+                      "--quiet")
+    assert sent[-1]["ok"] == 60
+    got = cpp_client("push", "--namesrv", b.address, "--group", "CG", "--topic", "Orders", "--count", 60,
+                     "--timeout", 60, "--linger", 6, "--quiet")
+    assert got[-1]["count"] == 60
+    cpp_client("produce", "--namesrv", b.address, "--group", "PG", "--topic", "Orders", "--count", 15,
+               "--start", 60, "--quiet")
+    pulled = cpp_client("pull", "--namesrv", b.address, "--group", "CP", "--topic", "Orders", "--count", 75)
+    assert pulled[-1]["count"] == 75
+    b.store.wait_dispatched(10)
+    status, text = http(base, "/metrics")
+    assert status == 200
+    found = samples(text)
+    const = {"cluster": "DefaultCluster", "node_type": "broker", "node_id": "broker-a"}
+    labels = dict(const, topic="Orders", message_type="normal", is_system="false")
+    assert one(found, "rocketmq_messages_in_total", **labels) == 75
+    stored = [b.store.look_message_by_offset(b.store.get_commit_log_offset_in_queue("Orders", q, o))
+              for q in b.store.topics()["Orders"] for o in range(b.store.get_max_offset_in_queue("Orders", q))]
+    assert one(found, "rocketmq_throughput_in_total", **labels) == sum(r.store_size for r in stored)
+    assert one(found, "rocketmq_message_size_count", **labels) == 75
+    assert one(found, "rocketmq_message_size_bucket", le="1024.0", **labels) == 75  # small messages
+    # a pull consumer takes each message once; the push consumer's prefetch may pull some again
+    out = dict(const, topic="Orders", consumer_group="CP", is_system="false")
+    assert one(found, "rocketmq_messages_out_total", **out) == 75
+    assert one(found, "rocketmq_messages_out_total", **dict(out, consumer_group="CG")) >= 60
+    lag = dict(const, topic="Orders", consumer_group="CG", is_retry="false", is_system="false")
+    assert one(found, "rocketmq_consumer_lag_messages", **lag) == store_lag(b.store, "CG", "Orders") == 15
+    assert one(found, "rocketmq_consumer_ready_messages", **lag) == 15
+    assert one(found, "rocketmq_consumer_lag_latency_milliseconds", **lag) > 0
+    assert one(found, "rocketmq_topic_number", **const) == len(b.topics.table)
+    assert one(found, "rocketmq_storage_dispatch_behind_bytes", **const) == 0
+    assert one(found, "rocketmq_storage_size_bytes", **const) > 0
+    assert one(found, "rocketmq_storage_message_reserve_time_milliseconds", **const) >= 0
+    assert not [n for n in found if n.endswith("_created")]  # as the Java exporter: no _created series
+
+
+def test_version_desc_matches_mqversion():
+    """Ordinals of RocketMQ's ``MQVersion.Version`` (V4_9_4 is 401, as the remoting code knows it)."""
+    assert version_desc(473) == "v5_3_0" and version_desc(472) == "v5_3_0_snapshot"
+    assert version_desc(401) == "v4_9_4" and version_desc(194) == "v3_9_1_snapshot"
+    assert version_desc(121) == "v_121"  # before 3.9.1 the names are irregular
+
+
+def _heartbeat(client_id: str, group: str, topic: str) -> dict:
+    return {"clientID": client_id, "producerDataSet": [], "consumerDataSet": [{
+        "groupName": group, "consumeType": "CONSUME_PASSIVELY", "messageModel": "CLUSTERING",
+        "consumeFromWhere": "CONSUME_FROM_LAST_OFFSET", "unitMode": False,
+        "subscriptionDataSet": [{"topic": topic, "subString": "*", "tagsSet": [], "codeSet": [], "subVersion": 1,
+                                 "classFilterMode": False, "expressionType": "TAG"}]}]}
+
+
+def test_json_api_equals_the_store(http_broker, cpp_client):
+    b, base = http_broker()
+    sent = cpp_client("produce", "--namesrv", b.address, "--group", "PG", "--topic", "T", "--count", 20)
+    b.store.wait_dispatched(10)
+    st = b.store
+    _, topics = http(base, "/api/topics")
+    assert {t["topic"] for t in topics} == set(b.topics.table)
+    assert next(t for t in topics if t["topic"] == "T")["messages"] == 20
+    _, queues = http(base, "/api/topics/T/queues")
+    assert [(q["queueId"], q["minOffset"], q["maxOffset"]) for q in queues] == \
+        [(q, st.get_min_offset_in_queue("T", q), st.get_max_offset_in_queue("T", q)) for q in range(len(queues))]
+    assert http(base, "/api/topics/Nope/queues")[0] == 404
+    # by key, by unique key (the client's msgId), by offset msgId, by time
+    _, found = http(base, "/api/messages?topic=T&key=key-7")
+    assert [m["body"] for m in found] == ["body-7"] and found[0]["properties"]["index"] == "7"
+    uniq = next(s["msg_id"] for s in sent if s.get("i") == 3)
+    _, found = http(base, f"/api/messages?topic=T&uniqKey={uniq}")
+    assert [m["body"] for m in found] == ["body-3"]
+    rec = st.look_message_by_offset(found[0]["phyOffset"])
+    _, by_id = http(base, f"/api/messages?msgId={rec.msg_id}")
+    assert by_id[0]["phyOffset"] == rec.phy_offset and by_id[0]["body"] == "body-3"
+    _, by_time = http(base, f"/api/messages?topic=T&begin={rec.store_timestamp}&end={rec.store_timestamp}")
+    assert rec.phy_offset in {m["phyOffset"] for m in by_time}
+    assert all(m["storeTimestamp"] == rec.store_timestamp for m in by_time)
+    assert http(base, "/api/messages?key=x")[0] == 400  # a key search needs its topic
+    _, one_msg = http(base, f"/api/messages/{rec.phy_offset}")
+    assert (one_msg["queueOffset"], one_msg["bodyCRC"], one_msg["storeSize"]) == \
+        (rec.queue_offset, rec.body_crc, rec.store_size)
+    assert http(base, f"/api/messages/{rec.phy_offset + 1}")[0] == 404
+    # the storage view: the record's fields at their offsets, its queue unit, its index chain
+    _, view = http(base, f"/api/storage/{rec.phy_offset}")
+    fields = {f["name"]: f for f in view["fields"]}
+    raw = bytes(st.commit_log.get_data(rec.phy_offset, rec.store_size))
+    assert fields["phy_offset"]["value"] == rec.phy_offset and fields["total"]["value"] == rec.store_size
+    for f in view["fields"]:
+        assert raw[f["offset"]:f["offset"] + f["size"]].hex().startswith(f["hex"].rstrip("."))
+    assert fields["body"]["value"]["crc32"] == rec.body_crc
+    assert (view["consumeQueue"]["phyOffset"], view["consumeQueue"]["size"]) == (rec.phy_offset, rec.store_size)
+    assert view["consumeQueue"]["position"] == rec.queue_offset * 20
+    chains = {c["key"]: c for c in view["index"]}
+    assert chains["key-3"]["files"][0]["found"] and chains[uniq]["files"][0]["found"]
+    assert chains["key-3"]["files"][0]["chain"][-1]["phyOffset"] == rec.phy_offset
+    # groups with lag, clients, health
+    c = RemotingClient(b.address)
+    c.json_call(C.HEART_BEAT, None, _heartbeat("c1@1", "G", "T"))
+    st.consumer_offsets.commit_offset("G", "T", 0, 1)
+    _, g = http(base, "/api/groups/G")
+    assert g["lag"] == store_lag(st, "G", "T")
+    _, groups = http(base, "/api/groups")
+    assert next(x for x in groups if x["group"] == "G")["online"] == 1
+    _, health = http(base, "/api/health")
+    assert health["commitlog"]["confirmOffset"] == st.max_phy_offset and health["dispatchBehindBytes"] == 0
+    assert health["indexFiles"][0]["indexCount"] == 40  # a key and a unique key per message
+    c.close()
+
+
+def test_writes_need_admin_and_token(http_broker, cpp_client):
+    b, base = http_broker()
+    assert http(base, "/api/topics", "POST", {"topic": "New", "queues": 2})[0] == 401
+    assert http(base, "/api/topics", "POST", {"topic": "New", "queues": 2}, token="wrong")[0] == 403
+    assert "New" not in b.topics.table
+    status, cfg = http(base, "/api/topics", "POST", {"topic": "New", "queues": 2}, token=TOKEN)
+    assert status == 201 and b.topics.table["New"]["readQueueNums"] == 2
+    assert http(base, "/api/topics", "POST", {"topic": "bad topic!"}, token=TOKEN)[0] == 400
+    assert http(base, "/api/topics/New", "DELETE", token=TOKEN)[0] == 200 and "New" not in b.topics.table
+    # reset by time: offsets committed and a live consumer told (RESET_CONSUMER_CLIENT_OFFSET)
+    cpp_client("produce", "--namesrv", b.address, "--group", "PG", "--topic", "T", "--count", 10, "--quiet")
+    b.store.wait_dispatched(10)
+    c = RemotingClient(b.address)
+    c.json_call(C.HEART_BEAT, None, _heartbeat("c1@1", "G", "T"))
+    for q in b.store.topics()["T"]:
+        b.store.consumer_offsets.commit_offset("G", "T", q, b.store.get_max_offset_in_queue("T", q))
+    status, doc = http(base, "/api/groups/G/reset", "POST", {"topic": "T", "timestamp": 0}, token=TOKEN)
+    assert status == 200 and doc["consumersTold"] == 1
+    assert store_lag(b.store, "G", "T") == 10
+    deadline = time.time() + 5
+    while True:
+        cmd = c.read()
+        if cmd.code == 220 or time.time() > deadline:
+            break
+    assert cmd.code == 220 and cmd.ext["group"] == "G" and cmd.ext["timestamp"] == "0"
+    assert '"queueId":0,"topic":"T"}:0' in cmd.body.decode()
+    c.close()
+
+
+def test_writes_off_without_admin(http_broker):
+    b, base = http_broker(token=None)
+    status, doc = http(base, "/api/topics", "POST", {"topic": "New"}, token=TOKEN)
+    assert status == 403 and "--http-admin" in doc["error"]
+    assert http(base, "/api/broker")[1]["httpAdmin"] is False
+    assert "New" not in b.topics.table
+
+
+def test_bad_requests_get_clear_answers(http_broker):
+    _, base = http_broker()
+    assert http(base, "/api/messages/abc")[0] == 400
+    status, doc = http(base, "/api/messages?topic=T&begin=yesterday")
+    assert status == 400 and "begin" in doc["error"]
+    assert http(base, "/api/topics", "POST", None, token=TOKEN)[0] == 400
+    assert http(base, "/nope")[0] == 404
