@@ -4,6 +4,7 @@ store's, and the write calls' token check."""
 from __future__ import annotations
 
 import json
+import re
 import time
 import urllib.error
 import urllib.request
@@ -117,6 +118,37 @@ def test_metrics_after_real_clients(http_broker, cpp_client):
     assert one(found, "rocketmq_storage_size_bytes", **const) > 0
     assert one(found, "rocketmq_storage_message_reserve_time_milliseconds", **const) >= 0
     assert not [n for n in found if n.endswith("_created")]  # as the Java exporter: no _created series
+    dashboard = json.loads((Path(__file__).resolve().parents[2] / "docs" / "grafana-dashboard.json").read_text())
+    names = {n for p in dashboard["panels"] for t in p["targets"] for n in re.findall(r"\b(?:rocketmq|rmqstore)_\w+", t["expr"])}
+    families = {f.name for f in text_string_to_metric_families(text)}
+    served = families | {n + "_total" for n in families} | {n + "_bucket" for n in families}
+    assert names - served == {"rmqstore_replication_lag_bytes"}  # no HA service on this store
+
+
+def test_replication_lag_per_slave(http_broker):
+    """With an HA service on the store (``store.ha.slaves()``: peer, acknowledged offset,
+    ``time.monotonic()`` of the last report), one series per slave."""
+    b, base = http_broker()
+    st = b.store
+    from rmqstore.types import Message
+    st.put_message(Message(topic="T", body=b"x" * 500))
+
+    reported = time.monotonic() - 2.0
+
+    class HA:
+        def slaves(self):
+            return [("127.0.0.1:40001", 0, reported), ("127.0.0.1:40002", st.max_phy_offset, reported + 2.0)]
+
+    st.ha = HA()
+    try:
+        found = samples(http(base, "/metrics")[1])
+        _, info = http(base, "/api/broker")
+    finally:
+        del st.ha
+    assert one(found, "rmqstore_replication_lag_bytes", slave="127.0.0.1:40001") == st.max_phy_offset > 0
+    assert one(found, "rmqstore_replication_lag_bytes", slave="127.0.0.1:40002") == 0
+    assert 2000 <= one(found, "rmqstore_replication_last_report_age_milliseconds", slave="127.0.0.1:40001") < 60000
+    assert [s["ackOffset"] for s in info["slaves"]] == [0, st.max_phy_offset]
 
 
 def test_version_desc_matches_mqversion():

@@ -178,11 +178,10 @@ class BrokerCollector:
         age = GaugeMetricFamily("rmqstore_replication_last_report_age", "Time since the slave last reported",
                                 labels=CONST + ("slave",), unit="milliseconds")
         end = self.broker.store.max_phy_offset
-        now_ms = int(time.time() * 1000)
-        for peer, ack, last in ha.slaves():
+        now = time.monotonic()
+        for peer, ack, last in ha.slaves():  # last: time.monotonic() of the slave's last report
             behind.add_metric(self.const + (str(peer),), max(0, end - ack))
-            last_ms = last * 1000 if last < 1e11 else last  # seconds or milliseconds since the epoch
-            age.add_metric(self.const + (str(peer),), max(0, now_ms - int(last_ms)))
+            age.add_metric(self.const + (str(peer),), max(0, int((now - last) * 1000)))
         return [behind, age]
 
 

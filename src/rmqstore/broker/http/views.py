@@ -22,20 +22,24 @@ def broker_info(b) -> dict:
             "role": str(getattr(role, "value", role)), "readOnly": b.read_only, "store": store.path,
             "grpc": b.grpc_address or None, "connections": len(b.server.connections),
             "minPhyOffset": store.min_phy_offset, "maxPhyOffset": store.max_phy_offset,
-            "slaves": [{"peer": str(p), "ackOffset": a, "lastReport": t} for p, a, t in ha.slaves()] if ha else [],
+            "slaves": [{"peer": str(p), "ackOffset": a, "lastReportAgeMs": int((time.monotonic() - t) * 1000)}
+                       for p, a, t in ha.slaves()] if ha else [],
             "inTotal": b.traffic.puts, "outTotal": b.traffic.gets, "now": int(time.time() * 1000)}
 
 
-def _queue_ids(b, topic: str) -> list[int]:
+def _queue_ids(b, topic: str, stored: dict[str, list[int]] | None = None) -> list[int]:
+    """The topic's configured queues and those the store holds (``stored``: ``store.topics()``,
+    computed once by a caller that asks for many topics)."""
     tc = b.topics.get(topic) or {}
     n = max(int(tc.get("readQueueNums", 0)), int(tc.get("writeQueueNums", 0)))
-    return sorted(set(range(n)) | set(b.store.topics().get(topic, [])))
+    stored = b.store.topics() if stored is None else stored
+    return sorted(set(range(n)) | set(stored.get(topic, [])))
 
 
-def queues(b, topic: str) -> list[dict]:
+def queues(b, topic: str, stored: dict[str, list[int]] | None = None) -> list[dict]:
     store = b.store
     out = []
-    for q in _queue_ids(b, topic):
+    for q in _queue_ids(b, topic, stored):
         lo, hi = store.get_min_offset_in_queue(topic, q), store.get_max_offset_in_queue(topic, q)
         last = store.get_message_store_timestamp(topic, q, hi - 1) if hi > lo else 0
         out.append({"queueId": q, "minOffset": lo, "maxOffset": hi, "lastUpdateTimestamp": max(0, last)})
@@ -44,8 +48,9 @@ def queues(b, topic: str) -> list[dict]:
 
 def topics(b) -> list[dict]:
     out = []
+    stored = b.store.topics()
     for name, tc in sorted(list(b.topics.table.items())):
-        qs = queues(b, name)
+        qs = queues(b, name, stored)
         out.append({"topic": name, "readQueueNums": tc.get("readQueueNums"), "writeQueueNums": tc.get("writeQueueNums"),
                     "perm": tc.get("perm"), "system": is_system_topic(name) or is_retry_or_dlq(name),
                     "messages": sum(q["maxOffset"] - q["minOffset"] for q in qs)})
@@ -53,10 +58,9 @@ def topics(b) -> list[dict]:
 
 
 def _lag_pairs(b) -> list[tuple[str, str]]:
-    """(group, topic) of every known group (subscription groups and live consumers) with offsets
-    or a subscription."""
-    known = set(b.groups.table) | set(b.clients.consumers)
-    pairs = {(g, t) for t, g in b.store.consumer_offsets.table() if g in known}
+    """(group, topic) of every group with committed offsets (but the broker's own ``CID_RMQ_SYS_``
+    progress groups) or a live consumer's subscription."""
+    pairs = {(g, t) for t, g in b.store.consumer_offsets.table() if not is_system_group(g)}
     for name, g in list(b.clients.consumers.items()):
         pairs.update((name, t) for t in g.subscriptions)
     return sorted(pairs)
@@ -68,10 +72,11 @@ def group_lag_rows(b, per_queue: bool = False) -> list[dict]:
     with ``per_queue`` each queue's broker and consumer offsets."""
     store = b.store
     rows = []
+    stored = store.topics()
     for group, topic in _lag_pairs(b):
         committed = store.consumer_offsets.query_offsets(group, topic)
         lag, earliest, detail = 0, 0, []
-        for q in sorted(set(_queue_ids(b, topic)) | set(committed)):
+        for q in sorted(set(_queue_ids(b, topic, stored)) | set(committed)):
             hi = store.get_max_offset_in_queue(topic, q)
             lo = store.get_min_offset_in_queue(topic, q)
             off = committed.get(q)

@@ -109,7 +109,7 @@ class Writes:
         if not rec.topic.startswith("%DLQ%"):
             raise ValueError(f"the message at {phy} is in {rec.topic}, not a dead-letter topic")
         props = dict(rec.properties)
-        target = props.get(M.RETRY_TOPIC) or ""
+        target = props.get(M.RETRY_TOPIC) or props.get("DLQ_ORIGIN_TOPIC") or ""
         tc = b.topics.get(target)
         if tc is None:
             raise ValueError(f"the message's original topic {target!r} does not exist")
