@@ -216,6 +216,8 @@ def test_json_api_equals_the_store(http_broker, cpp_client):
     assert g["lag"] == store_lag(st, "G", "T")
     _, groups = http(base, "/api/groups")
     assert next(x for x in groups if x["group"] == "G")["online"] == 1
+    _, clients = http(base, "/api/clients")
+    assert [(x["group"], [k["clientId"] for k in x["connections"]]) for x in clients["consumers"]] == [("G", ["c1@1"])]
     _, health = http(base, "/api/health")
     assert health["commitlog"]["confirmOffset"] == st.max_phy_offset and health["dispatchBehindBytes"] == 0
     assert health["indexFiles"][0]["indexCount"] == 40  # a key and a unique key per message
@@ -266,3 +268,32 @@ def test_bad_requests_get_clear_answers(http_broker):
     assert status == 400 and "begin" in doc["error"]
     assert http(base, "/api/topics", "POST", None, token=TOKEN)[0] == 400
     assert http(base, "/nope")[0] == 404
+
+
+def test_dead_letter_counted_then_resent_and_verify(http_broker):
+    """A send-back past its retries goes to %DLQ%G and counts in rocketmq_send_to_dlq_messages_total;
+    the API resends it to its topic; a verify's summary shows in /api/health."""
+    from rmqstore.types import Message
+    b, base = http_broker()
+    st = b.store
+    b.topics.create_if_absent("Work", 1)
+    orig = st.put_message(Message(topic="Work", body=b"job", properties={"KEYS": "job-1"}))
+    st.wait_dispatched(10)
+    c = RemotingClient(b.address)
+    r = c.call(C.CONSUMER_SEND_MSG_BACK, {"offset": orig.phy_offset, "group": "G", "delayLevel": -1,
+                                          "originMsgId": orig.msg_id, "originTopic": "Work", "maxReconsumeTimes": 2})
+    c.close()
+    assert r.code == 0, r.remark
+    found = samples(http(base, "/metrics")[1])
+    assert one(found, "rocketmq_send_to_dlq_messages_total", consumer_group="G", topic="Work") == 1
+    st.wait_dispatched(10)
+    dead = st.look_message_by_offset(st.get_commit_log_offset_in_queue("%DLQ%G", 0, 0))
+    assert dead.body == b"job" and http(base, f"/api/messages/{orig.phy_offset}/resend", "POST", {},
+                                        token=TOKEN)[0] == 400  # not a dead letter
+    status, doc = http(base, f"/api/messages/{dead.phy_offset}/resend", "POST", {}, token=TOKEN)
+    assert status == 200 and doc["topic"] == "Work"
+    again = st.look_message_by_offset(doc["phyOffset"])
+    assert (again.topic, again.body, again.reconsume_times) == ("Work", b"job", 0)
+    assert http(base, "/api/health")[1]["lastVerify"] is None
+    status, v = http(base, "/api/health/verify", "POST", {}, token=TOKEN)
+    assert status == 200 and v["ok"] is True and http(base, "/api/health")[1]["lastVerify"]["ok"] is True

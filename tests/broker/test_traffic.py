@@ -45,3 +45,15 @@ def test_system_and_retry_names():
     assert is_system_topic("TBW102") and is_system_topic("rmq_sys_wheel_timer") and not is_system_topic("Orders")
     assert is_system_group("CID_RMQ_SYS_TRANS") and not is_system_group("CG")
     assert is_retry_or_dlq("%RETRY%CG") and is_retry_or_dlq("%DLQ%CG") and not is_retry_or_dlq("T")
+
+
+def test_the_broker_runs_without_the_http_extra():
+    """``import rmqstore.broker`` (and a broker without ``http=``) loads neither aiohttp nor
+    prometheus_client: the core install does not need the ``http`` extra."""
+    import subprocess
+    import sys
+    code = ("import sys; from rmqstore.broker import Broker, BrokerConfig; import rmqstore.broker.traffic; "
+            "import rmqstore.broker.http; "
+            "print(sorted(m for m in ('aiohttp', 'prometheus_client') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"
