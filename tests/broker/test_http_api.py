@@ -46,10 +46,10 @@ def http(base: str, path: str, method: str = "GET", doc=None, token: str | None 
 def http_broker(tmp_path):
     running = []
 
-    def _start(token: str | None = TOKEN, **store_overrides) -> tuple[Broker, str]:
+    def _start(token: str | None = TOKEN, grpc: bool = False, **store_overrides) -> tuple[Broker, str]:
         st = MessageStore.open(Path(tmp_path) / "store", broker_store_config(**store_overrides))
         b = Broker(st, BrokerConfig.from_properties({"brokerName": "broker-a"}), listen="127.0.0.1:0",
-                   http=HttpOptions("127.0.0.1:0", token))
+                   grpc_listen="127.0.0.1:0" if grpc else None, http=HttpOptions("127.0.0.1:0", token))
         b.start()
         running.append((b, st))
         return b, f"http://{b.http.address}"
@@ -297,3 +297,33 @@ def test_dead_letter_counted_then_resent_and_verify(http_broker):
     assert http(base, "/api/health")[1]["lastVerify"] is None
     status, v = http(base, "/api/health/verify", "POST", {}, token=TOKEN)
     assert status == 200 and v["ok"] is True and http(base, "/api/health")[1]["lastVerify"]["ok"] is True
+
+
+def test_grpc_traffic_is_counted(http_broker):
+    """RocketMQ 5's gRPC protocol: sends, a receive (pop) and a pull count as the remoting ones do."""
+    from rmqstore.broker.messaging.protocol import pb
+
+    from .test_grpc_protocol import Api
+    b, base = http_broker(grpc=True)
+    b.topics.create_if_absent("GT", 1)
+    a = Api(b.grpc_address)
+    try:
+        for i in range(3):
+            assert a.send("GT", b"grpc-%d" % i).status.code == pb.OK
+        b.store.wait_dispatched(10)
+        stream = a.receive("GR", "GT", n=32, invisible_ms=20000)
+        got = [r for r in stream if r.WhichOneof("content") == "message"]
+        pulled = a.PullMessage(pb.PullMessageRequest(
+            group=pb.Resource(name="GP"), message_queue=pb.MessageQueue(topic=pb.Resource(name="GT"), id=0),
+            offset=0, batch_size=32, filter_expression=pb.FilterExpression(type=pb.TAG, expression="*")))
+    finally:
+        a.close()
+    assert len(got) == 3, stream
+    assert len([r for r in pulled if r.WhichOneof("content") == "message"]) == 3
+    found = samples(http(base, "/metrics")[1])
+    assert one(found, "rocketmq_messages_in_total", topic="GT", message_type="normal") == 3
+    assert one(found, "rocketmq_messages_out_total", topic="GT", consumer_group="GR") == 3
+    assert one(found, "rocketmq_messages_out_total", topic="GT", consumer_group="GP") == 3
+    sizes = sum(b.store.look_message_by_offset(b.store.get_commit_log_offset_in_queue("GT", 0, o)).store_size
+                for o in range(3))
+    assert one(found, "rocketmq_throughput_out_total", topic="GT", consumer_group="GP") == sizes
