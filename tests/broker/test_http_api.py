@@ -216,6 +216,12 @@ def test_json_api_equals_the_store(http_broker, cpp_client):
     assert g["lag"] == store_lag(st, "G", "T")
     _, groups = http(base, "/api/groups")
     assert next(x for x in groups if x["group"] == "G")["online"] == 1
+    b.loop.call_soon_threadsafe(b.http.history.sample)  # as the 10 s sampler does, on the broker's loop
+    deadline = time.time() + 5
+    while len(http(base, "/api/history")[1]) < 2 and time.time() < deadline:
+        time.sleep(0.05)
+    _, hist = http(base, "/api/history?group=G")
+    assert hist[-1]["lag"] == store_lag(st, "G", "T") and hist[-1]["in"] == 20 and hist[0]["t"] <= hist[-1]["t"]
     _, clients = http(base, "/api/clients")
     assert [(x["group"], [k["clientId"] for k in x["connections"]]) for x in clients["consumers"]] == [("G", ["c1@1"])]
     _, health = http(base, "/api/health")

@@ -12,6 +12,7 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 
 from ...errors import RmqStoreError
 from . import views
+from .history import History
 from .metrics import registry_for
 from .storage import storage_view
 from .writes import Writes
@@ -45,6 +46,8 @@ class HttpFront:
         self.token = options.admin_token
         self.registry = registry_for(broker)
         self.writes = Writes(broker)
+        self.history = History(broker)
+        self._history_task: asyncio.Task | None = None
         self.runner: web.AppRunner | None = None
         self.address = ""
 
@@ -54,7 +57,7 @@ class HttpFront:
                ("/api/topics/{topic}/queues", self.queues), ("/api/groups", self.groups),
                ("/api/groups/{group}", self.group), ("/api/clients", self.clients), ("/api/messages", self.search),
                ("/api/messages/{phy}", self.message), ("/api/storage/{phy}", self.storage),
-               ("/api/health", self.health), ("/", self.index)]
+               ("/api/health", self.health), ("/api/history", self.history_answer), ("/", self.index)]
         for path, fn in get:
             app.router.add_get(path, fn)
         w = self.writes
@@ -71,6 +74,7 @@ class HttpFront:
         await self.runner.setup()
         site = web.TCPSite(self.runner, self.host, self.port, reuse_address=True)
         await site.start()
+        self._history_task = asyncio.ensure_future(self.history.run())
         host, port = self.runner.addresses[0][:2]
         self.port = port
         self.address = f"{host}:{port}"
@@ -78,6 +82,9 @@ class HttpFront:
                  "on (bearer token)" if self.token else "off")
 
     async def stop(self) -> None:
+        if self._history_task is not None:
+            self._history_task.cancel()
+            self._history_task = None
         if self.runner is not None:
             await self.runner.cleanup()
             self.runner = None
@@ -170,12 +177,11 @@ class HttpFront:
     async def health(self, request):
         return _json(views.health(self.broker, self.writes.last_verify))
 
+    async def history_answer(self, request):
+        return _json(self.history.answer(request.query.get("group")))
+
     async def index(self, request):
         return web.FileResponse(STATIC / "index.html")
-
-
-async def run_in_thread(fn, *args):
-    return await asyncio.get_running_loop().run_in_executor(None, fn, *args)
 
 
 __all__ = ["HttpFront"]

@@ -63,6 +63,13 @@ const pages = {
         ["behind (bytes)", s => b.maxPhyOffset - s.ackOffset, 1]], b.slaves) : "") +
       "<h3>Messages per second</h3><div class=cards><div class=card>in<b id=rateIn>-</b></div>" +
       "<div class=card>out<b id=rateOut>-</b></div></div><canvas id=rates width=720 height=200></canvas>";
+    if (!history.last) {  // seed the chart with the broker's own history (a sample every 10 s)
+      const h = await api("/api/history");
+      for (let i = 1; i < h.length; i++) {
+        const dt = Math.max(0.001, (h[i].t - h[i - 1].t) / 1000);
+        history.inRate.push((h[i].in - h[i - 1].in) / dt); history.outRate.push((h[i].out - h[i - 1].out) / dt);
+      }
+    }
     every(2000, async () => {
       const d = await api("/api/broker");
       const last = history.last;
@@ -118,7 +125,10 @@ const pages = {
       "<h3>Lag over time</h3><canvas id=lagChart width=720 height=180></canvas>" +
       "<h3>Reset offsets by time</h3><form class=inline id=reset><input name=topic placeholder=topic>" +
       "<input name=time type=datetime-local step=1><button>reset</button> <span id=resetOut></span></form>";
-    const lag = history.lag[name] = history.lag[name] || [];
+    let lag = history.lag[name];
+    if (!lag) {  // the broker's own history first (a sample every 10 s), then this page's own samples
+      lag = history.lag[name] = (await api("/api/history?group=" + encodeURIComponent(name))).map(s => s.lag);
+    }
     every(2000, async () => {
       const g = await api("/api/groups/" + encodeURIComponent(name));
       const body = document.getElementById("groupBody");
