@@ -4,6 +4,7 @@ store's, and the write calls' token check."""
 from __future__ import annotations
 
 import json
+import os
 import re
 import time
 import urllib.error
@@ -333,3 +334,27 @@ def test_grpc_traffic_is_counted(http_broker):
     sizes = sum(b.store.look_message_by_offset(b.store.get_commit_log_offset_in_queue("GT", 0, o)).store_size
                 for o in range(3))
     assert one(found, "rocketmq_throughput_out_total", topic="GT", consumer_group="GP") == sizes
+
+
+def test_serve_command_http_options(tmp_path):
+    """``rmqstore serve --http-listen``: the listening line names the HTTP address, /metrics answers,
+    SIGTERM stops it cleanly; the options are checked before anything starts."""
+    import signal
+    import subprocess
+    import sys
+    rmq = [sys.executable, "-m", "rmqstore.cli.main", "serve", "--store", str(tmp_path / "s")]
+    p = subprocess.run(rmq + ["--http-listen", "127.0.0.1:0", "--http-admin"], capture_output=True, text=True,
+                       timeout=60, env=dict(os.environ, RMQSTORE_HTTP_TOKEN=""))
+    assert p.returncode == 2 and "needs a token" in p.stderr, p.stderr
+    p = subprocess.Popen(rmq + ["--listen", "127.0.0.1:0", "--http-listen", "127.0.0.1:0", "--http-admin", "--json"],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                         env=dict(os.environ, RMQSTORE_HTTP_TOKEN=TOKEN))
+    try:
+        doc = json.loads(p.stdout.readline())
+        base = f"http://{doc['http']}"
+        assert http(base, "/metrics")[0] == 200
+        assert http(base, "/api/topics", "POST", {"topic": "ViaCli"}, token=TOKEN)[0] == 201
+    finally:
+        p.send_signal(signal.SIGTERM)
+        _, err = p.communicate(timeout=30)
+    assert p.returncode == 0, err
