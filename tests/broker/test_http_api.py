@@ -301,6 +301,12 @@ def test_dead_letter_counted_then_resent_and_verify(http_broker):
     assert status == 200 and doc["topic"] == "Work"
     again = st.look_message_by_offset(doc["phyOffset"])
     assert (again.topic, again.body, again.reconsume_times) == ("Work", b"job", 0)
+    # a body the producer compressed (zlib, RocketMQ's default) is shown as the producer sent it
+    import zlib
+    text = "compressible " * 50
+    z = st.put_message(Message(topic="Work", body=zlib.compress(text.encode()), sys_flag=0x1))
+    doc = http(base, f"/api/messages/{z.phy_offset}")[1]
+    assert doc["body"] == text and doc["sysFlagBits"]["compression"] == "zlib" and doc["storedBodyLength"] < len(text)
     assert http(base, "/api/health")[1]["lastVerify"] is None
     status, v = http(base, "/api/health/verify", "POST", {}, token=TOKEN)
     assert status == 200 and v["ok"] is True and http(base, "/api/health")[1]["lastVerify"]["ok"] is True

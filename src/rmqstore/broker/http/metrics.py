@@ -28,6 +28,10 @@ OUT_LABELS = CONST + ("topic", "consumer_group", "is_system")
 LAG_LABELS = CONST + ("topic", "consumer_group", "is_retry", "is_system")
 
 
+#: ``ConsumeType.getTypeCN()`` lower-cased, the Java broker's ``consume_mode`` label
+_CONSUME_MODES = {"CONSUME_PASSIVELY": "push", "CONSUME_ACTIVELY": "pull", "CONSUME_POP": "pop"}
+
+
 def _bool(v: bool) -> str:
     return "true" if v else "false"
 
@@ -132,7 +136,7 @@ class BrokerCollector:
                                                  "protocol_type", "is_system"))
         counts = {}
         for name, g in list(b.clients.consumers.items()):
-            mode = "push" if g.consume_type == "CONSUME_PASSIVELY" else "pull"
+            mode = _CONSUME_MODES.get(g.consume_type, "pull")
             for conn in list(g.channels):
                 key = (name, conn.language.lower(), version_desc(conn.version), mode, "remoting",
                        _bool(is_system_group(name)))

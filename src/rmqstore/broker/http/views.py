@@ -8,6 +8,7 @@ import shutil
 import time
 
 from ...errors import RmqStoreError
+from ...format.compression import describe_sys_flag
 from ..traffic import is_retry_or_dlq, is_system_group, is_system_topic
 
 #: most messages one search answers
@@ -131,8 +132,15 @@ def clients(b) -> dict:
 
 
 def message(rec) -> dict:
-    """One record, decoded: its body as text when it is UTF-8 (and always as base64)."""
-    body = bytes(rec.body)
+    """One record, decoded: its body (decompressed when the producer compressed it) as text when it
+    is UTF-8, and always as base64; every SYSFLAG bit by name."""
+    flags = describe_sys_flag(rec.sys_flag)
+    body, note = bytes(rec.body), None
+    if flags["compression"]:
+        try:
+            body = rec.decoded_body
+        except (ImportError, ValueError) as e:  # a missing codec, damaged bytes: the stored bytes shown
+            note = f"stored bytes shown: {e}"
     try:
         text = body.decode("utf-8")
     except UnicodeDecodeError:
@@ -144,6 +152,7 @@ def message(rec) -> dict:
             "storeHost": rec.store_host, "reconsumeTimes": rec.reconsume_times,
             "preparedTransactionOffset": rec.prepared_transaction_offset, "tags": rec.properties.get("TAGS"),
             "keys": rec.properties.get("KEYS"), "properties": dict(rec.properties), "bodyLength": len(body),
+            "storedBodyLength": len(rec.body), "sysFlagBits": flags, "bodyNote": note,
             "body": text, "bodyBase64": base64.b64encode(body).decode()}
 
 

@@ -189,8 +189,10 @@ const pages = {
         ["topic", m.topic], ["queue / offset", m.queueId + " / " + m.queueOffset], ["unique key", m.uniqKey],
         ["keys", m.keys], ["tags", m.tags], ["born", fmtTime(m.bornTimestamp) + " from " + m.bornHost],
         ["stored", fmtTime(m.storeTimestamp) + " on " + m.storeHost], ["reconsume times", m.reconsumeTimes]]) +
-      "<h3>Body (" + m.bodyLength + " bytes)</h3><pre id=msgBody class=mono>" + esc(m.body === null ? "(binary) " +
-        m.bodyBase64 : m.body) + "</pre>" +
+      "<h3>Body (" + m.bodyLength + " bytes" + (m.sysFlagBits.compression ? ", stored " + m.sysFlagBits.compression +
+        "-compressed in " + m.storedBodyLength : "") + ")</h3>" +
+      (m.bodyNote ? "<p class=err>" + esc(m.bodyNote) + "</p>" : "") +
+      "<pre id=msgBody class=mono>" + esc(m.body === null ? "(binary) " + m.bodyBase64 : m.body) + "</pre>" +
       "<h3>Properties</h3>" + table([["name", r => esc(r.k)], ["value", r => esc(r.v)]], props) +
       storageView(s) +
       (m.topic.startsWith("%DLQ%") ? "<button id=resend>resend to its topic</button> <span id=resendOut></span>" : "");
