@@ -21,10 +21,17 @@ def _json(doc, status: int = 200) -> web.Response:
 
 
 def _mq_offsets(broker_name: str, topic: str, offsets: dict[int, int]) -> str:
-    """``ResetOffsetBody`` as fastjson writes it: ``MessageQueue`` objects as map keys."""
+    """``ResetOffsetBody`` as the Java broker writes it (fastjson): ``MessageQueue`` objects as map keys."""
     def key(q: int) -> str:
         return json.dumps({"brokerName": broker_name, "queueId": q, "topic": topic}, separators=(",", ":"))
     return '{"offsetTable":{' + ",".join(f"{key(q)}:{o}" for q, o in sorted(offsets.items())) + "}}"
+
+
+def _mq_offsets_cpp(broker_name: str, topic: str, offsets: dict[int, int]) -> str:
+    """``ResetOffsetBody`` as RocketMQ's C++ client 1.x reads it: an array of queues with their
+    offsets (it cannot parse fastjson's object keys, so a Java broker's reset never reaches it)."""
+    return json.dumps({"offsetTable": [{"brokerName": broker_name, "queueId": q, "topic": topic, "offset": o}
+                                       for q, o in sorted(offsets.items())]}, separators=(",", ":"))
 
 
 async def _body(request: web.Request) -> dict:
@@ -89,11 +96,13 @@ class Writes:
             offsets[q] = off
             b.commit_offset(group, topic, q, off)
         live = b.clients.consumers.get(group)
-        body = _mq_offsets(b.cfg.broker_name, topic, offsets).encode()
+        java = _mq_offsets(b.cfg.broker_name, topic, offsets).encode()
+        cpp = _mq_offsets_cpp(b.cfg.broker_name, topic, offsets).encode()
         told = 0
         for conn in list(live.channels) if live else []:
             conn.send_request_oneway(RESET_CONSUMER_CLIENT_OFFSET, {"topic": topic, "group": group,
-                                                                   "timestamp": str(ts), "isForce": "true"}, body)
+                                                                   "timestamp": str(ts), "isForce": "true"},
+                                     cpp if conn.language == "CPP" else java)
             told += 1
         return _json({"group": group, "topic": topic, "offsets": offsets, "consumersTold": told})
 
