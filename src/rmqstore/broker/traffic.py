@@ -16,8 +16,9 @@ SYSTEM_TOPICS = frozenset({"TBW102", "SCHEDULE_TOPIC_XXXX", "BenchmarkTest", "RM
                            "RMQ_SYS_TRACE_TOPIC", "RMQ_SYS_TRANS_OP_HALF_TOPIC", "TRANS_CHECK_MAX_TIME_TOPIC",
                            "SELF_TEST_TOPIC", "OFFSET_MOVED_EVENT", "CHECKPOINT_TOPIC"})
 _TX_PREPARED = 0x4  # MessageSysFlag.TRANSACTION_PREPARED_TYPE
-_FIFO_KEYS = frozenset({"__SHARDINGKEY"})
-_DELAY_KEYS = frozenset({"__STARTDELIVERTIME", "DELAY", "TIMER_DELIVER_MS", "TIMER_DELAY_SEC", "TIMER_DELAY_MS"})
+#: the properties that make a message FIFO (the sharding key) or delayed (the others)
+_TYPED = frozenset({"__SHARDINGKEY", "__STARTDELIVERTIME", "DELAY", "TIMER_DELIVER_MS", "TIMER_DELAY_SEC",
+                    "TIMER_DELAY_MS"})
 
 
 def is_system_topic(topic: str) -> bool:
@@ -33,16 +34,18 @@ def is_retry_or_dlq(topic: str) -> bool:
 
 
 def message_type(msg) -> str:
-    """``BrokerMetricsManager.getMessageType``: transaction, fifo, delay or normal."""
+    """``BrokerMetricsManager.getMessageType``: transaction, fifo, delay or normal (one pass over
+    the properties: no mapping built per message)."""
     if msg.sys_flag & _TX_PREPARED:
         return "transaction"
     props = msg.properties or ()
-    keys = props.keys() if hasattr(props, "keys") else [k for k, _ in props]
+    if not isinstance(props, (list, tuple)):  # a mapping
+        props = props.items()
     kind = "normal"
-    for k in keys:
-        if k in _FIFO_KEYS:
-            return "fifo"
-        if k in _DELAY_KEYS:
+    for k, _ in props:
+        if k in _TYPED:
+            if k == "__SHARDINGKEY":
+                return "fifo"
             kind = "delay"
     return kind
 
