@@ -364,3 +364,46 @@ def test_serve_command_http_options(tmp_path):
         p.send_signal(signal.SIGTERM)
         _, err = p.communicate(timeout=30)
     assert p.returncode == 0, err
+
+
+def test_storage_view_of_a_message_with_two_keys(http_broker):
+    """Each word of KEYS has its own index chain, and each chain ends at the record."""
+    from rmqstore.types import Message
+    b, base = http_broker()
+    st = b.store
+    for i in range(30):  # other keys first: chains in the same slots are possible, never wrong
+        st.put_message(Message(topic="K", body=b"filler", properties={"KEYS": f"f{i}"}))
+    r = st.put_message(Message(topic="K", body=b"two keys", properties={"KEYS": "alpha beta", "TAGS": "t"}))
+    st.wait_dispatched(10)
+    status, view = http(base, f"/api/storage/{r.phy_offset}")
+    assert status == 200
+    chains = {c["key"]: c for c in view["index"]}
+    assert set(chains) == {"alpha", "beta"}  # no UNIQ_KEY on a message put without one
+    for key, c in chains.items():
+        walk = c["files"][0]
+        assert walk["found"] and walk["chain"][-1]["phyOffset"] == r.phy_offset
+        assert walk["slot"] == c["keyHash"] % walk["slotNum"] and c["indexKey"] == f"K#{key}"
+    fields = {f["name"]: f for f in view["fields"]}
+    assert fields["topic"]["value"] == "K" and "KEYS=alpha beta" in fields["properties"]["value"]
+    assert sum(f["size"] for f in view["fields"]) == r.wrote_bytes  # every byte of the record, once
+
+
+def test_read_only_broker_serves_reads_and_refuses_writes(tmp_path):
+    from rmqstore.types import Message
+    path = Path(tmp_path) / "store"
+    with MessageStore.open(path, broker_store_config()) as st:
+        st.put_message(Message(topic="RO", body=b"x"))
+    st = MessageStore.open(path, broker_store_config(), read_only=True)
+    b = Broker(st, BrokerConfig.from_properties({"brokerName": "broker-a"}), listen="127.0.0.1:0",
+               http=HttpOptions("127.0.0.1:0", TOKEN))
+    b.start()
+    try:
+        base = f"http://{b.http.address}"
+        found = samples(http(base, "/metrics")[1])
+        assert one(found, "rocketmq_broker_permission") == 4
+        assert http(base, "/api/broker")[1]["readOnly"] is True
+        status, doc = http(base, "/api/topics", "POST", {"topic": "New"}, token=TOKEN)
+        assert status == 409 and "read-only" in doc["error"]
+    finally:
+        b.stop()
+        st.close()
