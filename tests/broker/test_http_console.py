@@ -115,6 +115,9 @@ def test_pages_search_and_storage_view(browser, console, cpp_client):
     cq = browser.find_element(By.CSS_SELECTOR, "#cqUnit").text
     assert str(rec.phy_offset) in cq and str(rec.queue_offset * 20) in cq
     assert browser.find_elements(By.CSS_SELECTOR, ".item.match")  # the key's chain reaches the record
+    browser.get(base + "/#/group/CG")
+    wait_for(browser, "#dlqLink").click()  # the group's dead letters: a search by time in %DLQ%CG
+    assert wait_for(browser, "#results p").text == "0 found"
     assert severe(browser) == []
     c.close()
 

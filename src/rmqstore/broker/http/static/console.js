@@ -121,7 +121,8 @@ const pages = {
   },
 
   async group(name) {
-    $page.innerHTML = "<h2>Group " + esc(name) + "</h2><div id=groupBody></div>" +
+    $page.innerHTML = "<h2>Group " + esc(name) + "</h2><p><a id=dlqLink href='#/search?topic=" +
+      encodeURIComponent("%DLQ%" + name) + "&begin=0'>dead letters of this group</a></p><div id=groupBody></div>" +
       "<h3>Lag over time</h3><canvas id=lagChart width=720 height=180></canvas>" +
       "<h3>Reset offsets by time</h3><form class=inline id=reset><input name=topic placeholder=topic>" +
       "<input name=time type=datetime-local step=1><button>reset</button> <span id=resetOut></span></form>";
