@@ -98,7 +98,8 @@ def test_metrics_after_real_clients(http_broker, cpp_client):
     status, text = http(base, "/metrics")
     assert status == 200
     found = samples(text)
-    const = {"cluster": "DefaultCluster", "node_type": "broker", "node_id": "broker-a"}
+    const = {"cluster": "DefaultCluster", "node_type": "broker", "node_id": "broker-a",
+             "otel_scope_name": "broker-meter"}
     labels = dict(const, topic="Orders", message_type="normal", is_system="false")
     assert one(found, "rocketmq_messages_in_total", **labels) == 75
     stored = [b.store.look_message_by_offset(b.store.get_commit_log_offset_in_queue("Orders", q, o))

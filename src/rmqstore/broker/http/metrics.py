@@ -6,7 +6,10 @@ that does not already hold it and ``_total`` to a counter (``rocketmq_storage_si
 ``bytes`` is ``rocketmq_storage_size_bytes``; ``rocketmq_storage_flush_behind_bytes`` stays;
 ``rocketmq_consumer_lag_latency`` in ``milliseconds`` is ``rocketmq_consumer_lag_latency_milliseconds``).
 Every sample carries the broker's constant labels ``cluster``, ``node_type="broker"`` and
-``node_id`` (the broker name), as the Java broker's ``newAttributesBuilder`` adds them.
+``node_id`` (the broker name), as the Java broker's ``newAttributesBuilder`` adds them, and
+``otel_scope_name="broker-meter"``, as the exporter (OpenTelemetry Java 1.29, RocketMQ's) adds the
+meter's name to each. (That exporter's ``# TYPE`` lines name a counter ``..._total_total`` and leave
+the unit out; ours name the samples' family, which Prometheus does not look at for queries.)
 
 Everything is read at scrape time: the counters from :class:`~rmqstore.broker.traffic.Traffic`
 (updated once per put or pull result), lag from the consumer offsets and the queues' max offsets.
@@ -22,7 +25,7 @@ from prometheus_client.registry import CollectorRegistry
 from ..traffic import SIZE_BUCKETS, is_retry_or_dlq, is_system_group, is_system_topic
 from .views import group_lag_rows
 
-CONST = ("cluster", "node_type", "node_id")
+CONST = ("cluster", "node_type", "node_id", "otel_scope_name")
 IN_LABELS = CONST + ("topic", "message_type", "is_system")
 OUT_LABELS = CONST + ("topic", "consumer_group", "is_system")
 LAG_LABELS = CONST + ("topic", "consumer_group", "is_retry", "is_system")
@@ -53,7 +56,7 @@ class BrokerCollector:
     def __init__(self, broker) -> None:
         self.broker = broker
         cfg = broker.cfg
-        self.const = (cfg.broker_cluster_name, "broker", cfg.broker_name)
+        self.const = (cfg.broker_cluster_name, "broker", cfg.broker_name, "broker-meter")
 
     def collect(self):
         yield from self._traffic()
