@@ -28,6 +28,7 @@ from .schedule import ScheduleService
 from .send import SendProcessor
 from .server import RemotingServer, parse_listen  # noqa: F401 - parse_listen: the CLI's name for it
 from .timer import TimerService
+from .traffic import Traffic
 from .transaction import TransactionProcessor
 from ..io import paths
 
@@ -81,11 +82,12 @@ class Broker:
 
     def __init__(self, store: MessageStore, config: BrokerConfig | None = None, *, listen: str = "127.0.0.1:9876",
                  grpc_listen: str | None = None, grpc_tls: tuple[str, str] | None = None,
-                 namesrv_addr: str | None = None):
+                 namesrv_addr: str | None = None, http=None):
         """``grpc_listen`` (``HOST:PORT``) also starts the gRPC ``MessagingService`` of RocketMQ 5's
         clients; ``grpc_tls`` is ``(certificate chain PEM path, private key PEM path)`` for TLS.
         ``namesrv_addr`` (``a:9876;b:9876``, default broker.conf's ``namesrvAddr``) registers with
-        those name servers; without any, the broker is its own name server."""
+        those name servers; without any, the broker is its own name server. ``http``
+        (:class:`~rmqstore.broker.http.HttpOptions`) starts metrics, JSON API and console."""
         self.store = store
         store.ha_wait_in_put = False  # HA: put() awaits the slaves' acknowledgement (replication_wait)
         self.cfg = config or BrokerConfig()
@@ -106,6 +108,8 @@ class Broker:
         self.clients = ClientManager()
         self.locks = RebalanceLocks()
         self.stats = Stats()
+        self.traffic = Traffic()
+        self.http_options, self.http = http, None
         self.advertised = ""
         self.server_port = 0
         self.advertised_host = ""
@@ -176,6 +180,9 @@ class Broker:
                             asyncio.ensure_future(self._revive())]
         if self.grpc_listen is not None:
             await self._start_grpc(shown)
+        if self.http_options is not None:
+            from .http import start_http
+            self.http = await start_http(self, self.http_options)
         log.info("listening on %s:%d (broker %s, cluster %s, advertised %s%s)", host, port, self.cfg.broker_name,
                  self.cfg.broker_cluster_name, self.advertised, ", read-only" if self.read_only else "")
 
@@ -228,6 +235,8 @@ class Broker:
         if self._grpc_server is not None:
             await self._grpc_server.stop(min(drain_s, 1.0))
             self._grpc_server = None
+        if self.http is not None:
+            await self.http.stop()
         await self.server.drain(drain_s)
         for t in getattr(self, "_tasks", []):
             t.cancel()

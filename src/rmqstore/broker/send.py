@@ -172,6 +172,7 @@ class SendProcessor:
             max_times = h.int("maxReconsumeTimes")
         if reconsume > max_times or not b.locks.all_expired(group):
             props[P.DELAY] = "-1"
+            b.traffic.to_dlq(group, props.get(M.RETRY_TOPIC, topic))
             dlq = DLQ_PREFIX + group
             b.topics.create_if_absent(dlq, DLQ_NUMS_PER_GROUP, PERM_WRITE | PERM_READ)
             return dlq, self.random.randrange(DLQ_NUMS_PER_GROUP)
@@ -185,6 +186,7 @@ class SendProcessor:
             code = _STATUS_CODES.get(result.status, ResponseCode.SYSTEM_ERROR)
             if result.status in (PutMessageStatus.PUT_OK, PutMessageStatus.FLUSH_DISK_TIMEOUT):
                 b.stats.put(len(msgs))
+                b.traffic.put(msgs[0], len(msgs), result.wrote_bytes)
                 ext.update(msgId=result.msg_id, queueId=qid, queueOffset=result.queue_offset, transactionId=uniq)
                 return cmd.response(code, None, ext)
             remark = result.error or result.status.value
@@ -223,6 +225,7 @@ class SendProcessor:
         if cmd.version >= V3_4_9 and h.str("maxReconsumeTimes", None) is not None:
             max_times = h.int("maxReconsumeTimes")
         if rec.reconsume_times >= max_times or level < 0:
+            b.traffic.to_dlq(group, h.str("originTopic", None) or rec.topic)
             topic = DLQ_PREFIX + group
             qid = self.random.randrange(DLQ_NUMS_PER_GROUP)
             b.topics.create_if_absent(topic, DLQ_NUMS_PER_GROUP, PERM_WRITE | PERM_READ)

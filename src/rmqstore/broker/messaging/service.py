@@ -147,6 +147,8 @@ class MessagingService(ConsumeRpcs, services.MessagingServiceServicer):
         result = self.b.put(msgs, lambda r: r)
         if asyncio.iscoroutine(result):
             result = await result
+        if result.ok:
+            self.b.traffic.put(msgs[0], len(msgs), result.wrote_bytes)
         return result
 
     # --- route, heartbeat, settings ------------------------------------------------------------------
