@@ -36,6 +36,7 @@ from .engine.checkpoint import StoreCheckpoint
 from .engine.commit_log import CommitLog
 from .engine.consume_queue import ConsumeQueue
 from .engine.consumer_offsets import CONSUMER_OFFSET_FILE, ConsumerOffsetManager
+from .engine.group_commit import put_group
 from .engine.dispatch import extract_dispatch_columns, iter_record_batches
 from .engine.reput import ReputMessageService
 from .engine.index import IndexFile, IndexService
@@ -877,6 +878,16 @@ class MessageStore(StoreReads):
         if self.disk_full:
             return _disk_full_result(self.cfg)
         return self.commit_log.put_messages(list(msgs))
+
+    def put_group(self, items: list[list[Message]]) -> list[PutMessageResult]:
+        """Append puts that arrived together (a broker's group commit), one result per item in
+        order: an item of one message is a :meth:`put_message`, a longer one a :meth:`put_messages`
+        batch. The single messages are appended under one hold of the append lock, with one
+        dispatcher wake-up and, under SYNC_FLUSH, one flush wait (:mod:`.engine.group_commit`)."""
+        self._check_writable()
+        if self.disk_full:
+            return [_disk_full_result(self.cfg) for _ in items]
+        return put_group(self.commit_log, items)
 
     def dispatch(self) -> None:
         """Dispatch everything appended so far in the calling thread (consume queues, index,

@@ -25,6 +25,7 @@ from .pull import PullProcessor
 from .remoting import RequestCode
 from .schedule import ScheduleService
 from .send import SendProcessor
+from .group_commit import PutGroups
 from .server import RemotingServer
 from .timer import TimerService
 from .transaction import TransactionProcessor
@@ -35,6 +36,10 @@ log = logging.getLogger("rmqstore.broker")
 #: ms between writes of the broker's state files that change often (delay offsets)
 PERSIST_INTERVAL_S = 5.0
 RATE_INTERVAL_S = 5.0
+#: put workers under SYNC_FLUSH: each takes a whole group (one append, one flush wait for all of it)
+PUT_WORKERS = 4
+#: the least time between two dispatch rounds after group commits on the event loop
+DISPATCH_COALESCE_S = 0.001
 
 
 def parse_listen(listen: str) -> tuple[str, int]:
@@ -122,6 +127,8 @@ class Broker:
         self._start_error: BaseException | None = None
         self._inline_dispatch = False
         self._dispatch_scheduled = False
+        self._last_dispatch = 0.0
+        self.put_groups: PutGroups | None = None
         self._loop_thread = 0
 
     # --- addresses ----------------------------------------------------------------------------------
@@ -145,7 +152,8 @@ class Broker:
         if self.store.cfg.store_host == "127.0.0.1:10911" and not self.read_only:
             self.store_host = self.advertised  # what offsetMsgIds name: where this broker answers
         if self.store.cfg.sync_flush:
-            self._executor = concurrent.futures.ThreadPoolExecutor(8, thread_name_prefix="rmqstore-put")
+            self._executor = concurrent.futures.ThreadPoolExecutor(PUT_WORKERS, thread_name_prefix="rmqstore-put")
+        self.put_groups = PutGroups(self, self._executor)
         self.store.add_dispatch_listener(self._on_dispatched)
         self._loop_thread = threading.get_ident()
         self._inline_dispatch = not self.read_only and not self.store.cfg.sync_flush
@@ -213,6 +221,8 @@ class Broker:
         if self._grpc_server is not None:
             await self._grpc_server.stop(min(drain_s, 1.0))
             self._grpc_server = None
+        if self.put_groups is not None:
+            await self.put_groups.drain(drain_s)
         await self.server.drain(drain_s)
         for t in getattr(self, "_tasks", []):
             t.cancel()
@@ -283,37 +293,51 @@ class Broker:
 
     # --- used by the processors -------------------------------------------------------------------
     def put(self, msgs, answer):
-        """Store ``msgs`` (one message, or a batch for one queue) and return ``answer(result)``;
-        under SYNC_FLUSH the put (which waits for the disk) runs on a worker thread and this
-        returns an awaitable, so the event loop keeps serving."""
-        store = self.store
-
-        def do():
-            return store.put_message(msgs[0]) if len(msgs) == 1 else store.put_messages(msgs)
-
-        if self._executor is None:
-            result = do()
+        """Store ``msgs`` (one message, or a batch for one queue) and answer ``answer(result)``. On
+        the event loop the puts of one pass are appended as one group after the pass
+        (:class:`~.group_commit.PutGroups`), and this returns a :class:`~.server.Deferred` of the
+        answer (awaitable); elsewhere it puts at once and returns the answer."""
+        if self.loop is None or threading.get_ident() != self._loop_thread or self.put_groups is None:
+            result = self.put_items([msgs])[0]
             self.schedule_dispatch()
             return answer(result)
+        return self.put_groups.submit(msgs, answer)
 
-        async def later():
-            result = await asyncio.get_running_loop().run_in_executor(self._executor, do)
-            return answer(result)
-
-        return later()
+    def put_items(self, items: list[list]) -> list:
+        """The put of a group (on the event loop, or on a put worker under SYNC_FLUSH): one
+        ``PutMessageResult`` per item, from which each answer is then produced."""
+        return self.store.put_group(items)
 
     def schedule_dispatch(self) -> None:
         """After puts on the event loop: dispatch once the loop has handled what is ready."""
-        if self._inline_dispatch and not self._dispatch_scheduled:
+        if self._inline_dispatch and not self._dispatch_scheduled and self.loop is not None:
             self._dispatch_scheduled = True
-            self.loop.call_soon(self._dispatch_now)
+            self.loop.call_soon(self.dispatch_now)
 
-    def _dispatch_now(self) -> None:
+    def dispatch_after_puts(self) -> None:
+        """After a group's answers: dispatch in this callback, or, when the last round was less
+        than ``DISPATCH_COALESCE_S`` ago, once that much time has passed: under load a round then
+        takes the groups of that time (upstream's reput runs a round every millisecond)."""
+        if not self._inline_dispatch or self._dispatch_scheduled:
+            return
+        wait = self._last_dispatch + DISPATCH_COALESCE_S - time.monotonic()
+        if wait <= 0:
+            self.dispatch_now()
+        else:
+            self._dispatch_scheduled = True
+            self.loop.call_later(wait, self.dispatch_now)
+
+    def dispatch_now(self) -> None:
+        """Dispatch what the puts on the event loop appended (ASYNC_FLUSH; under SYNC_FLUSH the
+        background dispatcher follows the flushes)."""
         self._dispatch_scheduled = False
+        if not self._inline_dispatch:
+            return
         try:
             self.store.dispatch()
         except Exception:  # noqa: BLE001 - the background dispatcher retries within 50 ms
             log.exception("dispatch failed")
+        self._last_dispatch = time.monotonic()
 
     def commit_offset(self, group: str, topic: str, queue_id: int, offset: int) -> None:
         self.store.consumer_offsets.commit_offset(group, topic, queue_id, offset)

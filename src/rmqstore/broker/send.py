@@ -155,7 +155,7 @@ class SendProcessor:
             return cmd.response(ResponseCode.MESSAGE_ILLEGAL, "batch body holds no message")
         born, sys_flag, reconsume = h.long("bornTimestamp"), h.int("sysFlag"), h.int("reconsumeTimes", 0)
         msgs = [Message(topic=topic, body=body, queue_id=qid, flag=flag, sys_flag=sys_flag,
-                        properties=list(P.parse_properties(props).items()), born_timestamp=born, born_host=conn.peer,
+                        properties=P.parse_properties(props), born_timestamp=born, born_host=conn.peer,
                         store_host=b.store_host, reconsume_times=reconsume) for flag, body, props in inner]
         return self._put_and_answer(cmd, msgs, qid, None)
 
