@@ -21,7 +21,7 @@ log = logging.getLogger("rmqstore.engine.dispatch")
 
 #: rounds up to this many records are dispatched record by record (:meth:`ReputMessageService._dispatch_small`):
 #: numpy's fixed cost per call is most of a small round (a broker's rounds hold a few sends each)
-SMALL_ROUND = 64
+SMALL_ROUND = 32
 
 
 def _contiguous(batch: M.RecordBatch, end_pos: int) -> bool:
