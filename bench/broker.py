@@ -52,10 +52,11 @@ def null_put(b) -> None:
     b.put = put
 
 
-def server_main(kind: str, store: str, port: int, read_only: bool, grpc: bool = False) -> None:
-    from rmqstore import MessageStore
+def server_main(kind: str, store: str, port: int, read_only: bool, grpc: bool = False, sync: bool = False) -> None:
+    from rmqstore import MessageStore, MessageStoreConfig
     from rmqstore.broker import Broker, BrokerConfig
-    st = MessageStore.open(store, read_only=read_only)  # sizes from the files (the harness's store) or embedded
+    cfg = MessageStoreConfig(flush_disk_type="SYNC_FLUSH") if sync else None
+    st = MessageStore.open(store, cfg, read_only=read_only)  # sizes from the files (the harness's store) or embedded
     b = Broker(st, BrokerConfig(broker_name="bench"), listen=f"127.0.0.1:{port}",
                grpc_listen="127.0.0.1:0" if grpc else None)
     if kind == "null":
@@ -78,7 +79,7 @@ class Server:
     instead of this tree's (the "old" variant); ``grpc`` also starts the gRPC endpoint."""
 
     def __init__(self, kind: str, store: str, read_only: bool = False, *, tree: str | None = None,
-                 grpc: bool = False):
+                 grpc: bool = False, sync: bool = False):
         self.port = _free_port()
         self.address = f"127.0.0.1:{self.port}"
         argv = [sys.executable, os.path.abspath(__file__), "--server", kind, "--store", store, "--port", str(self.port)]
@@ -86,6 +87,8 @@ class Server:
             argv.append("--read-only")
         if grpc:
             argv.append("--grpc")
+        if sync:
+            argv.append("--sync")
         env = dict(os.environ, PYTHONPATH=tree) if tree else None
         self.proc = subprocess.Popen(argv, stdout=subprocess.PIPE, text=True, env=env)
         line = self.proc.stdout.readline()
@@ -160,9 +163,10 @@ def row_round(variant: str, row: str, a, trees: dict) -> tuple[float, float, flo
 
     store = os.path.join(OUT, f"row-{variant}")
     shutil.rmtree(store, ignore_errors=True)
-    srv = Server("null" if variant == "null" else "serve", store, tree=trees.get(variant), grpc=row == "grpc")
+    srv = Server("null" if variant == "null" else "serve", store, tree=trees.get(variant), grpc=row == "grpc",
+                 sync=row == "cpp8sync")
     try:
-        if row in ("cpp1", "cpp8"):
+        if row.startswith("cpp"):
             producers = 1 if row == "cpp1" else 8
             last_line(cpp("produce", "--namesrv", srv.address, "--group", "P", "--topic", "Bench", "--count", 50,
                           "--quiet"))
@@ -224,13 +228,13 @@ def paired_table(a, res: dict) -> list[str]:
     med = statistics.median
     rows = [r for r in a.rows.split(",") if r]
     old = bool(a.old)
-    head = ("| row | null msgs/s | serve msgs/s | serve / null | serve CPU s per 100k msgs |"
+    head = ("| row | null msgs/s | serve msgs/s | serve / null | null CPU s per 100k | serve CPU s per 100k msgs |"
             + (" old msgs/s | new / old | old CPU s per 100k | CPU old / new |" if old else ""))
-    lines = [head, "|---|---:|---:|---:|---:|" + ("---:|---:|---:|---:|" if old else "")]
+    lines = [head, "|---|---:|---:|---:|---:|---:|" + ("---:|---:|---:|---:|" if old else "")]
     for row in rows:
         s, n = res[("serve", row)], res[("null", row)]
         line = (f"| {L.ROW_TITLES[row]} | {med(x[0] for x in n):,.0f} | {med(x[0] for x in s):,.0f} | "
-                f"{med(x[0] / y[0] for x, y in zip(s, n)):.2f} | {med(x[1] for x in s):.2f} |")
+                f"{med(x[0] / y[0] for x, y in zip(s, n)):.2f} | {med(x[1] for x in n):.2f} | {med(x[1] for x in s):.2f} |")
         if old:
             o = res[("old", row)]
             line += (f" {med(x[0] for x in o):,.0f} | {med(x[0] / y[0] for x, y in zip(s, o)):.2f} | "
@@ -340,6 +344,7 @@ def main() -> None:
     ap.add_argument("--out", default=os.path.join(ROOT, "bench", "results", "broker.md"))
     ap.add_argument("--sends-only", action="store_true", help="only the sends rows (no report file)")
     ap.add_argument("--grpc", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--sync", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--paired", action="store_true",
                     help="only the paired rows (C++ x1/x8, gRPC, raw batches; server CPU), written to --out")
     ap.add_argument("--rows", default="cpp1,cpp8,grpc,batch")
@@ -348,7 +353,7 @@ def main() -> None:
     ap.add_argument("--old", default=None, help="also run the broker of this git revision (paired, old vs new)")
     a = ap.parse_args()
     if a.server:
-        server_main(a.server, a.store, a.port, a.read_only, a.grpc)
+        server_main(a.server, a.store, a.port, a.read_only, a.grpc, a.sync)
         return
     if a.paired:
         os.makedirs(OUT, exist_ok=True)

@@ -4,6 +4,7 @@ all its threads: psutil) over the timed part only.
 
 Rows:
 * ``cpp1`` / ``cpp8``: sync sends from 1 / 8 C++-client processes (PyPI rocketmq 0.4.4), 100-byte bodies;
+* ``cpp8sync``: ``cpp8`` against a SYNC_FLUSH store (a send is answered once its record is on disk);
 * ``grpc``: the RocketMQ 5.x Python client (PyPI rocketmq-python-client 5.1.2) over gRPC, sync sends,
   one producer;
 * ``batch``: a raw remoting load generator sending SEND_BATCH_MESSAGE frames as the Java client
@@ -29,8 +30,9 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 GRPC_PY = os.path.join(ROOT, ".clients", "grpc-py", "bin", "python")
 GRPC_DRIVER = os.path.join(ROOT, "tests", "broker", "clients", "grpc_py_client.py")
-ROWS = ("cpp1", "cpp8", "grpc", "batch")
+ROWS = ("cpp1", "cpp8", "cpp8sync", "grpc", "batch")
 ROW_TITLES = {"cpp1": "C++ client, 1 producer, sync sends", "cpp8": "C++ client, 8 producer processes",
+              "cpp8sync": "C++ client, 8 producer processes, SYNC_FLUSH store",
               "grpc": "5.x Python client (gRPC), 1 producer, sync sends",
               "batch": "raw SEND_BATCH_MESSAGE (32 x 1 KiB, 4 in flight)"}
 

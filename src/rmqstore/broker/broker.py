@@ -36,8 +36,8 @@ log = logging.getLogger("rmqstore.broker")
 #: ms between writes of the broker's state files that change often (delay offsets)
 PERSIST_INTERVAL_S = 5.0
 RATE_INTERVAL_S = 5.0
-#: put workers under SYNC_FLUSH: each takes a whole group (one append, one flush wait for all of it)
-PUT_WORKERS = 4
+#: put workers under SYNC_FLUSH: one group in flight at a time (one append, one flush wait for all of it)
+PUT_WORKERS = 1
 #: the least time between two dispatch rounds after group commits on the event loop
 DISPATCH_COALESCE_S = 0.001
 

@@ -10,8 +10,10 @@ is produced from its ``PutMessageResult`` and written, and the records are dispa
 of that millisecond).
 
 Under SYNC_FLUSH the group's put, which waits for the disk, runs on a put worker: one hand-off per
-group, not per request, and one ``call_soon_threadsafe`` back with all the results; the event loop
-meanwhile collects the next group.
+group, not per request, and one ``call_soon_threadsafe`` back with all the results. One group is in
+flight at a time: what arrives while it waits for the disk is the next group, put with one flush
+when it is done (RocketMQ's group commit: flushes are one after the other anyway, and a group
+started meanwhile would only wait for the flush before it and then flush again).
 """
 from __future__ import annotations
 
@@ -32,14 +34,14 @@ class PutGroups:
         self.executor = executor
         self.pending: list[tuple[list, object, Deferred]] = []
         self.scheduled = False
-        self.inflight: set[asyncio.Future] = set()
+        self.inflight: set[asyncio.Future] = set()  # (at most one group: SYNC_FLUSH)
         self.groups = self.puts = 0  # (counters: puts per group is the grouping achieved)
 
     def submit(self, msgs: list, answer) -> Deferred:
         """Queue a put (on the event loop); its answer arrives through the returned Deferred."""
         d = Deferred()
         self.pending.append((msgs, answer, d))
-        if not self.scheduled:
+        if not self.scheduled and not self.inflight:
             self.scheduled = True
             self.broker.loop.call_soon(self.commit)
         return d
@@ -47,6 +49,8 @@ class PutGroups:
     def commit(self) -> None:
         """Put the group collected so far (on the loop, or on a put worker) and answer it."""
         self.scheduled = False
+        if self.inflight:
+            return  # (a put worker has a group: the next one starts when it is done)
         group, self.pending = self.pending, []
         if not group:
             return
@@ -70,6 +74,8 @@ class PutGroups:
     def _done(self, fut: asyncio.Future, group: list) -> None:
         self.inflight.discard(fut)
         self.answer(group, fut.exception() or fut.result())
+        if self.pending:
+            self.commit()
 
     @staticmethod
     def answer(group: list, results) -> None:
@@ -86,7 +92,12 @@ class PutGroups:
 
     async def drain(self, timeout: float) -> None:
         """Commit what is collected and wait (up to ``timeout`` s) for the groups in flight."""
-        if self.pending:
-            self.commit()
-        if self.inflight:
-            await asyncio.wait(set(self.inflight), timeout=timeout)
+        deadline = asyncio.get_running_loop().time() + timeout
+        while self.pending or self.inflight:
+            if not self.inflight:
+                self.commit()
+            left = deadline - asyncio.get_running_loop().time()
+            if left <= 0 or not self.inflight:
+                return
+            await asyncio.wait(set(self.inflight), timeout=left)
+            await asyncio.sleep(0)  # (the done callbacks run)
