@@ -879,10 +879,11 @@ class MessageStore(StoreReads):
             return _disk_full_result(self.cfg)
         return self.commit_log.put_messages(list(msgs))
 
-    def put_group(self, items: list[list[Message]]) -> list[PutMessageResult]:
+    def put_group(self, items: list) -> list[PutMessageResult]:
         """Append puts that arrived together (a broker's group commit), one result per item in
         order: an item of one message is a :meth:`put_message`, a longer one a :meth:`put_messages`
-        batch. The single messages are appended under one hold of the append lock, with one
+        batch, an ``engine.put_batch.RawBatch`` a batch as its producer sent it (its bytes copied
+        through when they can be, the same records and answer as :meth:`put_messages`). The single messages are appended under one hold of the append lock, with one
         dispatcher wake-up and, under SYNC_FLUSH, one flush wait (:mod:`.engine.group_commit`)."""
         self._check_writable()
         if self.disk_full:

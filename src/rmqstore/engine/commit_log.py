@@ -108,9 +108,9 @@ class CommitLog:
         self.flushed_offset = 0
         self.flushed_store_timestamp = 0
         self._plans: dict = {}
-        self._max_body = cfg.max_message_size
+        self.max_body = cfg.max_message_size
         # a record must fit the segment with room for the 8-byte blank, and the upstream total limit
-        self._max_record = min(cfg.max_message_size + MAX_TOTAL_EXTRA, cfg.mapped_file_size_commit_log - 8)
+        self.max_record = min(cfg.max_message_size + MAX_TOTAL_EXTRA, cfg.mapped_file_size_commit_log - 8)
         self._sync = cfg.sync_flush
         #: ``(first phy, end phy, record starts relative to the first)`` of each batch the fast
         #: path appended, in commitlog order: the dispatcher takes these instead of following
@@ -137,7 +137,7 @@ class CommitLog:
         if self.cfg.enabled_append_prop_crc:
             M.fill_prop_crc(rec, pos, e.total)
 
-    def _fast_plan(self, msg: Message):
+    def fast_plan(self, msg: Message):
         """Per (topic, born host, store host) constants of the common record shape (V1 or V2,
         IPv4 hosts, no properties CRC), or None when the message needs the general path."""
         key = (msg.topic, msg.born_host, msg.store_host)
@@ -165,7 +165,7 @@ class CommitLog:
         """Outside the lock, the fast path's parts of ``msg`` (the common shape: IPv4 hosts, V1 topic,
         no properties CRC, not transactional): ``(shape, store host hex, properties, total, prepared)``;
         None when it needs the general path."""
-        plan = self._plans.get((msg.topic, msg.born_host, msg.store_host)) or self._fast_plan(msg)
+        plan = self._plans.get((msg.topic, msg.born_host, msg.store_host)) or self.fast_plan(msg)
         body = msg.body
         if plan is None or msg.sys_flag & SLOW_SYSFLAGS or type(body) is not bytes or msg.queue_id < 0:
             return None
@@ -173,7 +173,7 @@ class CommitLog:
         shape, store_hex = plan
         blen, plen = len(body), len(props)
         total = shape.overhead + blen + plen
-        if plen > _MAX_PROPS or blen > self._max_body or total > self._max_record or b"INNER_NUM\x01" in props:
+        if plen > _MAX_PROPS or blen > self.max_body or total > self.max_record or b"INNER_NUM\x01" in props:
             return None
         return shape, store_hex, props, total, shape.prepare(msg, body, props)
 
@@ -306,7 +306,7 @@ class CommitLog:
         ``map``, ``set``), headers are filled column-wise in numpy; None sends the batch to the
         general path (same bytes, more checks, per-message messages for what is wrong)."""
         first = msgs[0]
-        plan = self._plans.get((first.topic, first.born_host, first.store_host)) or self._fast_plan(first)
+        plan = self._plans.get((first.topic, first.born_host, first.store_host)) or self.fast_plan(first)
         if plan is None or type(first.queue_id) is not int or first.queue_id < 0:
             return None
         shared = shared_columns(msgs)
@@ -318,7 +318,7 @@ class CommitLog:
         pbytes = batch_properties(props)
         if pbytes is None:
             return None
-        if sum(map(len, bodies)) > self._max_body:
+        if sum(map(len, bodies)) > self.max_body:
             return illegal("message body size exceeded")
         shape = plan[0]
         born_ts, born_unset = born_columns(born)
@@ -327,13 +327,13 @@ class CommitLog:
             shape.topic_tail, bodies, pbytes, queue_id=first.queue_id, flags=flags, sys_flags=sys_flags,
             born_timestamps=born_ts, born_host=shape.born_host, store_host=shape.store_host,
             reconsume_times=reconsume, prepared_offsets=prepared))
-        if batch.props_max > _MAX_PROPS or int(batch.totals.max()) > self._max_record:
+        if batch.props_max > _MAX_PROPS or int(batch.totals.max()) > self.max_record:
             return None
         if batch.size + M.END_FILE_MIN_BLANK_LENGTH > self.cfg.mapped_file_size_commit_log:
             return illegal(f"batch of {batch.size} bytes cannot fit one commitlog segment")
-        return self._append_batch(first, batch, born_unset, pbytes[0], shape.store_host)
+        return self.append_batch(first, batch, born_unset, pbytes[0], shape.store_host)
 
-    def _append_batch(self, first: Message, batch, born_unset, props0: bytes, store_host: bytes) -> PutMessageResult:
+    def append_batch(self, first: Message, batch, born_unset, props0: bytes, store_host: bytes) -> PutMessageResult:
         """Under the lock: stamp and write a batch encoded by :meth:`_put_batch_fast`."""
         total, n = batch.size, len(batch.totals)
         key = (first.topic, first.queue_id)

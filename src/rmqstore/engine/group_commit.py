@@ -16,6 +16,7 @@ import struct
 
 from ..errors import StoreIOError
 from ..types import Message, PutMessageResult, PutMessageStatus
+from .put_batch import RawBatch, put_raw_batch
 from .put_encode import illegal, out_of_range
 
 log = logging.getLogger(__name__)
@@ -24,20 +25,21 @@ _PUT_OK = PutMessageStatus.PUT_OK
 _NO_WAIT = b"WAIT\x01false\x02"
 
 
-def put_group(cl, items: list[list[Message]]) -> list[PutMessageResult]:
-    """One result per item of ``items``, in order: an item of one message is a single put (``put_message``),
-    a longer one a batch for one topic and queue (``put_messages``). Consecutive single messages
+def put_group(cl, items: list) -> list[PutMessageResult]:
+    """One result per item of ``items``, in order: a list of one message is a single put
+    (``put_message``), a longer one a batch for one topic and queue (``put_messages``), a
+    :class:`~.put_batch.RawBatch` a batch as its producer sent it. Consecutive single messages
     are appended as one group (:func:`put_run`)."""
     out: list[PutMessageResult] = []
     singles: list[Message] = []
     for msgs in items:
-        if len(msgs) == 1:
+        if type(msgs) is list and len(msgs) == 1:
             singles.append(msgs[0])
             continue
         if singles:
             out += put_run(cl, singles)
             singles = []
-        out.append(cl.put_messages(msgs))
+        out.append(put_raw_batch(cl, msgs) if isinstance(msgs, RawBatch) else cl.put_messages(msgs))
     if singles:
         out += put_run(cl, singles)
     return out
