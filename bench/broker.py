@@ -29,8 +29,14 @@ import tempfile
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+#: a server of another tree (the "old" variant): its src first, before the harness puts this tree's
+TREE = os.environ.get("RMQSTORE_BENCH_TREE")
 sys.path.insert(0, os.path.join(ROOT, "bench"))
 import harness as H  # noqa: E402
+if TREE:
+    for name in [m for m in sys.modules if m == "rmqstore" or m.startswith("rmqstore.")]:
+        del sys.modules[name]
+    sys.path.insert(0, TREE)
 OUT = os.path.join(ROOT, "bench", "out", "broker")
 CPP_PY = os.path.join(ROOT, ".clients", "remoting-py", "bin", "python")
 DRIVER = os.path.join(ROOT, "tests", "broker", "clients", "cpp_client.py")
@@ -62,6 +68,9 @@ def server_main(kind: str, store: str, port: int, read_only: bool, grpc: bool = 
     if kind == "null":
         null_put(b)
     b.start()
+    import rmqstore
+    if TREE and not rmqstore.__file__.startswith(TREE):
+        raise RuntimeError(f"the server runs {rmqstore.__file__}, not the tree {TREE}")
     print("READY", b.grpc_address, flush=True)
     signal.sigwait([signal.SIGTERM, signal.SIGINT])
     b.stop()
@@ -89,7 +98,7 @@ class Server:
             argv.append("--grpc")
         if sync:
             argv.append("--sync")
-        env = dict(os.environ, PYTHONPATH=tree) if tree else None
+        env = dict(os.environ, RMQSTORE_BENCH_TREE=tree) if tree else None
         self.proc = subprocess.Popen(argv, stdout=subprocess.PIPE, text=True, env=env)
         line = self.proc.stdout.readline()
         if not line.startswith("READY"):
