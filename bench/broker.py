@@ -356,13 +356,19 @@ def main() -> None:
     ap.add_argument("--sync", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--paired", action="store_true",
                     help="only the paired rows (C++ x1/x8, gRPC, raw batches; server CPU), written to --out")
-    ap.add_argument("--rows", default="cpp1,cpp8,grpc,batch")
+    ap.add_argument("--rows", default="cpp1,cpp8,cpp8sync,grpc,batch")
+    ap.add_argument("--latency-only", action="store_true", help="only the send-to-delivery latency row")
     ap.add_argument("--grpc-sends", type=int, default=1000)
     ap.add_argument("--batches", type=int, default=1000, help="raw batches of 32 x 1 KiB per round")
     ap.add_argument("--old", default=None, help="also run the broker of this git revision (paired, old vs new)")
     a = ap.parse_args()
     if a.server:
         server_main(a.server, a.store, a.port, a.read_only, a.grpc, a.sync)
+        return
+    if a.latency_only:
+        os.makedirs(OUT, exist_ok=True)
+        lat = latency(a.latency_messages)
+        print(f"latency: p50 {lat['p50']:.2f} ms, p99 {lat['p99']:.2f} ms, max {lat['max']:.2f} ms", flush=True)
         return
     if a.paired:
         os.makedirs(OUT, exist_ok=True)
