@@ -6,8 +6,8 @@ returns the :class:`~.server.Deferred` it gets. After the pass (one ``call_soon`
 with :meth:`Broker.put_items <rmqstore.broker.broker.Broker.put_items>` (the store's
 ``put_group``: one hold of the append lock, one dispatcher wake-up, one flush wait), each answer
 is produced from its ``PutMessageResult`` and written, and the records are dispatched in one round
-(in the same callback, or, when the last round was less than a millisecond ago, with the groups
-of that millisecond).
+(in the same callback, or, for a group of several sends when the last round was less than a
+millisecond ago, with the groups of that millisecond).
 
 Under SYNC_FLUSH the group's put, which waits for the disk, runs on a put worker: one hand-off per
 group, not per request, and one ``call_soon_threadsafe`` back with all the results. One group is in
@@ -59,7 +59,7 @@ class PutGroups:
         items = [msgs for msgs, _, _ in group]
         if self.executor is None:
             self.answer(group, self._put(items))
-            self.broker.dispatch_after_puts()  # in this callback, or after the coalescing time
+            self.broker.dispatch_after_puts(len(group))  # in this callback, or after the coalescing time
             return
         fut = asyncio.wrap_future(self.executor.submit(self._put, items), loop=self.broker.loop)
         self.inflight.add(fut)
