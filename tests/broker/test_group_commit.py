@@ -1,6 +1,7 @@
 """The broker's group commit (broker/group_commit.py): sends arriving together on many connections are
-put as one group and each answered with its own result; under SYNC_FLUSH one put worker takes a
-whole group; a failing group put answers SYSTEM_ERROR and the broker keeps serving."""
+put as one group and each answered with its own result; under SYNC_FLUSH the group-commit thread
+puts them with one flush wait per group; a failing group put answers SYSTEM_ERROR and the broker
+keeps serving."""
 from __future__ import annotations
 
 import socket
@@ -50,14 +51,14 @@ def test_sends_from_many_connections_are_put_as_groups(start_broker, connect):
     assert r.code == R.ResponseCode.SUCCESS and int(r.ext["nextBeginOffset"]) == 32
 
 
-def test_sync_flush_puts_a_group_on_one_worker(start_broker, monkeypatch):
+def test_sync_flush_puts_groups_on_the_group_commit_thread(start_broker, monkeypatch):
     b = start_broker(flush_disk_type="SYNC_FLUSH")
     cl = b.store.commit_log
     waits = []
     sync_to = cl.sync_to
     monkeypatch.setattr(cl, "sync_to", lambda end: waits.append(end) or sync_to(end))
     _check_answers(_burst(b.address, 6, 20), 120)
-    assert 0 < len(waits) == b.put_groups.groups < 120  # one flush wait per group
+    assert 0 < len(waits) <= b.put_groups.groups < 120  # one flush wait per group (or fewer: queued groups merge)
     assert cl.flushed_offset >= max(waits)
 
 

@@ -8,7 +8,6 @@ store's public API and its dispatch notification.
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import logging
 import os
 import threading
@@ -36,8 +35,6 @@ log = logging.getLogger("rmqstore.broker")
 #: ms between writes of the broker's state files that change often (delay offsets)
 PERSIST_INTERVAL_S = 5.0
 RATE_INTERVAL_S = 5.0
-#: put workers under SYNC_FLUSH: one group in flight at a time (one append, one flush wait for all of it)
-PUT_WORKERS = 1
 #: the least time between two dispatch rounds after group commits on the event loop
 DISPATCH_COALESCE_S = 0.001
 
@@ -120,7 +117,6 @@ class Broker:
         self.server = RemotingServer(handlers, on_disconnect=self._on_disconnect)
         self.loop: asyncio.AbstractEventLoop | None = None
         self.stopping = False
-        self._executor: concurrent.futures.ThreadPoolExecutor | None = None
         self._thread: threading.Thread | None = None
         self._started = threading.Event()
         self._stop_event: asyncio.Event | None = None
@@ -151,9 +147,7 @@ class Broker:
         self.advertised = f"{shown}:{self.cfg.listen_port or port}"
         if self.store.cfg.store_host == "127.0.0.1:10911" and not self.read_only:
             self.store_host = self.advertised  # what offsetMsgIds name: where this broker answers
-        if self.store.cfg.sync_flush:
-            self._executor = concurrent.futures.ThreadPoolExecutor(PUT_WORKERS, thread_name_prefix="rmqstore-put")
-        self.put_groups = PutGroups(self, self._executor)
+        self.put_groups = PutGroups(self, sync=self.store.cfg.sync_flush)
         self.store.add_dispatch_listener(self._on_dispatched)
         self._loop_thread = threading.get_ident()
         self._inline_dispatch = not self.read_only and not self.store.cfg.sync_flush
@@ -231,8 +225,8 @@ class Broker:
         if self._inline_dispatch:
             self.store.set_background_dispatch(True)
             self.store.dispatch()
-        if self._executor is not None:
-            self._executor.shutdown(wait=True)
+        if self.put_groups is not None:
+            self.put_groups.stop()
         self.persist()
 
     def persist(self) -> None:
@@ -304,7 +298,7 @@ class Broker:
         return self.put_groups.submit(msgs, answer)
 
     def put_items(self, items: list[list]) -> list:
-        """The put of a group (on the event loop, or on a put worker under SYNC_FLUSH): one
+        """The put of a group (on the event loop, or on the group-commit thread under SYNC_FLUSH): one
         ``PutMessageResult`` per item, from which each answer is then produced."""
         return self.store.put_group(items)
 

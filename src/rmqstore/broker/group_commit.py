@@ -9,17 +9,17 @@ is produced from its ``PutMessageResult`` and written, and the records are dispa
 (in the same callback, or, for a group of several sends when the last round was less than a
 millisecond ago, with the groups of that millisecond).
 
-Under SYNC_FLUSH the group's put, which waits for the disk, runs on a put worker: one hand-off per
-group, not per request, and one ``call_soon_threadsafe`` back with all the results. One group is in
-flight at a time: what arrives while it waits for the disk is the next group, put with one flush
-when it is done (RocketMQ's group commit: flushes are one after the other anyway, and a group
-started meanwhile would only wait for the flush before it and then flush again).
+Under SYNC_FLUSH the put, which waits for the disk, runs on one group-commit thread (RocketMQ's
+``GroupCommitService``): it takes every group queued so far as one (appended together, one flush
+wait), posts all their answers back to the event loop with one ``call_soon_threadsafe``, and goes
+straight on with what was queued meanwhile. No thread per request, none parked per request.
 """
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
+import collections
 import logging
+import threading
 
 from .server import Deferred
 
@@ -29,53 +29,69 @@ log = logging.getLogger("rmqstore.broker")
 class PutGroups:
     """Collects the puts of a pass of the event loop and commits them as one group."""
 
-    def __init__(self, broker, executor: concurrent.futures.Executor | None):
+    def __init__(self, broker, *, sync: bool = False):
         self.broker = broker
-        self.executor = executor
         self.pending: list[tuple[list, object, Deferred]] = []
         self.scheduled = False
-        self.inflight: set[asyncio.Future] = set()  # (at most one group: SYNC_FLUSH)
         self.groups = self.puts = 0  # (counters: puts per group is the grouping achieved)
+        self._queue: collections.deque = collections.deque()
+        self._cv = threading.Condition()
+        self._busy = self._stopping = False
+        self._thread: threading.Thread | None = None
+        if sync:
+            self._thread = threading.Thread(target=self._group_commit, name="rmqstore-group-commit", daemon=True)
+            self._thread.start()
 
-    def submit(self, msgs: list, answer) -> Deferred:
+    def submit(self, msgs, answer) -> Deferred:
         """Queue a put (on the event loop); its answer arrives through the returned Deferred."""
         d = Deferred()
         self.pending.append((msgs, answer, d))
-        if not self.scheduled and not self.inflight:
+        if not self.scheduled:
             self.scheduled = True
             self.broker.loop.call_soon(self.commit)
         return d
 
     def commit(self) -> None:
-        """Put the group collected so far (on the loop, or on a put worker) and answer it."""
+        """Put the group collected so far (on the loop, or through the group-commit thread) and answer it."""
         self.scheduled = False
-        if self.inflight:
-            return  # (a put worker has a group: the next one starts when it is done)
         group, self.pending = self.pending, []
         if not group:
             return
         self.groups += 1
         self.puts += len(group)
-        items = [msgs for msgs, _, _ in group]
-        if self.executor is None:
-            self.answer(group, self._put(items))
+        if self._thread is None:
+            self.answer(group, self._put([msgs for msgs, _, _ in group]))
             self.broker.dispatch_after_puts(len(group))  # in this callback, or after the coalescing time
             return
-        fut = asyncio.wrap_future(self.executor.submit(self._put, items), loop=self.broker.loop)
-        self.inflight.add(fut)
-        fut.add_done_callback(lambda f: self._done(f, group))
+        with self._cv:
+            self._queue.append(group)
+            self._cv.notify()
 
-    def _put(self, items: list[list]):
+    def _put(self, items: list):
         try:
             return self.broker.put_items(items)
         except Exception as e:  # noqa: BLE001 - every request of the group is answered with it
             return e
 
-    def _done(self, fut: asyncio.Future, group: list) -> None:
-        self.inflight.discard(fut)
-        self.answer(group, fut.exception() or fut.result())
-        if self.pending:
-            self.commit()
+    def _group_commit(self) -> None:
+        """The group-commit thread (SYNC_FLUSH): everything queued so far is put as one group."""
+        while True:
+            with self._cv:
+                while not self._queue and not self._stopping:
+                    self._cv.wait()
+                if not self._queue:
+                    return
+                group = [p for g in self._queue for p in g]
+                self._queue.clear()
+                self._busy = True
+            results = self._put([msgs for msgs, _, _ in group])
+            try:
+                self.broker.loop.call_soon_threadsafe(self.answer, group, results)
+            except RuntimeError:  # the loop is closed: nobody is left to answer
+                pass
+            with self._cv:
+                self._busy = False
+                self._cv.notify_all()
 
     @staticmethod
     def answer(group: list, results) -> None:
@@ -91,13 +107,20 @@ class PutGroups:
                 d.fail(e)
 
     async def drain(self, timeout: float) -> None:
-        """Commit what is collected and wait (up to ``timeout`` s) for the groups in flight."""
-        deadline = asyncio.get_running_loop().time() + timeout
-        while self.pending or self.inflight:
-            if not self.inflight:
-                self.commit()
-            left = deadline - asyncio.get_running_loop().time()
-            if left <= 0 or not self.inflight:
-                return
-            await asyncio.wait(set(self.inflight), timeout=left)
-            await asyncio.sleep(0)  # (the done callbacks run)
+        """Commit what is collected and wait (up to ``timeout`` s) for the group-commit thread."""
+        if self.pending:
+            self.commit()
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        while self._thread is not None and (self._queue or self._busy) and loop.time() < deadline:
+            await asyncio.sleep(0.005)
+        await asyncio.sleep(0)  # (the answers it posted are delivered)
+
+    def stop(self) -> None:
+        """Stop the group-commit thread once the groups queued are put."""
+        if self._thread is not None:
+            with self._cv:
+                self._stopping = True
+                self._cv.notify_all()
+            self._thread.join(30)
+            self._thread = None
