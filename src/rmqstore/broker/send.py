@@ -5,6 +5,7 @@ from __future__ import annotations
 import random
 import time
 
+from ..engine.put_batch import RawBatch
 from ..format import properties as P
 from ..types import Message, PutMessageStatus
 from . import messages as M
@@ -148,16 +149,16 @@ class SendProcessor:
         if qid < 0:
             qid = self.random.randrange(max(1, tc["writeQueueNums"]))
         try:
-            inner = M.decode_batch(cmd.body)
+            flags, bodies, props = M.batch_columns(cmd.body)
         except ValueError as e:
             return cmd.response(ResponseCode.MESSAGE_ILLEGAL, f"batch body: {e}")
-        if not inner:
+        if not bodies:
             return cmd.response(ResponseCode.MESSAGE_ILLEGAL, "batch body holds no message")
         born, sys_flag, reconsume = h.long("bornTimestamp"), h.int("sysFlag"), h.int("reconsumeTimes", 0)
-        msgs = [Message(topic=topic, body=body, queue_id=qid, flag=flag, sys_flag=sys_flag,
-                        properties=list(P.parse_properties(props).items()), born_timestamp=born, born_host=conn.peer,
-                        store_host=b.store_host, reconsume_times=reconsume) for flag, body, props in inner]
-        return self._put_and_answer(cmd, msgs, qid, None)
+        template = Message(topic=topic, body=b"", queue_id=qid, sys_flag=sys_flag, born_timestamp=born,
+                           born_host=conn.peer, store_host=b.store_host, reconsume_times=reconsume)
+        # one pass, no Message per message: the store copies the bytes through where it can
+        return self._put_and_answer(cmd, RawBatch(template, flags, bodies, props), qid, None)
 
     def _retry_or_dlq(self, cmd, h: Header, topic: str, reconsume: int, props: dict):
         """``handleRetryAndDLQ``: a retry message past its group's max reconsume times (or of a group
@@ -178,7 +179,7 @@ class SendProcessor:
             return dlq, self.random.randrange(DLQ_NUMS_PER_GROUP)
         return None
 
-    def _put_and_answer(self, cmd: RemotingCommand, msgs: list[Message], qid: int, uniq: str | None):
+    def _put_and_answer(self, cmd: RemotingCommand, msgs: "list[Message] | RawBatch", qid: int, uniq: str | None):
         b = self.broker
         ext = {"MSG_REGION": b.cfg.region_id, "TRACE_ON": b.cfg.trace_on}
 
