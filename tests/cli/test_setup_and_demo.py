@@ -55,7 +55,7 @@ def test_setup_installs_what_the_caller_uses_and_nothing_unchanged(tree):
     assert "WARNING: Location" not in err
     assert _setup(tree) == ([], "")  # unchanged: nothing installed again
     calls, _ = _setup(tree, "--test")
-    assert calls == ["pip -m pip install -q -e .[test,spark,bench,grpc]", "clients"]
+    assert calls == ["pip -m pip install -q -e .[test,spark,bench,grpc,http,docs]", "clients"]
     assert _setup(tree, "--test")[0] == ["clients"]  # (setup_clients skips what is present itself)
     with open(tree / "pyproject.toml", "a") as fh:
         fh.write("\n# changed\n")

@@ -10,7 +10,8 @@ import shutil
 
 import pytest
 
-from rmqstore import MessageStore, StoreIOError
+from rmqstore import MessageStore
+from rmqstore.errors import OutputExistsError
 from rmqstore.rebuild import rebuild
 from rmqstore.format.checkpoint import FILE_SIZE, CheckpointValues
 
@@ -112,12 +113,12 @@ def test_rebuild_without_config_infers_segment_sizes(vset, vectors, tmp_path):
 
 def test_rebuild_refuses_its_source_and_a_used_output(vset, vectors, tmp_path):
     src = vectors.copy_store(vset, tmp_path / "src")
-    with pytest.raises(StoreIOError):
+    with pytest.raises(OutputExistsError, match="source store"):
         rebuild(str(src), str(src), vset.config)
-    with pytest.raises(StoreIOError):
+    with pytest.raises(OutputExistsError, match="source store"):
         rebuild(str(src), str(src / ".." / "src"), vset.config)
     os.makedirs(tmp_path / "used" / "index")
-    with pytest.raises(StoreIOError):
+    with pytest.raises(OutputExistsError):
         rebuild(str(src), str(tmp_path / "used"), vset.config)
 
 

@@ -9,7 +9,12 @@ import warnings
 from rmqstore.spark_python import spark_python_default
 
 
-def test_names_this_interpreter_only_when_nothing_is_set():
+def test_names_this_interpreter_only_when_nothing_is_set(monkeypatch):
+    import types
+
+    # (as in a fresh program: no session runs, whatever sessions other tests in this process started)
+    idle = types.SimpleNamespace(SparkSession=types.SimpleNamespace(getActiveSession=lambda: None))
+    monkeypatch.setitem(sys.modules, "pyspark.sql.session", idle)
     env: dict[str, str] = {}
     assert spark_python_default(env) == sys.executable and env == {"PYSPARK_DRIVER_PYTHON": sys.executable}
     for given in ({"PYSPARK_PYTHON": "/opt/py"}, {"PYSPARK_DRIVER_PYTHON": "/opt/py"}):

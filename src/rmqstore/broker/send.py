@@ -182,12 +182,13 @@ class SendProcessor:
     def _put_and_answer(self, cmd: RemotingCommand, msgs: "list[Message] | RawBatch", qid: int, uniq: str | None):
         b = self.broker
         ext = {"MSG_REGION": b.cfg.region_id, "TRACE_ON": b.cfg.trace_on}
+        first = msgs.template if isinstance(msgs, RawBatch) else msgs[0]  # (the batch's topic and type)
 
         def answer(result) -> RemotingCommand:
             code = _STATUS_CODES.get(result.status, ResponseCode.SYSTEM_ERROR)
             if result.status in (PutMessageStatus.PUT_OK, PutMessageStatus.FLUSH_DISK_TIMEOUT):
                 b.stats.put(len(msgs))
-                b.traffic.put(msgs[0], len(msgs), result.wrote_bytes)
+                b.traffic.put(first, len(msgs), result.wrote_bytes)
                 ext.update(msgId=result.msg_id, queueId=qid, queueOffset=result.queue_offset, transactionId=uniq)
                 return cmd.response(code, None, ext)
             remark = result.error or result.status.value
