@@ -365,13 +365,15 @@ def valid_end(store: Path) -> int:
     return log_range(store)[1]
 
 
-def keys_in_commitlog(store: Path) -> set[str]:
-    """The KEYS property of every complete record of ``store``'s commitlog."""
+def keys_in_commitlog(store: Path, since: int = 0) -> set[str]:
+    """The KEYS property of every complete record of ``store``'s commitlog (from offset ``since``)."""
     from rmqstore.format.message import decode_message
 
     keys: set[str] = set()
-    for _, data, records, _ in walk(store):
+    for start, data, records, _ in walk(store):
         for pos, n in records:
+            if start + pos < since:
+                continue
             k = decode_message(data, pos, pos + n).properties.get("KEYS")
             if k:
                 keys.add(k)
@@ -418,3 +420,123 @@ def assert_queues_as_rebuilt(store: Path, work: Path, config: Path | None = None
 
 def tmp_root(prefix: str) -> Path:
     return Path(tempfile.mkdtemp(prefix=prefix))
+
+
+# --- a small blocking remoting client (admin calls, pulls) ----------------------------------------
+
+class Remoting:
+    """One connection to a broker or name server; ``call`` sends a request and reads its answer."""
+
+    def __init__(self, addr: str, timeout: float = 10.0):
+        from rmqstore.broker import remoting as R
+
+        self.R = R
+        host, _, port = addr.rpartition(":")
+        self.sock = socket.create_connection((host, int(port)), timeout=timeout)
+        self.reader = R.FrameReader()
+        self.opaque = 0
+        self.pending: list = []
+
+    def __enter__(self) -> "Remoting":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self.sock.close()
+
+    def call(self, code: int, ext: dict | None = None, body: bytes = b""):
+        R = self.R
+        self.opaque += 1
+        cmd = R.request(code, ext, body, opaque=self.opaque)
+        cmd.version = R.VERSION_V4_9_4
+        self.sock.sendall(R.encode(cmd))
+        while True:
+            while self.pending:
+                got = self.pending.pop(0)
+                if got.is_response and got.opaque == cmd.opaque:
+                    return got
+            data = self.sock.recv(1 << 16)
+            if not data:
+                raise ConnectionError("connection closed by the server")
+            self.pending.extend(R.decode(f) for f in self.reader.feed(data))
+
+
+def call(addr: str, code: int, ext: dict | None = None, body: bytes = b"", timeout: float = 10.0):
+    with Remoting(addr, timeout) as r:
+        return r.call(code, ext, body)
+
+
+def route(namesrv: str, topic: str) -> dict | None:
+    """GET_ROUTEINFO_BY_TOPIC's answer (``brokerDatas``, ``queueDatas``), None when there is none."""
+    r = call(namesrv, 105, {"topic": topic})
+    return json.loads(r.body) if r.code == 0 and r.body else None
+
+
+def brokers_in_route(namesrv: str, topic: str) -> dict[str, dict[str, str]]:
+    """brokerName -> {brokerId: address} of a topic's route."""
+    rt = route(namesrv, topic) or {}
+    return {bd["brokerName"]: {str(k): v for k, v in bd.get("brokerAddrs", {}).items()}
+            for bd in rt.get("brokerDatas", [])}
+
+
+def create_topic(broker: str, topic: str, queues: int = 4) -> None:
+    r = call(broker, 17, {"topic": topic, "readQueueNums": queues, "writeQueueNums": queues, "perm": 6,
+                          "topicFilterType": "SINGLE_TAG", "topicSysFlag": 0, "order": "false"})
+    assert r.code == 0, (r.code, r.remark)
+
+
+def pull(addr: str, group: str, topic: str, queue_id: int, offset: int, max_nums: int = 32):
+    """One PULL_MESSAGE (no suspend, no commit) to ``addr``: the answer (code, ext, body)."""
+    return call(addr, 11, {"consumerGroup": group, "topic": topic, "queueId": queue_id, "queueOffset": offset,
+                           "maxMsgNums": max_nums, "sysFlag": 4, "commitOffset": 0, "suspendTimeoutMillis": 0,
+                           "subscription": "*", "subVersion": 0, "expressionType": "TAG"})
+
+
+def records_of(body: bytes) -> list:
+    """The records of a pull body."""
+    from rmqstore.format.message import decode_message
+
+    out, pos = [], 0
+    while pos < len(body):
+        rec = decode_message(body, pos, len(body))
+        out.append(rec)
+        pos += rec.store_size
+    return out
+
+
+# --- SYNC_MASTER kill -9 rounds (the suite's test and scripts/soak_replication) ------------------
+
+@dataclass
+class KillRound:
+    acks: set[str]
+    not_ok: int
+    killed_after_s: float
+    missing: set[str]
+
+
+def sync_kill_round(cluster: Cluster, master: Node, slave: Node, rng, run: str, *, topic: str = "RepSync",
+                    threads: int = 4, min_acks: int = 20, max_wait_s: float = 0.6, full_check: bool = True) -> KillRound:
+    """One round: C++ producers send to the SYNC_MASTER ``master``; once ``min_acks`` sends were
+    acknowledged, after a random pause up to ``max_wait_s``, the master is killed with SIGKILL. When
+    the client has stopped, every send it saw acknowledged must be in the slave's commitlog
+    (``missing`` lists those that are not). The master is restarted for the next round."""
+    if not master.running:
+        master.start()
+    since = valid_end(slave.store)  # this round's records are all past it
+    ld = produce(cluster, master.addr, topic, threads=threads, seconds=60, run=run,
+                 extra=("--max-failures", "3", "--retry-pause", "0.02", "--send-timeout-ms", "2000"))
+    ld.started()
+    t0 = time.monotonic()
+    wait_until(lambda: len(ld.acks()) >= min_acks or ld.proc.poll() is not None, 30,
+               f"{min_acks} acknowledged sends (slave connected?)\n{master.log()[-2000:]}\n{slave.log()[-2000:]}")
+    time.sleep(rng.uniform(0, max_wait_s))
+    master.kill9()
+    killed_after = time.monotonic() - t0
+    ld.wait(60)
+    acks = {a["k"] for a in ld.acks()}
+    missing = acks - keys_in_commitlog(slave.store, since=0 if full_check else since)
+    not_ok = sum(1 for d in ld.lines() if d.get("s") not in (None, 0))
+    master.start()
+    return KillRound(acks, not_ok, killed_after, missing)
