@@ -1,4 +1,4 @@
-"""The name server's routes (105, 106), clients (34, 35, 38, 46, 41, 42), operator queries (12, 33)
+"""Clients (34, 35, 38, 46, 41, 42), operator queries (12, 33)
 and admin requests (17, 21, 202, 203, 208, 300)."""
 from __future__ import annotations
 
@@ -7,10 +7,6 @@ import json
 from ..errors import RmqStoreError
 from .metadata import PERM_READ, PERM_WRITE, RETRY_PREFIX, topic_config, validate_topic
 from .remoting import Header, RemotingCommand, RequestCode, ResponseCode
-
-#: clients below V4_9_4 get fastjson's unquoted integer map keys in route JSON, as the name server
-#: writes them (``{0:"addr"}``); newer ones standard JSON
-_V4_9_4 = 401
 
 
 def to_json(doc) -> bytes:
@@ -39,8 +35,7 @@ class AdminProcessor:
 
     def handlers(self) -> dict:
         C = RequestCode
-        return {C.GET_ROUTEINFO_BY_TOPIC: self.route, C.GET_BROKER_CLUSTER_INFO: self.cluster_info,
-                C.HEART_BEAT: self.heartbeat, C.UNREGISTER_CLIENT: self.unregister,
+        return {C.HEART_BEAT: self.heartbeat, C.UNREGISTER_CLIENT: self.unregister,
                 C.GET_CONSUMER_LIST_BY_GROUP: self.consumer_list, C.CHECK_CLIENT_CONFIG: self.check_client_config,
                 C.LOCK_BATCH_MQ: self.lock, C.UNLOCK_BATCH_MQ: self.unlock,
                 C.QUERY_MESSAGE: self.query_message, C.VIEW_MESSAGE_BY_ID: self.view_message,
@@ -49,34 +44,6 @@ class AdminProcessor:
                 C.GET_ALL_SUBSCRIPTIONGROUP_CONFIG: self.all_groups,
                 C.GET_TOPIC_STATS_INFO: self.topic_stats, C.GET_CONSUMER_CONNECTION_LIST: self.connection_list,
                 C.GET_CONSUME_STATS: self.consume_stats, C.QUERY_TOPIC_CONSUME_BY_WHO: self.consumed_by}
-
-    # --- name server --------------------------------------------------------------------------------
-    def _broker_data(self) -> dict:
-        b = self.broker
-        return {"cluster": b.cfg.broker_cluster_name, "brokerName": b.cfg.broker_name,
-                "brokerAddrs": {"0": b.advertised}, "enableActingMaster": False}
-
-    def route(self, conn, cmd: RemotingCommand) -> RemotingCommand:
-        b = self.broker
-        topic = Header(cmd).str("topic")
-        tc = b.topics.get(topic)
-        if tc is None:
-            return cmd.response(ResponseCode.TOPIC_NOT_EXIST, f"No topic route info in name server for the topic: "
-                                f"{topic}")
-        perm = PERM_READ if b.read_only else tc["perm"]
-        doc = {"brokerDatas": [self._broker_data()], "filterServerTable": {},
-               "queueDatas": [{"brokerName": b.cfg.broker_name, "perm": perm, "readQueueNums": tc["readQueueNums"],
-                               "topicSysFlag": tc.get("topicSysFlag", 0), "writeQueueNums": tc["writeQueueNums"]}]}
-        body = to_json(doc)
-        if cmd.version < _V4_9_4:
-            body = body.replace(b'"brokerAddrs":{"0":', b'"brokerAddrs":{0:')
-        return cmd.response(ResponseCode.SUCCESS, None, None, body)
-
-    def cluster_info(self, conn, cmd: RemotingCommand) -> RemotingCommand:
-        b = self.broker
-        doc = {"brokerAddrTable": {b.cfg.broker_name: self._broker_data()},
-               "clusterAddrTable": {b.cfg.broker_cluster_name: [b.cfg.broker_name]}}
-        return cmd.response(ResponseCode.SUCCESS, None, None, to_json(doc))
 
     # --- clients ------------------------------------------------------------------------------------
     def heartbeat(self, conn, cmd: RemotingCommand) -> RemotingCommand:

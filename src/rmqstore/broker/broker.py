@@ -18,6 +18,7 @@ from ..format.msgid import UniqKeyGenerator
 from ..message_store import MessageStore
 from .admin import AdminProcessor
 from .clients import ClientManager, RebalanceLocks
+from .cluster import ClusterMember
 from .config import BrokerConfig
 from .metadata import DelayOffsets, SubscriptionGroupManager, TopicConfigManager
 from .pop import PopService
@@ -72,9 +73,12 @@ class Broker:
     """The broker: remoting server, processors, state managers, delay and transaction services."""
 
     def __init__(self, store: MessageStore, config: BrokerConfig | None = None, *, listen: str = "127.0.0.1:9876",
-                 grpc_listen: str | None = None, grpc_tls: tuple[str, str] | None = None):
+                 grpc_listen: str | None = None, grpc_tls: tuple[str, str] | None = None,
+                 namesrv_addr: str | None = None):
         """``grpc_listen`` (``HOST:PORT``) also starts the gRPC ``MessagingService`` of RocketMQ 5's
-        clients; ``grpc_tls`` is ``(certificate chain PEM path, private key PEM path)`` for TLS."""
+        clients; ``grpc_tls`` is ``(certificate chain PEM path, private key PEM path)`` for TLS.
+        ``namesrv_addr`` (``a:9876;b:9876``, default broker.conf's ``namesrvAddr``) registers with
+        those name servers; without any, the broker is its own name server."""
         self.store = store
         self.cfg = config or BrokerConfig()
         self.read_only = store.read_only
@@ -110,9 +114,10 @@ class Broker:
         self.messaging = None
         self._grpc_server = None
         handlers: dict = {}
-        for proc in (SendProcessor(self), self.pulls, AdminProcessor(self), self.transactions):
+        self.cluster = ClusterMember(self, namesrv_addr)
+        for proc in (SendProcessor(self), self.pulls, AdminProcessor(self), self.transactions, self.cluster):
             handlers.update(proc.handlers())
-        self.server = RemotingServer(handlers, on_disconnect=self._on_disconnect)
+        self.server = RemotingServer(self.cluster.guard(handlers), on_disconnect=self._on_disconnect)
         self.loop: asyncio.AbstractEventLoop | None = None
         self.stopping = False
         self._executor: concurrent.futures.ThreadPoolExecutor | None = None
@@ -148,13 +153,14 @@ class Broker:
             self._executor = concurrent.futures.ThreadPoolExecutor(8, thread_name_prefix="rmqstore-put")
         self.store.add_dispatch_listener(self._on_dispatched)
         self._loop_thread = threading.get_ident()
-        self._inline_dispatch = not self.read_only and not self.store.cfg.sync_flush
+        self._inline_dispatch = not self.read_only and not self.store.cfg.sync_flush and not self.cluster.is_slave
         if self._inline_dispatch:
             # dispatch on this thread after the puts of each loop pass: no thread switch per message
             # (the GIL hand-offs cost more than the dispatch), and a pass's puts go in one batch
             self.store.set_background_dispatch(False)
         self._tasks = [asyncio.ensure_future(self._housekeeping())]
-        if not self.read_only:
+        await self.cluster.start()
+        if not self.read_only and not self.cluster.is_slave:  # a slave's store changes by replication only
             self.pops.recover()
             self._tasks += [asyncio.ensure_future(self.schedule.run()),
                             asyncio.ensure_future(self.transactions.run_checks()),
@@ -208,6 +214,7 @@ class Broker:
     async def stop_async(self, drain_s: float = 5.0) -> None:
         """Stop accepting, answer what is in flight (held pulls are answered now), persist state."""
         self.stopping = True
+        await self.cluster.stop()
         self.server.stop_accepting()
         self.pulls.wake_all()
         if self._grpc_server is not None:
@@ -317,6 +324,7 @@ class Broker:
 
     def commit_offset(self, group: str, topic: str, queue_id: int, offset: int) -> None:
         self.store.consumer_offsets.commit_offset(group, topic, queue_id, offset)
+        self.cluster.on_commit(group, topic, queue_id)
 
     def notify_consumer_ids_changed(self, group: str | None) -> None:
         if not group:
@@ -340,6 +348,7 @@ class Broker:
                 pass
 
     def _on_disconnect(self, conn) -> None:
+        self.cluster.on_disconnect(conn)
         for group in self.clients.remove_connection(conn):
             self.notify_consumer_ids_changed(group)
 

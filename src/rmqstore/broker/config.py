@@ -36,6 +36,18 @@ class BrokerConfig:
     broker_ip1: str = ""
     #: the port advertised in routes; 0 = the port actually listened on
     listen_port: int = 0
+    # --- clusters: name servers, broker groups, slaves ---
+    #: name servers to register with, ``a:9876;b:9876`` (``namesrvAddr``); empty = this process is
+    #: its own name server (the one-process broker of ``rmqstore serve``)
+    namesrv_addr: str = ""
+    #: the address slaves replicate from (``brokerIP2``:haListenPort); empty = brokerIP1's host
+    broker_ip2: str = ""
+    #: a slave serves pulls (``slaveReadEnable``), and a master then sends lagging consumers to it
+    slave_read_enable: bool = False
+    #: ms between registrations with the name servers (``registerNameServerPeriod``; kept within 10-60 s)
+    register_name_server_period: int = 30000
+    #: R|W bits ANDed into every registered topic's permission (``brokerPermission``; 6 = read-write)
+    broker_permission: int = 6
     region_id: str = "DefaultRegion"
     trace_on: bool = True
     auto_create_topic_enable: bool = True
@@ -64,6 +76,8 @@ class BrokerConfig:
             raise ConfigError("brokerName must not be empty")
         if self.default_topic_queue_nums <= 0:
             raise ConfigError(f"defaultTopicQueueNums must be > 0, got {self.default_topic_queue_nums}")
+        if self.broker_id < 0:
+            raise ConfigError(f"brokerId must be >= 0, got {self.broker_id}")
         if not 0 <= self.listen_port <= 65535:
             raise ConfigError(f"listenPort must be 0-65535, got {self.listen_port}")
 
@@ -85,4 +99,5 @@ class BrokerConfig:
 
 
 def _java_name(name: str) -> str:
-    return {"broker_ip1": "brokerIP1", "transaction_time_out": "transactionTimeOut"}.get(name) or camel_name(name)
+    return {"broker_ip1": "brokerIP1", "broker_ip2": "brokerIP2",
+            "transaction_time_out": "transactionTimeOut"}.get(name) or camel_name(name)

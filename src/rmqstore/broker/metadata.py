@@ -58,6 +58,9 @@ class JsonStateFile:
         self.read_only = read_only
         self.lock = threading.RLock()
         self.counter = 0
+        #: the ``dataVersion`` timestamp of the last load or write (stable between changes, so that a
+        #: slave or a name server comparing versions sees a change only when there was one)
+        self.timestamp = int(time.time() * 1000)
 
     def load(self) -> dict | None:
         if self.path is None:
@@ -82,17 +85,23 @@ class JsonStateFile:
             version = doc.get("dataVersion")
             if isinstance(version, dict) and isinstance(version.get("counter"), int):
                 self.counter = version["counter"]
+                if isinstance(version.get("timestamp"), int):
+                    self.timestamp = version["timestamp"]
             return doc
         if error is not None:
             raise error
         return None
 
+    def data_version(self) -> dict:
+        return {"counter": self.counter, "stateVersion": 0, "timestamp": self.timestamp}
+
     def write(self, doc: dict) -> None:
         if self.path is None or self.read_only:
             return
         self.counter += 1
+        self.timestamp = int(time.time() * 1000)
         doc = dict(doc)
-        doc["dataVersion"] = {"counter": self.counter, "stateVersion": 0, "timestamp": int(time.time() * 1000)}
+        doc["dataVersion"] = self.data_version()
         atomic_write_text(self.path, json.dumps(doc, indent=4, sort_keys=True) + "\n", keep_bak=True)
 
 
@@ -161,8 +170,7 @@ class TopicConfigManager:
 
     def encode(self) -> dict:
         """``TopicConfigSerializeWrapper`` as GET_ALL_TOPIC_CONFIG answers it."""
-        return {"topicConfigTable": self.table,
-                "dataVersion": {"counter": self.file.counter, "stateVersion": 0, "timestamp": int(time.time() * 1000)}}
+        return {"topicConfigTable": self.table, "dataVersion": self.file.data_version()}
 
 
 def subscription_group(name: str) -> dict:
@@ -202,8 +210,7 @@ class SubscriptionGroupManager:
             self.file.write({"subscriptionGroupTable": self.table})
 
     def encode(self) -> dict:
-        return {"subscriptionGroupTable": self.table,
-                "dataVersion": {"counter": self.file.counter, "stateVersion": 0, "timestamp": int(time.time() * 1000)}}
+        return {"subscriptionGroupTable": self.table, "dataVersion": self.file.data_version()}
 
 
 class DelayOffsets:

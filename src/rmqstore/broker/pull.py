@@ -84,6 +84,7 @@ class PullProcessor:
         if sg is None:
             return cmd.response(ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST, f"subscription group [{req.group}] does "
                                 "not exist")
+        req.group_cfg = sg
         if not sg.get("consumeEnable", True):
             return cmd.response(ResponseCode.NO_PERMISSION, f"subscription group no permission, {req.group}")
         tc = b.topics.get(req.topic)
@@ -132,7 +133,8 @@ class PullProcessor:
         if req.flag & FLAG_COMMIT_OFFSET and not final and req.commit_offset >= 0:
             b.commit_offset(req.group, req.topic, req.queue_id, req.commit_offset)
         return cmd.response(code, None if code == ResponseCode.SUCCESS else status.value,
-                            {"suggestWhichBrokerId": 0, "nextBeginOffset": r.next_begin_offset,
+                            {"suggestWhichBrokerId": b.cluster.suggest_broker_id(req.group_cfg, _end(r)),
+                             "nextBeginOffset": r.next_begin_offset,
                              "minOffset": r.min_offset, "maxOffset": r.max_offset}, body)
 
     async def _hold(self, cmd: RemotingCommand, req: "_PullRequest") -> RemotingCommand:
@@ -235,7 +237,7 @@ class PullProcessor:
 
 class _PullRequest:
     __slots__ = ("group", "topic", "queue_id", "offset", "max_nums", "flag", "commit_offset", "suspend_ms",
-                 "subscription", "expression_type", "suspend")
+                 "subscription", "expression_type", "suspend", "group_cfg")
 
     def __init__(self, h: Header):
         self.group = h.str("consumerGroup")
@@ -249,3 +251,12 @@ class _PullRequest:
         self.subscription = h.str("subscription", None)
         self.expression_type = (h.str("expressionType", "TAG") or "TAG").upper()
         self.suspend = bool(self.flag & FLAG_SUSPEND)
+        self.group_cfg: dict = {}
+
+
+def _end(r) -> int | None:
+    """Where the pulled messages end in the commitlog (None when none were pulled)."""
+    if not r.messages:
+        return None
+    last = r.messages[-1]
+    return last.phy_offset + last.store_size

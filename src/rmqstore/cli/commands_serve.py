@@ -42,12 +42,16 @@ class _LineHandler(logging.Handler):
               help="TLS certificate chain for the gRPC endpoint (with --grpc-tls-key). Default: plaintext.")
 @click.option("--grpc-tls-key", type=click.Path(dir_okay=False, exists=True), default=None, metavar="PEM",
               help="TLS private key for the gRPC endpoint (with --grpc-tls-cert).")
+@click.option("--namesrv-addr", default=None, envvar="NAMESRV_ADDR", metavar="HOST:PORT;...",
+              help="Register with these name servers ('a:9876;b:9876', every 30 s, unregistering at shutdown) "
+                   "instead of being the name server. Default: $NAMESRV_ADDR, else namesrvAddr from --config, "
+                   "else none (one process is broker and name server).")
 @click.option("--read-only", is_flag=True, help="Serve reads only: routes are read-only, sends get NO_PERMISSION, "
                                                 "nothing in the store changes.")
 @json_option
 @debug_option
 def serve(store: str | None, config: str | None, listen: str, grpc_listen: str | None, grpc_tls_cert: str | None,
-          grpc_tls_key: str | None, read_only: bool, json_mode: bool) -> None:
+          grpc_tls_key: str | None, namesrv_addr: str | None, read_only: bool, json_mode: bool) -> None:
     """Run a RocketMQ broker and name server on the store (WRITES, unless --read-only): unmodified
     RocketMQ clients (remoting protocol; with --grpc-listen also the 5.x gRPC clients) produce, consume
     and query against it. Stops cleanly on
@@ -59,6 +63,7 @@ def serve(store: str | None, config: str | None, listen: str, grpc_listen: str |
     cmd = StoreCommand(store, config, False)
     bcfg = BrokerConfig.from_properties(cmd.broker_properties())
     _check_grpc_options(grpc_listen, grpc_tls_cert, grpc_tls_key)
+    _check_namesrv_addr(namesrv_addr)
     if read_only and not is_store_dir(cmd.store_path):
         raise click.UsageError(f"--read-only needs an existing store (path={cmd.store_path})")
     handler = _log_handler()
@@ -68,7 +73,10 @@ def serve(store: str | None, config: str | None, listen: str, grpc_listen: str |
     st = MessageStore.open(cmd.store_path, cmd.config(), read_only=read_only)
     try:
         tls = (grpc_tls_cert, grpc_tls_key) if grpc_tls_cert and grpc_tls_key else None
-        broker = Broker(st, bcfg, listen=listen, grpc_listen=grpc_listen, grpc_tls=tls)
+        try:
+            broker = Broker(st, bcfg, listen=listen, grpc_listen=grpc_listen, grpc_tls=tls, namesrv_addr=namesrv_addr)
+        except ValueError as e:  # a role the config does not allow (a SLAVE with brokerId 0)
+            raise click.UsageError(str(e)) from None
 
         async def main() -> None:
             loop = asyncio.get_running_loop()
@@ -100,6 +108,15 @@ def _check_grpc_options(grpc_listen: str | None, grpc_tls_cert: str | None, grpc
             raise click.UsageError(f"--grpc-listen: {e}") from None
 
 
+def _check_namesrv_addr(namesrv_addr: str | None) -> None:
+    if namesrv_addr:
+        from ..broker.outer import split_addresses
+        try:
+            split_addresses(namesrv_addr)
+        except ValueError as e:
+            raise click.UsageError(f"--namesrv-addr: {e}") from None
+
+
 def _log_handler() -> logging.Handler:
     if sys.stderr.isatty():  # a terminal: rich's log lines (time, level, message)
         from rich.console import Console
@@ -114,11 +131,22 @@ def _announce(broker, bcfg, store_path: str, read_only: bool, tls: bool, json_mo
         click.echo(json.dumps({"listening": f"{broker.listen_host}:{broker.server_port}",
                                "namesrv_addr": broker.address, "broker_name": bcfg.broker_name,
                                "cluster": bcfg.broker_cluster_name, "store": store_path,
-                               "read_only": read_only, "grpc": broker.grpc_address or None}))
+                               "read_only": read_only, "grpc": broker.grpc_address or None,
+                               "role": broker.cluster.role, "broker_id": broker.cluster.broker_id,
+                               "ha": broker.cluster.ha_addr or None,
+                               "namesrv": None if broker.cluster.embedded else broker.cluster.namesrv_addrs}))
         return
-    click.echo(f"listening on {broker.listen_host}:{broker.server_port} (name server and broker "
-               f"{bcfg.broker_name}; clients use namesrvAddr={broker.address}; store {store_path}"
-               f"{', read-only' if read_only else ''})")
+    if broker.cluster.embedded:
+        click.echo(f"listening on {broker.listen_host}:{broker.server_port} (name server and broker "
+                   f"{bcfg.broker_name}; clients use namesrvAddr={broker.address}; store {store_path}"
+                   f"{', read-only' if read_only else ''})")
+    else:
+        c = broker.cluster
+        click.echo(f"listening on {broker.listen_host}:{broker.server_port} (broker {bcfg.broker_name} id "
+                   f"{c.broker_id}, {c.role}, cluster {bcfg.broker_cluster_name}; registered with "
+                   f"{';'.join(c.namesrv_addrs)}; store {store_path}{', read-only' if read_only else ''})")
+    if broker.cluster.ha_addr:
+        click.echo(f"HA (replication) on {broker.cluster.ha_addr}")
     if broker.grpc_address:
         click.echo(f"gRPC MessagingService on {broker.grpc_address}"
                    f"{' (TLS)' if tls else ''}: RocketMQ 5 clients use endpoints={broker.grpc_address}")

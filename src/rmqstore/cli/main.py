@@ -9,7 +9,7 @@ import os
 import click
 from rich.table import Table
 
-from . import commands_care, commands_read, commands_serve, commands_spark, commands_write
+from . import commands_care, commands_namesrv, commands_read, commands_serve, commands_spark, commands_write
 from .common import RmqGroup, StoreCommand, debug_option, install_logging, json_option
 from .errors import ProblemsFoundError
 from .render import fmt_bytes, fmt_ts, kv_table, to_jsonable
@@ -113,7 +113,7 @@ def spark_summary(st: dict) -> list[tuple[str, object]]:
     return rows
 
 
-for _mod in (commands_write, commands_read, commands_care, commands_spark, commands_serve):
+for _mod in (commands_write, commands_read, commands_care, commands_spark, commands_serve, commands_namesrv):
     for _c in _mod.COMMANDS:
         cli.add_command(_c)
 
@@ -140,6 +140,7 @@ SHORT_HELP = {
     "rebuild": "Rebuild consume queues and index into a new directory.",
     "spark": "Spark jobs: rebuild, verify, export, stats.",
     "serve": "A RocketMQ broker + name server on the store (writes).",
+    "namesrv": "A RocketMQ name server for broker groups (no store).",
 }
 for _name, _text in SHORT_HELP.items():
     cli.commands[_name].short_help = _text

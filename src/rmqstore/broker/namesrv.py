@@ -1,0 +1,336 @@
+"""The name server's requests (``DefaultRequestProcessor`` and ``ClientRequestProcessor`` upstream)
+over a :class:`~rmqstore.broker.routes.RouteTable`, and :class:`NameServer`, the standalone name
+server of ``rmqstore namesrv``.
+
+Answers as upstream's: REGISTER_BROKER 103 (bodyCrc32 checked, plain or compressed body; the reply
+names a slave's master), UNREGISTER_BROKER 104, GET_ROUTEINFO_BY_TOPIC 105 (quoted ``brokerAddrs``
+keys for clients >= V4_9_4 or ``acceptStandardJsonOnly``, bare ones for older clients),
+GET_BROKER_CLUSTER_INFO 106 (bare keys), the topic lists mqadmin reads (206, 224, 304), topic
+deletion and registration (216, 217), write permission (205, 327), the KV config (100, 101, 102,
+219), BROKER_HEARTBEAT 904, QUERY_DATA_VERSION 322 and GET_BROKER_MEMBER_GROUP 901. The KV config
+lives in memory (upstream keeps it in ``~/namesrv/kvConfig.json``).
+"""
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import threading
+import zlib
+
+from .remoting import Header, RemotingCommand, ResponseCode
+from .routes import MASTER_ID, RegisterBodyError, Registration, RouteTable, decode_register_body, encode_fastjson
+from .server import RemotingServer
+
+log = logging.getLogger("rmqstore.namesrv")
+
+_V4_9_4 = 401
+#: ``NamesrvUtil.NAMESPACE_ORDER_TOPIC_CONFIG``: sent back to registering brokers
+ORDER_TOPIC_NAMESPACE = "ORDER_TOPIC_CONFIG"
+#: seconds between expiry scans (``scanNotActiveBroker`` every 5 s upstream)
+SCAN_INTERVAL_S = 5.0
+
+
+class NamesrvCode:
+    PUT_KV_CONFIG = 100
+    GET_KV_CONFIG = 101
+    DELETE_KV_CONFIG = 102
+    REGISTER_BROKER = 103
+    UNREGISTER_BROKER = 104
+    GET_ROUTEINFO_BY_TOPIC = 105
+    GET_BROKER_CLUSTER_INFO = 106
+    WIPE_WRITE_PERM_OF_BROKER = 205
+    GET_ALL_TOPIC_LIST_FROM_NAMESERVER = 206
+    DELETE_TOPIC_IN_NAMESRV = 216
+    REGISTER_TOPIC_IN_NAMESRV = 217
+    GET_KVLIST_BY_NAMESPACE = 219
+    GET_TOPICS_BY_CLUSTER = 224
+    GET_SYSTEM_TOPIC_LIST_FROM_NS = 304
+    QUERY_DATA_VERSION = 322
+    ADD_WRITE_PERM_OF_BROKER = 327
+    GET_BROKER_MEMBER_GROUP = 901
+    BROKER_HEARTBEAT = 904
+
+
+def body_crc32(body: bytes) -> int:
+    """``UtilAll.crc32``: CRC-32 with the sign bit cleared."""
+    return zlib.crc32(body) & 0x7FFFFFFF
+
+
+class NameServerProcessor:
+    """The name server's handlers. ``refresh`` (optional) runs before each route query: the embedded
+    name server registers its own broker there."""
+
+    def __init__(self, routes: RouteTable, *, refresh=None):
+        self.routes = routes
+        self.refresh = refresh
+        self.kv: dict[str, dict[str, str]] = {}
+
+    def handlers(self) -> dict:
+        C = NamesrvCode
+        return {C.REGISTER_BROKER: self.register, C.UNREGISTER_BROKER: self.unregister,
+                C.GET_ROUTEINFO_BY_TOPIC: self.route, C.GET_BROKER_CLUSTER_INFO: self.cluster_info,
+                C.GET_ALL_TOPIC_LIST_FROM_NAMESERVER: self.all_topics, C.GET_TOPICS_BY_CLUSTER: self.cluster_topics,
+                C.GET_SYSTEM_TOPIC_LIST_FROM_NS: self.system_topics, C.DELETE_TOPIC_IN_NAMESRV: self.delete_topic,
+                C.REGISTER_TOPIC_IN_NAMESRV: self.register_topic, C.WIPE_WRITE_PERM_OF_BROKER: self.wipe_perm,
+                C.ADD_WRITE_PERM_OF_BROKER: self.add_perm, C.PUT_KV_CONFIG: self.put_kv, C.GET_KV_CONFIG: self.get_kv,
+                C.DELETE_KV_CONFIG: self.delete_kv, C.GET_KVLIST_BY_NAMESPACE: self.kv_list,
+                C.BROKER_HEARTBEAT: self.heartbeat, C.QUERY_DATA_VERSION: self.query_data_version,
+                C.GET_BROKER_MEMBER_GROUP: self.member_group}
+
+    def _refresh(self) -> None:
+        if self.refresh is not None:
+            self.refresh()
+
+    # --- brokers ----------------------------------------------------------------------------------
+    def register(self, conn, cmd: RemotingCommand) -> RemotingCommand:
+        h = Header(cmd)
+        crc = h.int("bodyCrc32", 0)
+        if crc != 0 and body_crc32(cmd.body) != crc:
+            log.warning("REGISTER_BROKER from %s: crc32 not match", conn.peer)
+            return cmd.response(ResponseCode.SYSTEM_ERROR, "crc32 not match")
+        try:
+            topics, dv, _filters = decode_register_body(cmd.body, h.bool("compressed"))
+        except RegisterBodyError as e:
+            return cmd.response(ResponseCode.SYSTEM_ERROR, f"Failed to decode RegisterBrokerBody: {e}")
+        acting = h.str("enableActingMaster", None)
+        timeout = h.long("heartbeatTimeoutMillis", None)
+        reg = Registration(cluster=h.str("clusterName"), addr=h.str("brokerAddr"), name=h.str("brokerName"),
+                           broker_id=h.long("brokerId"), ha_addr=h.str("haServerAddr"), topics=topics,
+                           data_version=dv, timeout_ms=timeout,
+                           acting_master=None if acting is None else acting.lower() == "true", channel=conn,
+                           zone=h.str("zoneName", None))
+        result = self.routes.register(reg)
+        if result is None:
+            return cmd.response(ResponseCode.SYSTEM_ERROR, "register broker failed")
+        orders = self.kv.get(ORDER_TOPIC_NAMESPACE)
+        body = encode_fastjson({"table": orders}) if orders else b""
+        return cmd.response(ResponseCode.SUCCESS, None, {"haServerAddr": result.ha_server_addr,
+                                                         "masterAddr": result.master_addr}, body)
+
+    def unregister(self, conn, cmd: RemotingCommand) -> RemotingCommand:
+        h = Header(cmd)
+        self.routes.unregister(h.str("clusterName"), h.str("brokerAddr"), h.str("brokerName"), h.long("brokerId"))
+        return cmd.response(ResponseCode.SUCCESS)
+
+    def heartbeat(self, conn, cmd: RemotingCommand) -> RemotingCommand:
+        h = Header(cmd)
+        self.routes.renew(h.str("clusterName"), h.str("brokerAddr"))
+        return cmd.response(ResponseCode.SUCCESS)
+
+    def query_data_version(self, conn, cmd: RemotingCommand) -> RemotingCommand:
+        h = Header(cmd)
+        cluster, addr = h.str("clusterName"), h.str("brokerAddr")
+        try:
+            dv = json.loads(cmd.body) if cmd.body else {}
+        except ValueError:
+            dv = {}
+        changed = self.routes.version_changed(cluster, addr, dv if isinstance(dv, dict) else {})
+        self.routes.renew(cluster, addr)
+        live = self.routes.live.get((cluster, addr))
+        body = encode_fastjson(live.data_version) if live is not None else b""
+        return cmd.response(ResponseCode.SUCCESS, None, {"changed": changed}, body)
+
+    def member_group(self, conn, cmd: RemotingCommand) -> RemotingCommand:
+        h = Header(cmd)
+        group = self.routes.member_group(h.str("clusterName"), h.str("brokerName"))
+        return cmd.response(ResponseCode.SUCCESS, None, None,
+                            encode_fastjson({"brokerMemberGroup": group}, quote_int_keys=False))
+
+    def wipe_perm(self, conn, cmd: RemotingCommand) -> RemotingCommand:
+        n = self.routes.write_perm(Header(cmd).str("brokerName"), add=False)
+        return cmd.response(ResponseCode.SUCCESS, None, {"wipeTopicCount": n})
+
+    def add_perm(self, conn, cmd: RemotingCommand) -> RemotingCommand:
+        n = self.routes.write_perm(Header(cmd).str("brokerName"), add=True)
+        return cmd.response(ResponseCode.SUCCESS, None, {"addTopicCount": n})
+
+    # --- clients and admin ----------------------------------------------------------------------
+    def route(self, conn, cmd: RemotingCommand) -> RemotingCommand:
+        h = Header(cmd)
+        topic = h.str("topic")
+        self._refresh()
+        data = self.routes.route(topic)
+        if data is None:
+            return cmd.response(ResponseCode.TOPIC_NOT_EXIST, f"No topic route info in name server for the topic: "
+                                f"{topic}")
+        standard = cmd.version >= _V4_9_4 or h.bool("acceptStandardJsonOnly")
+        body = encode_fastjson(data, quote_int_keys=standard, ascii_only=standard)
+        return cmd.response(ResponseCode.SUCCESS, None, None, body)
+
+    def cluster_info(self, conn, cmd: RemotingCommand) -> RemotingCommand:
+        self._refresh()
+        return cmd.response(ResponseCode.SUCCESS, None, None,
+                            encode_fastjson(self.routes.cluster_info(), quote_int_keys=False))
+
+    def all_topics(self, conn, cmd: RemotingCommand) -> RemotingCommand:
+        self._refresh()
+        return cmd.response(ResponseCode.SUCCESS, None, None, encode_fastjson({"topicList": self.routes.all_topics()}))
+
+    def cluster_topics(self, conn, cmd: RemotingCommand) -> RemotingCommand:
+        self._refresh()
+        topics = self.routes.topics_of_cluster(Header(cmd).str("cluster"))
+        return cmd.response(ResponseCode.SUCCESS, None, None, encode_fastjson({"topicList": topics}))
+
+    def system_topics(self, conn, cmd: RemotingCommand) -> RemotingCommand:
+        self._refresh()
+        topics, addr = self.routes.system_topics()
+        return cmd.response(ResponseCode.SUCCESS, None, None,
+                            encode_fastjson({"brokerAddr": addr, "topicList": topics}))
+
+    def delete_topic(self, conn, cmd: RemotingCommand) -> RemotingCommand:
+        h = Header(cmd)
+        self.routes.delete_topic(h.str("topic"), h.str("clusterName", None))
+        return cmd.response(ResponseCode.SUCCESS)
+
+    def register_topic(self, conn, cmd: RemotingCommand) -> RemotingCommand:
+        topic = Header(cmd).str("topic")
+        try:
+            doc = json.loads(cmd.body) if cmd.body else {}
+        except ValueError as e:
+            return cmd.response(ResponseCode.SYSTEM_ERROR, f"the body is not a TopicRouteData: {e}")
+        qds = doc.get("queueDatas") if isinstance(doc, dict) else None
+        if isinstance(qds, list) and qds and all(isinstance(q, dict) and q.get("brokerName") for q in qds):
+            self.routes.register_topic(topic, qds)
+        return cmd.response(ResponseCode.SUCCESS)
+
+    # --- KV config --------------------------------------------------------------------------------
+    def put_kv(self, conn, cmd: RemotingCommand) -> RemotingCommand:
+        h = Header(cmd)
+        ns, key = h.str("namespace", None), h.str("key", None)
+        if ns is None or key is None:
+            return cmd.response(ResponseCode.SYSTEM_ERROR, "namespace or key is null")
+        self.kv.setdefault(ns, {})[key] = h.str("value", "")
+        return cmd.response(ResponseCode.SUCCESS)
+
+    def get_kv(self, conn, cmd: RemotingCommand) -> RemotingCommand:
+        h = Header(cmd)
+        ns, key = h.str("namespace"), h.str("key")
+        value = self.kv.get(ns, {}).get(key)
+        if value is None:
+            return cmd.response(ResponseCode.QUERY_NOT_FOUND, f"No config item, Namespace: {ns} Key: {key}")
+        return cmd.response(ResponseCode.SUCCESS, None, {"value": value})
+
+    def delete_kv(self, conn, cmd: RemotingCommand) -> RemotingCommand:
+        h = Header(cmd)
+        table = self.kv.get(h.str("namespace"))
+        if table is not None:
+            table.pop(h.str("key"), None)
+            if not table:
+                del self.kv[h.str("namespace")]
+        return cmd.response(ResponseCode.SUCCESS)
+
+    def kv_list(self, conn, cmd: RemotingCommand) -> RemotingCommand:
+        ns = Header(cmd).str("namespace")
+        table = self.kv.get(ns)
+        if not table:
+            return cmd.response(ResponseCode.QUERY_NOT_FOUND, f"No config item, Namespace: {ns}")
+        return cmd.response(ResponseCode.SUCCESS, None, None, encode_fastjson({"table": table}))
+
+
+class NameServer:
+    """The standalone name server: a remoting server over one route table, expiring registrations
+    every ``scan_interval_s``. ``with NameServer("127.0.0.1:0") as ns:`` runs it on a thread
+    (``ns.address``); ``rmqstore namesrv`` runs it in the foreground (:meth:`serve`)."""
+
+    def __init__(self, listen: str = "127.0.0.1:9876", *, scan_interval_s: float = SCAN_INTERVAL_S):
+        from .broker import parse_listen
+
+        self.listen_host, self.listen_port = parse_listen(listen)
+        self.scan_interval_s = scan_interval_s
+        self.routes = RouteTable()
+        self.processor = NameServerProcessor(self.routes)
+        self.server = RemotingServer(self.processor.handlers(), on_disconnect=self.routes.on_channel_closed)
+        self.address = ""
+        self.loop: asyncio.AbstractEventLoop | None = None
+        self._stop: asyncio.Event | None = None
+        self._scan: asyncio.Task | None = None
+        self._thread: threading.Thread | None = None
+        self._started = threading.Event()
+        self._error: BaseException | None = None
+
+    async def start_async(self) -> None:
+        self.loop = asyncio.get_running_loop()
+        self._stop = asyncio.Event()
+        host, port = await self.server.start(self.listen_host, self.listen_port)
+        shown = host if host not in ("0.0.0.0", "::") else "127.0.0.1"
+        self.address = f"{shown}:{port}"
+        self._scan = asyncio.ensure_future(self._expire_loop())
+        log.info("name server listening on %s:%d", host, port)
+
+    async def _expire_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self.scan_interval_s)
+            try:
+                self.routes.expire()
+            except Exception:  # noqa: BLE001 - the next scan retries
+                log.exception("expiry scan failed")
+
+    async def stop_async(self) -> None:
+        self.server.stop_accepting()
+        if self._scan is not None:
+            self._scan.cancel()
+        self.server.close_all()
+
+    async def wait_stopped(self) -> None:
+        await self._stop.wait()
+
+    async def serve(self) -> None:
+        """Start, run until :meth:`request_stop`, stop."""
+        await self.start_async()
+        self._started.set()
+        await self._stop.wait()
+        await self.stop_async()
+
+    def request_stop(self) -> None:
+        loop = self.loop
+        if loop is not None and self._stop is not None and not loop.is_closed():
+            try:
+                loop.call_soon_threadsafe(self._stop.set)
+            except RuntimeError:
+                pass
+
+    def start(self) -> "NameServer":
+        def main() -> None:
+            try:
+                asyncio.run(self.serve())
+            except BaseException as e:  # noqa: BLE001 - reported to the starting thread
+                self._error = e
+                self._started.set()
+
+        self._thread = threading.Thread(target=main, name="rmqstore-namesrv", daemon=True)
+        self._thread.start()
+        self._started.wait()
+        if self._error is not None:
+            raise self._error
+        return self
+
+    def stop(self) -> None:
+        self.request_stop()
+        if self._thread is not None:
+            self._thread.join(10)
+            self._thread = None
+
+    def call(self, fn, *args):
+        """Run ``fn(*args)`` on the server's loop and return its result (for tests and tools)."""
+        import concurrent.futures
+
+        fut: concurrent.futures.Future = concurrent.futures.Future()
+
+        def run() -> None:
+            try:
+                fut.set_result(fn(*args))
+            except BaseException as e:  # noqa: BLE001
+                fut.set_exception(e)
+
+        self.loop.call_soon_threadsafe(run)
+        return fut.result(10)
+
+    def __enter__(self) -> "NameServer":
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+
+__all__ = ["NameServer", "NameServerProcessor", "NamesrvCode", "MASTER_ID", "body_crc32"]
