@@ -236,10 +236,20 @@ class ClusterMember:
         if self.is_slave:
             self._tasks.append(asyncio.ensure_future(self._sync_loop()))
 
+    def _topics_version(self) -> tuple:
+        b = self.broker
+        return b.topics.file.counter, len(b.topics.table)
+
     async def _register_loop(self) -> None:
+        """Every ``registerNameServerPeriod``, and within a second of a topic's creation or change
+        (upstream registers at once when a topic is created, by an admin or a send)."""
         period = max(10.0, min(self.broker.cfg.register_name_server_period / 1000, 60.0))
+        last, version = time.monotonic(), self._topics_version()
         while True:
-            await asyncio.sleep(period)
+            await asyncio.sleep(1.0)
+            if time.monotonic() - last < period and self._topics_version() == version:
+                continue
+            last, version = time.monotonic(), self._topics_version()
             try:
                 await self.register_all()
             except Exception:  # noqa: BLE001 - the next round retries
