@@ -26,6 +26,10 @@ DEFAULT_DELAY_LEVELS = "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 
 #: the two presets (README "Presets"): RocketMQ's broker defaults, and a store that fits a laptop
 BROKER = "broker"
 EMBEDDED = "embedded"
+#: the store roles (RocketMQ's ``BrokerRole``)
+HA_ROLES = ("ASYNC_MASTER", "SYNC_MASTER", "SLAVE")
+#: the largest body a slave accepts in one HA frame (its 4 MiB read buffer less the 12-byte header)
+HA_MAX_BATCH = 4 * 1024 * 1024 - 12
 _TIME_UNITS_MS = {"s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
 
 
@@ -85,6 +89,24 @@ class MessageStoreConfig:
     #: Beyond upstream: delete segments older than ``fileReservedTime`` at ``deleteWhen``. Off in the
     #: embedded preset unless a retention is given.
     time_based_retention: bool = True
+    # --- replication (RocketMQ's classic HA; docs/ha-protocol.md) ----------------------------
+    #: ASYNC_MASTER (default), SYNC_MASTER or SLAVE
+    broker_role: str = "ASYNC_MASTER"
+    ha_listen_port: int = 10912
+    #: a slave's master HA address "host:port" (None: from the name server's registration reply)
+    ha_master_address: str | None = None
+    ha_send_heartbeat_interval: int = 5000
+    ha_housekeeping_interval: int = 20000
+    ha_transfer_batch_size: int = 32768
+    ha_max_gap_not_in_sync: int = 256 * 1024 * 1024
+    slave_timeout: int = 3000
+    in_sync_replicas: int = 1
+    total_replicas: int = 1
+    #: Beyond upstream: ms a slave waits before connecting again (upstream: 5000, fixed)
+    ha_reconnect_interval: int = 5000
+    #: Beyond upstream: bytes before its end a slave compares with its master's when it connects, to
+    #: find and cut a tail the master never had (rejoin of an old master); 0 turns the check off
+    ha_rejoin_check_bytes: int = 16 * 1024 * 1024
 
     def __post_init__(self) -> None:
         def positive(name: str) -> None:
@@ -104,6 +126,11 @@ class MessageStoreConfig:
             raise ConfigError("enable_consume_queue_ext=true is not supported (ConsumeQueueExt is off upstream by default)")
         if self.disk_policy not in (BROKER, EMBEDDED):
             raise ConfigError(f"disk_policy must be {BROKER!r} or {EMBEDDED!r}, got {self.disk_policy!r}")
+        if self.broker_role not in HA_ROLES:
+            raise ConfigError(f"broker_role must be one of {', '.join(HA_ROLES)}, got {self.broker_role!r}")
+        if not 0 < self.ha_transfer_batch_size <= HA_MAX_BATCH:
+            raise ConfigError(f"ha_transfer_batch_size must be in (0, {HA_MAX_BATCH}] (the slave reads at most "
+                              f"4 MiB a frame), got {self.ha_transfer_batch_size}")
         if not isinstance(self.retain_unconsumed_groups, tuple):
             object.__setattr__(self, "retain_unconsumed_groups", tuple(self.retain_unconsumed_groups))
         self.delay_levels_ms  # validates

@@ -61,3 +61,8 @@ class StoreClosedError(RmqStoreError, RuntimeError):
 
 class MessageIdError(RmqStoreError, ValueError):
     """A message id (offsetMsgId or UNIQ_KEY) is not in the form RocketMQ writes."""
+
+
+class HAProtocolError(RmqStoreError, ValueError):
+    """Bytes on a replication (HA) connection are not what RocketMQ's classic HA protocol allows
+    there (a report past the master's end, a frame at the wrong offset, a body too large)."""

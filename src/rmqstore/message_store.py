@@ -117,6 +117,13 @@ def _disk_full_result(cfg: MessageStoreConfig) -> PutMessageResult:
     return PutMessageResult(PutMessageStatus.SERVICE_NOT_AVAILABLE, error=f"disk full: {why}")
 
 
+def _refused(cfg: MessageStoreConfig) -> PutMessageResult:
+    if cfg.broker_role == "SLAVE":  # HA: upstream DefaultMessageStore refuses puts on a slave
+        return PutMessageResult(PutMessageStatus.SERVICE_NOT_AVAILABLE, error="the store is a SLAVE: it takes "
+                                "messages only from its master")
+    return _disk_full_result(cfg)
+
+
 class MessageStore(StoreReads):
     """A RocketMQ store directory, opened for writing or read-only (the reads: :class:`StoreReads`)."""
 
@@ -169,6 +176,10 @@ class MessageStore(StoreReads):
         self._shadow_dir: str | None = None
         self._own_derived: tuple[dict, object] | None = None
         self._stand_in_derived = True
+        # --- HA (replication): the running HAService (start_ha), and whether put_message waits for
+        # the slaves under SYNC_MASTER (the broker awaits ha.after_put's future instead)
+        self.ha = None
+        self.ha_wait_in_put = True
 
     # ==========================================================================================
     # Opening and closing
@@ -750,6 +761,7 @@ class MessageStore(StoreReads):
         ``abort`` (kept if dispatch could not finish, so the next open recovers)."""
         if self._closed:
             return
+        self.stop_ha()  # HA: replication stops before the final flush
         clean = True
         if not self.read_only and self.reput is not None:
             try:
@@ -759,14 +771,24 @@ class MessageStore(StoreReads):
                 else:
                     self.reput.wake_now()
                     self._supervise_reput(time.monotonic() + 10)
-                    self.reput.wait_until(self.commit_log.confirm_offset, timeout=60)
+                    self.reput.wait_until(self._complete_end(), timeout=60)
             except Exception:  # noqa: BLE001 - a failed flush keeps abort: the next open recovers
                 log.exception("flush at close failed")
                 clean = False
-            clean = clean and self.reput.error is None and self.reput.behind_bytes() == 0
+            clean = clean and self.reput.error is None and self.reput.reput_from >= self._complete_end()
         self._release(abort_clean=clean)
 
+    def _complete_end(self) -> int:
+        """Where dispatch ends at close: the commitlog's end, or on a SLAVE (HA) the end of its
+        last whole record (a record cut by a replication batch is not dispatched; the next open
+        cuts it, and the master sends it again)."""
+        if self.cfg.broker_role != "SLAVE":
+            return self.dispatch_end()
+        from .engine.ha.replica import complete_records_end
+        return complete_records_end(self.commit_log, self.dispatch_end())
+
     def _release(self, abort_clean: bool) -> None:
+        self.stop_ha()  # HA
         self._closed = True
         _OPEN_STORES.discard(self)
         self._stop.set()
@@ -866,17 +888,45 @@ class MessageStore(StoreReads):
         be created) or SERVICE_NOT_AVAILABLE (past ``diskSpaceWarningLevelRatio``); nothing is
         half-written either way."""
         self._check_writable()
-        if self.disk_full:
-            return _disk_full_result(self.cfg)
-        return self.commit_log.put_message(msg)
+        if self.disk_full or self.cfg.broker_role == "SLAVE":
+            return _refused(self.cfg)
+        return self._replicated(self.commit_log.put_message(msg))  # HA
 
     def put_messages(self, msgs: Iterable[Message]) -> PutMessageResult:
         """Append a batch for one topic and queue (``putMessages``); all of it or none of it
         becomes visible, also across a crash."""
         self._check_writable()
-        if self.disk_full:
-            return _disk_full_result(self.cfg)
-        return self.commit_log.put_messages(list(msgs))
+        if self.disk_full or self.cfg.broker_role == "SLAVE":
+            return _refused(self.cfg)
+        return self._replicated(self.commit_log.put_messages(list(msgs)))  # HA
+
+    # --- HA (replication; docs/ha-protocol.md) --------------------------------------------------
+    def start_ha(self, host: str = "127.0.0.1", port: int | None = None):
+        """Start replication for the store's ``brokerRole``: a master listens on ``host:port``
+        (None: ``haListenPort``; 0: any free port), a SLAVE connects to its master's HA address
+        (``haMasterAddress``, or :meth:`HAService.set_master_address`). Returns the service
+        (also :attr:`ha`); :meth:`close` stops it before the final flush."""
+        self._check_writable()
+        if self.ha is None:
+            from .engine.ha import HAService
+            self.ha = HAService(self, host, port).start()
+        return self.ha
+
+    def stop_ha(self) -> None:
+        ha, self.ha = self.ha, None
+        if ha is not None:
+            ha.shutdown()
+
+    def _replicated(self, result: PutMessageResult) -> PutMessageResult:
+        """HA after a put: wake the senders; SYNC_MASTER waits for the slaves' acknowledgement
+        unless the caller awaits it (``ha_wait_in_put`` False: the broker)."""
+        ha = self.ha
+        if ha is None:
+            return result
+        fut = ha.after_put(result)
+        if fut is not None and self.ha_wait_in_put:
+            result.status = fut.result()
+        return result
 
     def dispatch(self) -> None:
         """Dispatch everything appended so far in the calling thread (consume queues, index,

@@ -1,0 +1,216 @@
+"""engine/ha/service.py: a master and a slave store in one process over loopback (the classic
+protocol end to end): byte-identical commitlogs across segment rollovers, the start rule for a
+report of 0, slave consume queues and index equal to ``rebuild``'s, restarts of either side, the
+SYNC_MASTER statuses, bad input on the HA port."""
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import time
+
+import pytest
+
+from rmqstore.config import MessageStoreConfig
+from rmqstore.engine.ha import encode_report
+from rmqstore.message_store import MessageStore
+from rmqstore.rebuild import rebuild
+from rmqstore.types import Message, PutMessageStatus
+from tests import netkit
+from tests.kit import free_port, tree_bytes, tree_hashes
+
+SEG = 64 * 1024
+BASE = dict(mapped_file_size_commit_log=SEG, mapped_file_size_consume_queue=20 * 200, max_hash_slot_num=64,
+            max_index_num=512, ha_send_heartbeat_interval=200, ha_housekeeping_interval=3000,
+            ha_reconnect_interval=100, ha_transfer_batch_size=7000, slave_timeout=1000)
+
+
+def conf(**kw) -> MessageStoreConfig:
+    return MessageStoreConfig(**{**BASE, **kw})
+
+
+def put_some(st: MessageStore, start: int, n: int, expect=PutMessageStatus.PUT_OK) -> list:
+    out = []
+    for i in range(start, start + n):
+        r = st.put_message(Message.create("T", b"x" * (50 + i % 700), keys=[f"k{i}"], queue_id=i % 4))
+        assert r.status is expect, r.status
+        out.append(r)
+    return out
+
+
+def wait_for(cond, timeout: float = 10.0, what: str = "condition") -> None:
+    deadline = time.monotonic() + timeout
+    while not cond():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.02)
+
+
+def log_bytes(st: MessageStore, start: int, end: int) -> bytes:
+    out = bytearray()
+    pos = start
+    while pos < end:
+        mf = st.commit_log.queue.find(pos)
+        k = min(end, mf.file_from_offset + SEG) - pos
+        out += mf.mm[pos - mf.file_from_offset:pos - mf.file_from_offset + k]
+        pos += k
+    return bytes(out)
+
+
+def assert_prefix(master: MessageStore, slave: MessageStore) -> None:
+    """The slave's commitlog is a byte-identical prefix of the master's."""
+    s0, s1 = slave.commit_log.min_offset, slave.commit_log.confirm_offset
+    assert s1 <= master.commit_log.confirm_offset
+    assert log_bytes(slave, s0, s1) == log_bytes(master, s0, s1)
+
+
+def caught_up(master: MessageStore, slave: MessageStore) -> bool:
+    return slave.commit_log.confirm_offset == master.commit_log.confirm_offset
+
+
+@pytest.fixture
+def pair(tmp_path):
+    made = []
+
+    def open_pair(slave_kw=None, master_kw=None, via=None):
+        m = MessageStore.open(str(tmp_path / "m"), conf(**(master_kw or {})))
+        ha = m.start_ha("127.0.0.1", 0)
+        addr = "%s:%d" % ha.address
+        if via is not None:
+            proxy = netkit.TcpProxy(ha.address)
+            made.append(proxy)
+            addr = proxy.addr
+        s = MessageStore.open(str(tmp_path / "s"), conf(broker_role="SLAVE", ha_master_address=addr, **(slave_kw or {})))
+        made.extend([s, m])
+        return m, s, (made[0] if via is not None else None)
+
+    yield open_pair
+    for x in made:
+        x.close()
+
+
+def test_slave_is_a_byte_identical_copy_from_the_masters_last_segment(pair, tmp_path):
+    m, s, _ = pair()
+    put_some(m, 0, 300)                        # before the slave: the start rule picks the last segment
+    first = m.commit_log.confirm_offset - m.commit_log.confirm_offset % SEG
+    assert first > 0
+    s.start_ha()
+    wait_for(lambda: s.commit_log.confirm_offset > 0, what="the first frame")
+    put_some(m, 300, 600)                      # under replication, across several segments
+    wait_for(lambda: caught_up(m, s), what="the slave to catch up")
+    assert s.commit_log.min_offset == first
+    assert len(s.commit_log.queue.files) >= 3
+    assert_prefix(m, s)
+    s.wait_dispatched(10)
+    assert all(cq.min_offset > 0 for cq in s.consume_queues.values())  # CQs start past 0, as upstream
+    for key, cq in s.consume_queues.items():
+        assert cq.max_offset == m.consume_queues[key].max_offset
+    assert m.ha.push_to_slave_max_offset() == m.commit_log.confirm_offset
+    assert [a for _, a, _ in m.ha.slaves()] == [m.commit_log.confirm_offset]
+    s.close()
+    out = tmp_path / "rebuilt"
+    rebuild(str(tmp_path / "s"), str(out), conf())
+    assert tree_bytes(out / "consumequeue") == tree_bytes(tmp_path / "s" / "consumequeue")
+    assert sorted(tree_hashes(out / "index").values()) == sorted(tree_hashes(tmp_path / "s" / "index").values())
+
+
+def test_slave_restart_and_master_restart(pair, tmp_path):
+    port = free_port()
+    m = MessageStore.open(str(tmp_path / "m"), conf())
+    m.start_ha("127.0.0.1", port)
+    s = MessageStore.open(str(tmp_path / "s"), conf(broker_role="SLAVE", ha_master_address=f"127.0.0.1:{port}"))
+    s.start_ha()
+    try:
+        put_some(m, 0, 200)
+        wait_for(lambda: caught_up(m, s))
+        s.close()
+        put_some(m, 200, 200)
+        s = MessageStore.open(str(tmp_path / "s"), conf(broker_role="SLAVE", ha_master_address=f"127.0.0.1:{port}"))
+        s.start_ha()
+        wait_for(lambda: caught_up(m, s), what="the restarted slave")
+        assert_prefix(m, s)
+        m.close()
+        wait_for(lambda: s.ha.master_unreachable_ms() > 0, what="the slave to notice")
+        m = MessageStore.open(str(tmp_path / "m"), conf())
+        m.start_ha("127.0.0.1", port)
+        put_some(m, 400, 200)
+        wait_for(lambda: caught_up(m, s), what="the slave to follow the restarted master")
+        assert s.ha.master_connected and s.ha.master_unreachable_ms() == 0
+        assert_prefix(m, s)
+    finally:
+        s.close()
+        m.close()
+
+
+def test_sync_master_acks_after_the_slave(pair):
+    m, s, _ = pair(master_kw=dict(broker_role="SYNC_MASTER"))
+    put_some(m, 0, 3, expect=PutMessageStatus.SLAVE_NOT_AVAILABLE)   # no slave: stored, not replicated
+    s.start_ha()
+    wait_for(lambda: m.ha.slaves() and m.ha.slaves()[0][1] >= 0, what="the slave's first report")
+    rs = put_some(m, 3, 50)                                           # PUT_OK: each one acked
+    last = rs[-1]
+    assert m.ha.push_to_slave_max_offset() >= last.phy_offset + last.wrote_bytes
+    assert s.commit_log.confirm_offset >= last.phy_offset + last.wrote_bytes
+
+
+def test_sync_master_times_out_with_a_stalled_slave(pair):
+    m, s, proxy = pair(master_kw=dict(broker_role="SYNC_MASTER", slave_timeout=300), via=True)
+    s.start_ha()
+    wait_for(lambda: m.ha.slaves() and m.ha.slaves()[0][1] >= 0)
+    put_some(m, 0, 5)
+    proxy.stall()
+    t0 = time.monotonic()
+    put_some(m, 5, 1, expect=PutMessageStatus.FLUSH_SLAVE_TIMEOUT)
+    assert time.monotonic() - t0 >= 0.25
+    proxy.resume()
+    wait_for(lambda: caught_up(m, s))
+    put_some(m, 6, 5)
+
+
+def test_the_broker_awaits_the_future_instead(pair):
+    m, s, _ = pair(master_kw=dict(broker_role="SYNC_MASTER"))
+    m.ha_wait_in_put = False
+    r = m.put_message(Message.create("T", b"y", queue_id=0))
+    assert r.status is PutMessageStatus.PUT_OK                      # not waited for here...
+    fut = m.ha.after_put(r)
+    assert fut.result(2) is PutMessageStatus.SLAVE_NOT_AVAILABLE    # ...but by whoever awaits this
+
+
+def test_a_slave_store_refuses_puts(pair):
+    m, s, _ = pair()
+    r = s.put_message(Message.create("T", b"y", queue_id=0))
+    assert r.status is PutMessageStatus.SERVICE_NOT_AVAILABLE and "SLAVE" in r.error
+
+
+def raw_client(addr, payload: bytes) -> bytes:
+    """Send ``payload`` to the HA port; what comes back until the master closes (or 3 s)."""
+    with socket.create_connection(addr, timeout=3) as c:
+        c.sendall(payload)
+        got = b""
+        try:
+            while chunk := c.recv(65536):
+                got += chunk
+        except socket.timeout:
+            return got + b"<open>"
+        return got
+
+
+@pytest.mark.parametrize("payload, says", [
+    (os.urandom(4096), "offset"),
+    (encode_report(-5), "negative"),
+    (encode_report(0) + encode_report(1 << 40), "past the master's max offset"),
+    (encode_report(1 << 40), "past the master's max offset"),
+])
+def test_bad_input_closes_that_connection_only(pair, caplog, payload, says):
+    m, s, _ = pair()
+    s.start_ha()
+    put_some(m, 0, 50)
+    wait_for(lambda: caught_up(m, s))
+    with caplog.at_level(logging.WARNING, logger="rmqstore.ha"):
+        got = raw_client(m.ha.address, payload)
+    assert not got.endswith(b"<open>")
+    assert any(says in r.getMessage() and "closed" in r.getMessage() for r in caplog.records)
+    put_some(m, 50, 100)
+    wait_for(lambda: caught_up(m, s), what="the good slave to go on")
+    assert_prefix(m, s)
+    assert len(m.ha.slaves()) == 1
