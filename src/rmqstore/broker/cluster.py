@@ -20,7 +20,7 @@ import asyncio
 import logging
 import time
 
-from .metadata import PERM_READ
+from .metadata import PERM_READ, topic_config
 from .namesrv import NameServerProcessor, body_crc32
 from .outer import BrokerOuterAPI, RemotingClient, split_addresses
 from .remoting import RemotingCommand, RequestCode, ResponseCode
@@ -117,6 +117,13 @@ class ClusterMember:
         if self.broker.cfg.slave_read_enable:
             return True
         return self.master_unreachable_ms() >= int(getattr(self.broker.store.cfg, "ha_housekeeping_interval", 20000))
+
+    def replicated_topic(self, topic: str) -> dict | None:
+        """A slave serves a topic whose config it has not synchronized yet (SlaveSynchronize runs every
+        60 s, and not at all while the master is gone) from the consume queues replication built:
+        read-only, as many queues as it holds. None when it holds none."""
+        queues = self.broker.store.topics().get(topic)
+        return topic_config(topic, max(queues) + 1, perm=PERM_READ) if queues else None
 
     def master_unreachable_ms(self) -> int:
         ha = self.ha
