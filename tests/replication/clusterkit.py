@@ -86,7 +86,7 @@ def broker_conf(name: str, role: str, *, ha_port: int, master_ha: str | None = N
     (brokerId 1, ``master_ha`` its master's HA address when given statically)."""
     conf = {"brokerClusterName": cluster, "brokerName": name, "brokerId": 1 if role == "SLAVE" else 0,
             "brokerRole": role, "haListenPort": ha_port, "haHousekeepingInterval": 3000,
-            "haSendHeartbeatInterval": 1000, **SMALL_STORE}
+            "haSendHeartbeatInterval": 1000, "haReconnectInterval": 500, **SMALL_STORE}
     if master_ha:
         conf["haMasterAddress"] = master_ha
     conf.update(extra)
@@ -487,6 +487,26 @@ def create_topic(broker: str, topic: str, queues: int = 4) -> None:
     assert r.code == 0, (r.code, r.remark)
 
 
+def send(addr: str, topic: str, body: bytes, keys: str = "", queue_id: int = 0):
+    """One SEND_MESSAGE (10, the v1 header) to the broker at ``addr``; the answer."""
+    props = f"KEYS\x01{keys}\x02" if keys else ""
+    return call(addr, 10, {"producerGroup": "RepProbe", "topic": topic, "defaultTopic": "TBW102",
+                           "defaultTopicQueueNums": 4, "queueId": queue_id, "sysFlag": 0,
+                           "bornTimestamp": int(time.time() * 1000), "flag": 0, "properties": props,
+                           "reconsumeTimes": 0, "unitMode": "false"}, body)
+
+
+def wait_replicating(master: Node, topic: str, timeout: float = 30.0) -> None:
+    """Until a send to the (SYNC_)master is acknowledged SEND_OK: its slave is connected and acks."""
+    n = [0]
+
+    def ok() -> bool:
+        n[0] += 1
+        return send(master.addr, topic, b"probe", keys=f"probe-{n[0]}").code == 0
+
+    wait_until(ok, timeout, f"a send to {master.name} acknowledged (its slave attached)", every=0.1)
+
+
 def pull(addr: str, group: str, topic: str, queue_id: int, offset: int, max_nums: int = 32):
     """One PULL_MESSAGE (no suspend, no commit) to ``addr``: the answer (code, ext, body)."""
     return call(addr, 11, {"consumerGroup": group, "topic": topic, "queueId": queue_id, "queueOffset": offset,
@@ -524,9 +544,10 @@ def sync_kill_round(cluster: Cluster, master: Node, slave: Node, rng, run: str, 
     (``missing`` lists those that are not). The master is restarted for the next round."""
     if not master.running:
         master.start()
+    wait_replicating(master, topic)  # else the first sends get SLAVE_NOT_AVAILABLE, which the C++ client throws
     since = valid_end(slave.store)  # this round's records are all past it
     ld = produce(cluster, master.addr, topic, threads=threads, seconds=60, run=run,
-                 extra=("--max-failures", "3", "--retry-pause", "0.02", "--send-timeout-ms", "2000"))
+                 extra=("--max-failures", "1", "--send-timeout-ms", "800"))
     ld.started()
     t0 = time.monotonic()
     wait_until(lambda: len(ld.acks()) >= min_acks or ld.proc.poll() is not None, 30,

@@ -20,7 +20,8 @@ TOPIC = "RepT"
 
 
 def test_slave_is_a_byte_identical_copy_through_restarts_under_load(cluster, tmp_path):
-    master, slave = cluster.group("a")
+    small = {"mappedFileSizeCommitLog": 1 << 20}  # the load crosses segment boundaries
+    master, slave = cluster.group("a", master_extra=small, slave_extra=small)
     load = K.produce(cluster, master.addr, TOPIC, threads=4, seconds=8,
                      extra=("--max-failures", "200", "--retry-pause", "0.05"))
     load.started()
