@@ -138,6 +138,10 @@ class Node:
         return argv + (["--namesrv-addr", self.namesrv] if self.namesrv else [])
 
     def start(self, timeout: float = 60.0) -> "Node":
+        self.spawn()
+        return self.wait_started(timeout)
+
+    def spawn(self) -> None:
         assert not self.running, f"{self.name} is running"
         self.root.mkdir(parents=True, exist_ok=True)
         self.starts += 1
@@ -148,6 +152,8 @@ class Node:
                                      cwd=self.root)
         out.close()
         err.close()
+
+    def wait_started(self, timeout: float = 60.0) -> "Node":
         try:
             wait_port(self.addr, timeout, lambda: self.proc.poll() is None)
         except ProcessFailed as e:
@@ -225,6 +231,13 @@ class Cluster:
         slave = self.broker(f"{name}-s", broker_conf(name, "SLAVE", ha_port=s_ha, master_ha=master.ha_addr,
                                                      **(slave_extra or {})), namesrv=namesrv, start=start)
         return master, slave
+
+    def start_all(self, *nodes: Node, timeout: float = 60.0) -> None:
+        """Start several nodes at once (each process's start-up overlaps the others')."""
+        for n in nodes:
+            n.spawn()
+        for n in nodes:
+            n.wait_started(timeout)
 
     def load(self, *args: str) -> "Load":
         ld = Load(self.root / f"load{len(self.loads)}", args)

@@ -12,6 +12,7 @@ an operator's failover and rejoin.
 from __future__ import annotations
 
 import time
+from pathlib import Path
 
 import clusterkit as K
 
@@ -22,45 +23,70 @@ def _acked(*loads: K.Load) -> set[str]:
     return {a["k"] for ld in loads for a in ld.acks()}
 
 
-def test_two_groups_behind_one_name_server(cluster):
+def _consumers(cluster: K.Cluster, ns: str, stop: Path, n: int = 2) -> list[K.Load]:
+    out = [cluster.load("consume", "--namesrv", ns, "--group", "RepCG", "--topic", TOPIC, "--seconds", "40",
+                        "--stop-file", stop) for _ in range(n)]
+    for c in out:
+        c.started()
+    return out
+
+
+def test_two_groups_behind_one_name_server(cluster, tmp_path):
     ns = cluster.namesrv()
-    a_m, a_s = cluster.group("ga", namesrv=ns.addr)
-    b_m, b_s = cluster.group("gb", namesrv=ns.addr)
+    a_m, a_s = cluster.group("ga", namesrv=ns.addr, start=False)
+    b_m, b_s = cluster.group("gb", namesrv=ns.addr, start=False)
+    cluster.start_all(a_m, b_m, a_s, b_s)
     for m in (a_m, b_m):
         K.create_topic(m.addr, TOPIC, queues=4)
     K.wait_until(lambda: {k: sorted(v) for k, v in K.brokers_in_route(ns.addr, TOPIC).items()}
-                 == {"ga": ["0", "1"], "gb": ["0", "1"]}, 40, "both groups, master and slave, in the topic's route")
-    consumers = [cluster.load("consume", "--namesrv", ns.addr, "--group", "RepCG", "--topic", TOPIC,
-                              "--seconds", "45", "--idle", "8") for _ in range(2)]
-    for c in consumers:
-        c.started()
-    producers = [K.produce(cluster, ns.addr, TOPIC, threads=2, seconds=10, run=f"p{i}", group="RepPG",
-                           extra=("--max-failures", "1000", "--retry-pause", "0.02", "--interval", "0.002"))
+                 == {"ga": ["0", "1"], "gb": ["0", "1"]}, 20, "both groups, master and slave, in the topic's route")
+    # 1. a consumer group of two rebalances over the eight queues of both groups while producers send
+    stop1 = tmp_path / "stop1"
+    first = _consumers(cluster, ns.addr, stop1)
+    producers = [K.produce(cluster, ns.addr, TOPIC, threads=2, seconds=9, run=f"p{i}",
+                           extra=("--max-failures", "1000", "--retry-pause", "0.02", "--interval", "0.003"))
                  for i in range(2)]
     for p in producers:
         p.started()
-    K.wait_until(lambda: len(_acked(*producers)) >= 1000, 30, "1000 acknowledged sends")
+
+    def queues_of(c: K.Load, on_a: set[str]) -> set:
+        return {(r["k"] in on_a, r["q"]) for r in c.received()}
+
+    def all_queues_consumed():
+        on_a = K.keys_in_commitlog(a_m.store)
+        per = [queues_of(c, on_a) for c in first]
+        return all(per) and set().union(*per) == {(g, q) for g in (True, False) for q in range(4)}
+
+    K.wait_until(all_queues_consumed, 25, "both consumers, all eight queues consumed", every=0.5)
+    stop1.touch()
+    for c in first:
+        c.wait(30)
+    # 2. no consumer runs; master ga is killed while the producers go on: they continue on gb
+    time.sleep(1.0)
     a_m.kill9()
     killed_at = time.time()
     for p in producers:
         p.wait(60)
     acked = _acked(*producers)
     on_a, on_b = K.keys_in_commitlog(a_m.store), K.keys_in_commitlog(b_m.store)
-    assert acked <= on_a | on_b
-    assert acked & on_a and acked & on_b, "the producers used both groups"
-    after = {a["k"] for p in producers for a in p.acks() if a["t"] > killed_at + 1}
-    assert len(after) >= 200 and after <= on_b, "after the kill the producers continued on the other group"
+    assert acked <= on_a | on_b and acked & on_a and acked & on_b, "the producers used both groups"
+    after = {a["k"] for p in producers for a in p.acks() if a["t"] > killed_at + 0.5}
+    assert len(after) >= 100 and after <= on_b, "after the kill the producers continued on the other group"
     assert acked & on_a <= K.keys_in_commitlog(a_s.store), "the dead group's slave holds its acknowledged sends"
-    for c in consumers:
-        c.wait(60)
-    received = [r for c in consumers for r in c.received()]
-    got = {r["k"] for r in received}
-    missing = acked - got
-    assert not missing, f"{len(missing)} acknowledged sends never consumed, e.g. {sorted(missing)[:5]}"
-    # the group rebalanced across all eight queues (four per group, each consumer its share)
-    per_consumer = [{(r["k"] in on_a, r["q"]) for r in c.received()} for c in consumers]
-    assert set().union(*per_consumer) == {(g, q) for g in (True, False) for q in range(4)}
-    assert all(per_consumer), "both consumers got queues"
+    # 3. consumers of the group drain the dead group's queues from its slave
+    consumed = {r["k"] for c in first for r in c.received()}
+    backlog_a = (acked & on_a) - consumed
+    assert backlog_a, "messages of the dead group were left for the slave to serve"
+    stop2 = tmp_path / "stop2"
+    second = _consumers(cluster, ns.addr, stop2)
+    K.wait_until(lambda: acked <= consumed | {r["k"] for c in second for r in c.received()}, 30,
+                 "every acknowledged send consumed", every=0.5)
+    stop2.touch()
+    for c in second:
+        c.wait(30)
+    assert backlog_a <= {r["k"] for c in second for r in c.received()}
+    print(f"{len(acked)} acknowledged ({len(acked & on_a)} on ga, {len(after)} after its kill), "
+          f"{len(backlog_a)} drained from ga's slave")
 
 
 def test_failover_then_the_old_master_rejoins_as_slave(cluster, tmp_path):

@@ -10,7 +10,8 @@ acknowledged sends; failures print ``{"k": key, "err": text}``. Keys are ``<run>
 
 ``consume``: a push consumer in a consumer group; prints ``{"k": key, "q": queue id, "o": queue
 offset, "s": store time ms, "t": time}`` per message, until ``--count`` distinct keys arrived,
-``--seconds`` passed, or nothing arrived for ``--idle`` seconds after the first message.
+``--seconds`` passed, nothing arrived for ``--idle`` seconds after the first message, or the file
+``--stop-file`` exists.
 
 Both end with one ``{"done": ...}`` line.
 """
@@ -18,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import threading
 import time
@@ -123,6 +125,8 @@ def consume(a) -> None:
             break
         if a.idle and last and time.time() - last > a.idle:
             break
+        if a.stop_file and os.path.exists(a.stop_file):
+            break
         time.sleep(0.05)
     if a.linger:
         time.sleep(a.linger)
@@ -154,6 +158,7 @@ def main() -> None:
     s = sub.choices["consume"]
     s.add_argument("--count", type=int, default=0, help="stop once this many distinct keys arrived")
     s.add_argument("--idle", type=float, default=0.0, help="stop after this long without a message (s)")
+    s.add_argument("--stop-file", default="", help="stop once this file exists")
     s.add_argument("--expr", default="*")
     s.add_argument("--linger", type=float, default=0.0)
     a = ap.parse_args()
