@@ -1,0 +1,59 @@
+"""A slave whose link to its master misbehaves, as processes under the C++ client's load: the link
+goes through a loopback TCP proxy (``tests/netkit.py``) that cuts a frame in the middle, splits
+frames into 7-byte reads, delays every chunk, and stalls past ``haHousekeepingInterval``. After each
+fault the slave's commitlog is still a byte-identical prefix of the master's; it resumes by itself,
+and at the end holds every acknowledged send, byte for byte, with its queues as rebuilt."""
+from __future__ import annotations
+
+import time
+
+import clusterkit as K
+
+from tests.netkit import TcpProxy
+
+TOPIC = "RepFaults"
+
+
+def test_slave_behind_a_faulty_link_stays_a_prefix_and_resumes(cluster, tmp_path):
+    store = {"mappedFileSizeCommitLog": 1 << 20, "haHousekeepingInterval": 2000, "haTransferBatchSize": 8192}
+    m_ha = K.free_port()
+    master = cluster.broker("f-m", K.broker_conf("f", "ASYNC_MASTER", ha_port=m_ha, **store))
+    proxy = TcpProxy((K.HOST, m_ha))
+    try:
+        slave = cluster.broker("f-s", K.broker_conf("f", "SLAVE", ha_port=K.free_port(), master_ha=proxy.addr, **store))
+        load = K.produce(cluster, master.addr, TOPIC, threads=2, seconds=12, extra=("--interval", "0.002"))
+        load.started()
+
+        def caught_up_with_some_more(before: int):
+            return K.valid_end(slave.store) > before
+
+        def fault(name: str, start, end, hold: float = 0.0) -> None:
+            before = K.valid_end(slave.store)
+            start()
+            time.sleep(hold)
+            K.assert_prefix(slave.store, master.store)
+            end()
+            K.wait_until(lambda: caught_up_with_some_more(before), 20, f"the slave to resume after {name}")
+            K.assert_prefix(slave.store, master.store)
+
+        K.wait_until(lambda: K.valid_end(slave.store) > 0, 20, "the slave to start replicating")
+        connections = proxy.connections
+        fault("a frame cut in the middle", lambda: proxy.cut_after(5003), lambda: None, hold=1.0)
+        assert proxy.connections > connections, "the slave connected again after the cut"
+        fault("7-byte reads", lambda: setattr(proxy, "chunk", 7), lambda: setattr(proxy, "chunk", 65536), hold=1.0)
+        fault("a delayed link", lambda: setattr(proxy, "delay", 0.05), lambda: setattr(proxy, "delay", 0.0), hold=1.0)
+        connections = proxy.connections
+        fault("a stalled link", proxy.stall, proxy.resume, hold=3.0)
+        assert proxy.connections > connections, "a stall past haHousekeepingInterval made the slave reconnect"
+        done = load.wait(60)
+        acks = {a["k"] for a in load.acks()}
+        assert done["ok"] == len(acks) > 500
+        end = K.valid_end(master.store)
+        K.wait_until(lambda: K.valid_end(slave.store) == end, 30, "the slave to catch up")
+        slave.stop()
+        master.stop()
+    finally:
+        proxy.close()
+    K.assert_prefix(slave.store, master.store, equal=True)
+    assert acks <= K.keys_in_commitlog(slave.store)
+    K.assert_queues_as_rebuilt(slave.store, tmp_path)
