@@ -29,15 +29,17 @@ import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "src"))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # children.py
 
 from rmqstore import Message, MessageStore, MessageStoreConfig  # noqa: E402
+
+from children import run_child  # noqa: E402
 
 GIB = 1 << 30
 
 
 def _in_child(fn, *args) -> dict:
-    """Run ``fn(*args)`` in a forked child (the harness's runner); its peak RSS in MiB included."""
-    from harness import run_child
+    """Run ``fn(*args)`` in a forked child (bench/children.py); its peak RSS in MiB included."""
     res = run_child(fn, *args)
     res["rss_mib"] = res["rss_mb"]
     return res

@@ -16,7 +16,6 @@ import multiprocessing as mp
 import os
 import platform
 import random
-import resource
 import shutil
 import statistics
 import struct
@@ -29,9 +28,13 @@ from functools import partial
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "src"))
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # durability.py, spark_bench.py
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # children.py, durability.py, spark_bench.py
 
 from rmqstore import Message, MessageStore, MessageStoreConfig  # noqa: E402
+
+import durability  # noqa: E402
+from children import run_child  # noqa: E402  (re-exported: H.run_child)
+from children import settle as _settle  # noqa: E402
 
 CPU_GROUP = "machine: a pure-Python loop in 1 and 2 processes at once (parallel scaling)"
 WORK = os.environ.get("RMQ_BENCH_DIR") or os.path.join(ROOT, "bench", "out")
@@ -419,7 +422,6 @@ def rmq_look(store, samples):
 
 def _prebuilt_recovery(gib: float) -> tuple[str, int]:
     """A store with one commitlog segment of ``gib`` GiB of 1 KiB keyed messages, built once."""
-    import durability
     seg = int(gib * durability.GIB)
     seg -= seg % 4096
     d = os.path.join(WORK, f"prebuilt-recovery-{seg}")
@@ -434,7 +436,6 @@ def rmq_recover(path, seg, crash):
     """Open the prebuilt store: after its clean close (normal recovery), or as after the worst crash
     (``abort`` file, zeroed checkpoint: every queue and the index are rebuilt from the start). The
     store is closed cleanly afterwards, so the next normal run finds it as before."""
-    import durability
     if crash:
         with open(os.path.join(path, "abort"), "w") as fh:
             fh.write("0")
@@ -446,7 +447,6 @@ def rmq_recover(path, seg, crash):
 
 
 def rmq_sync_put(threads, seconds):
-    import durability
     r = durability.bench_put(_tmp(), threads, seconds)
     return {"ops": r["msgs"], "seconds": r["seconds"]}
 
@@ -485,37 +485,6 @@ def spark_measure(kind, store, master):
 # ------------------------------------------------------------------------------------------------
 # running in children
 # ------------------------------------------------------------------------------------------------
-
-def _child(conn, fn, args):
-    try:
-        res = fn(*args)
-        res["rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-        conn.send(res)
-    except BaseException as e:  # noqa: BLE001
-        conn.send({"error": f"{type(e).__name__}: {e}"})
-    finally:
-        conn.close()
-
-
-def _settle() -> None:
-    """Write back what earlier measurements left dirty in the page cache, so that the kernel's
-    writeback threads do not compete with the next one for the 2 cores."""
-    os.sync()
-
-
-def run_child(fn, *args) -> dict:
-    _settle()
-    ctx = mp.get_context("fork")
-    a, b = ctx.Pipe(duplex=False)
-    p = ctx.Process(target=_child, args=(b, fn, args))
-    p.start()
-    b.close()
-    res = a.recv()
-    p.join()
-    if "error" in res:
-        raise RuntimeError(f"{fn.__name__}{args}: {res['error']}")
-    return res
-
 
 def profile_top(fn, *args, lines: int = 22) -> str:
     """pyinstrument's top frames for the timed part of one run of a workload (used where a target

@@ -114,7 +114,7 @@ class TcpProxy:
                     break
                 if not down:
                     dst.sendall(data)
-        except OSError:
+        except (OSError, ValueError):  # (ValueError: the other pump closed this pair meanwhile)
             pass
         self._close_pair(src)
 

@@ -164,6 +164,96 @@ def test_one_module_names_the_store_files():
     assert bad == []
 
 
+#: no module over this many lines (tests/unit/test_budgets.py holds the function budgets)
+MAX_MODULE_LINES = 500
+
+
+def long_modules(root: Path = SRC) -> list[str]:
+    """Modules under ``root`` over :data:`MAX_MODULE_LINES` lines (no exceptions)."""
+    return [f"{p.relative_to(root)}: {n} lines" for p in sorted(root.rglob("*.py"))
+            if (n := len(p.read_text().splitlines())) > MAX_MODULE_LINES]
+
+
+def import_graph(root: Path = SRC) -> dict[str, set[str]]:
+    """module -> the modules of the package it imports (every explicit import, also inside
+    functions; a package is its ``__init__``; ``from pkg import name`` of a name that is not a
+    module is an import of ``pkg``). Generated protobuf code (``messaging/proto/``) aside."""
+    trees = {}
+    for path in sorted((root / "rmqstore").rglob("*.py")):
+        if "proto" in path.relative_to(root).parts:
+            continue
+        rel = path.relative_to(root).with_suffix("")
+        parts = list(rel.parts)
+        if parts[-1] == "__init__":
+            parts.pop()
+        trees[".".join(parts)] = (path.name == "__init__.py", ast.parse(path.read_text(), str(path)))
+    graph: dict[str, set[str]] = {m: set() for m in trees}
+    for m, (is_package, tree) in trees.items():
+        for _, target in imported_modules(tree, m, is_package):
+            while target not in trees and "." in target:
+                target = target.rsplit(".", 1)[0]
+            if target in trees and target != m:
+                graph[m].add(target)
+    return graph
+
+
+def import_cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected parts of ``graph`` with more than one module (Tarjan), each sorted."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    out: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in sorted(graph.get(v, ())):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            part = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                part.append(w)
+                if w == v:
+                    break
+            if len(part) > 1:
+                out.append(sorted(part))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return sorted(out)
+
+
+def test_no_module_is_over_500_lines():
+    assert long_modules() == []
+
+
+def test_the_import_graph_has_no_cycle():
+    graph = import_graph()
+    assert "rmqstore.engine.recovery" in graph["rmqstore.engine.verify.derived"]  # verify uses recovery ...
+    assert import_cycles(graph) == []  # ... and nothing of recovery imports verify back
+
+
+def test_the_cycle_and_size_checkers_catch_a_violation(tmp_path):
+    pkg = tmp_path / "rmqstore"
+    (pkg / "a").mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    (pkg / "a" / "__init__.py").write_text("from .x import f\n")
+    (pkg / "a" / "x.py").write_text("def f():\n    from ..b import g\n" + "#\n" * MAX_MODULE_LINES)
+    (pkg / "b.py").write_text("from rmqstore.a import f\ng = 1\n")
+    (pkg / "c.py").write_text("from rmqstore import b\n")
+    assert import_cycles(import_graph(tmp_path)) == [["rmqstore.a", "rmqstore.a.x", "rmqstore.b"]]
+    assert long_modules(tmp_path) == [f"rmqstore/a/x.py: {MAX_MODULE_LINES + 2} lines"]
+
+
 def test_every_top_level_part_has_a_layer():
     tops = {p.stem if p.is_file() else p.name for p in (SRC / "rmqstore").iterdir()
             if (p.suffix == ".py" or (p.is_dir() and (p / "__init__.py").exists())) and p.name != "__init__.py"}

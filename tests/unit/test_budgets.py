@@ -17,10 +17,6 @@ CLICK_COMMANDS = "click command (one parameter per option)"
 #: public API whose keyword parameters are part of its documented shape
 PUBLIC_API = "public API keeps its shape"
 
-#: the facade: opening, the recovery and retention call sites, the dispatcher, the flusher and closing
-#: share the store's state (its reads are a mixin of their own, store_reads)
-FACADE = "the facade's lifecycle (see ARCHITECTURE.md)"
-
 #: "module" or "module:function" -> why it is allowed over budget
 EXCEPTIONS: dict[str, str] = {
     "rmqstore.cli.commands_query:pull": CLICK_COMMANDS,
@@ -34,7 +30,6 @@ EXCEPTIONS: dict[str, str] = {
     "rmqstore.spark.jobs.rebuild_job:rebuild": PUBLIC_API,
     "rmqstore.store_reads:get_message": PUBLIC_API,    # getMessage's arguments, and transfer_limits
     "rmqstore.types:create": PUBLIC_API,               # Message.create's producer-style keywords
-    "rmqstore.message_store": FACADE,
 }
 
 

@@ -69,6 +69,20 @@ class Stats:
                 f"{connections} connections")
 
 
+def replication_wait(store: MessageStore, result):
+    """HA: under SYNC_MASTER an awaitable of ``result``'s final status (PUT_OK once enough slaves
+    reported past it, FLUSH_SLAVE_TIMEOUT after slaveTimeout, SLAVE_NOT_AVAILABLE), resolved
+    without blocking a thread; None when there is nothing to wait for."""
+    ha = store.ha
+    fut = ha.replication_future(result) if ha is not None else None
+    return None if fut is None else asyncio.wrap_future(fut)
+
+
+async def _answer_when(waiting, result, answer):
+    result.status = await waiting
+    return answer(result)
+
+
 class Broker:
     """The broker: remoting server, processors, state managers, delay and transaction services."""
 
@@ -80,6 +94,7 @@ class Broker:
         ``namesrv_addr`` (``a:9876;b:9876``, default broker.conf's ``namesrvAddr``) registers with
         those name servers; without any, the broker is its own name server."""
         self.store = store
+        store.ha_wait_in_put = False  # HA: put() awaits the slaves' acknowledgement (replication_wait)
         self.cfg = config or BrokerConfig()
         self.read_only = store.read_only
         self.listen_host, self.listen_port = parse_listen(listen)
@@ -301,10 +316,14 @@ class Broker:
         if self._executor is None:
             result = do()
             self.schedule_dispatch()
-            return answer(result)
+            waiting = replication_wait(store, result)  # HA: SYNC_MASTER answers once a slave has it
+            return answer(result) if waiting is None else _answer_when(waiting, result, answer)
 
         async def later():
             result = await asyncio.get_running_loop().run_in_executor(self._executor, do)
+            waiting = replication_wait(store, result)  # HA
+            if waiting is not None:
+                result.status = await waiting
             return answer(result)
 
         return later()

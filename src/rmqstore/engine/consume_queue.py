@@ -8,6 +8,7 @@ with one numpy copy.
 from __future__ import annotations
 
 import logging
+import os
 from typing import Callable
 
 import numpy as np
@@ -333,6 +334,24 @@ class ConsumeQueue:
         self.queue.destroy()
         self.max_physic_offset = -1
         self.min_logic_offset = 0
+
+
+def load_consume_queues(store_dir: str, cfg: MessageStoreConfig, read_only: bool, queues: dict) -> None:
+    """Load every queue directory under ``consumequeue/`` that ``queues`` (``(topic, queueId) ->
+    ConsumeQueue``) does not hold yet, in name order (an open's load and a reader's refresh)."""
+    root = paths.consume_queue_dir(store_dir)
+    if not os.path.isdir(root):
+        return
+    for topic in sorted(os.listdir(root)):
+        tdir = os.path.join(root, topic)
+        if not os.path.isdir(tdir):
+            continue
+        for q in sorted(os.listdir(tdir)):
+            if not q.isdigit() or (topic, int(q)) in queues:
+                continue
+            cq = ConsumeQueue(store_dir, topic, int(q), cfg, read_only=read_only)
+            cq.load()
+            queues[(topic, int(q))] = cq
 
 
 def _file_for_time(files: list, ts: int, store_time: Callable[[int, int], int], lower: bool):

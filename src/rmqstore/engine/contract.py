@@ -30,6 +30,7 @@ class StoreParts(Protocol):
     index_service: object          #: :class:`~rmqstore.engine.index.IndexService`
     checkpoint: object             #: :class:`~rmqstore.engine.checkpoint.StoreCheckpoint`
     reput: object                  #: :class:`~rmqstore.engine.reput.ReputMessageService` (once started)
+    consumer_offsets: object       #: :class:`~rmqstore.engine.consumer_offsets.ConsumerOffsetManager`
 
     # --- its locks -------------------------------------------------------------------------------
     maintenance_lock: threading.RLock  #: one maintenance run (verify, retention) at a time

@@ -405,3 +405,27 @@ def iter_record_batches(queue, start: int, end: int, batch_records: int = BATCH_
         else:
             return pos_phy, C.Stop.END if halt.stop in (C.Stop.END, C.Stop.LIMIT) else halt.stop
     return pos_phy, C.Stop.END
+
+
+def pad_gaps(store, mf, batch, spans, topic_cache, cq_of) -> None:
+    """Blank units for the records lost in the corrupt ``spans`` before ``batch``'s records: a queue whose
+    next record (by queue offset) lies past a span keeps the queue offsets the lost records held, each
+    blank unit pointing at the span (recovery's re-dispatch and verify's rebuild both keep them)."""
+    cols = extract_dispatch_columns(mf.u8, batch, store.delay_levels_ms, topic_cache)
+    tx = batch.sys_flag & M.SYSFLAG_TX_MASK
+    seen = set()
+    for i in np.flatnonzero((tx != M.TX_PREPARED) & (tx != M.TX_ROLLBACK)).tolist():
+        key = (cols.topics[cols.topic_ids[i]], int(batch.queue_id[i]))
+        if key in seen:
+            continue
+        seen.add(key)
+        cq = cq_of(key)
+        if cq is None or not cq.queue.files:
+            continue
+        q, have = int(batch.queue_offset[i]), cq.max_offset
+        span = next((s for s in spans if cq.max_physic_offset <= s.offset < int(batch.phy_offset[i])), None)
+        if q <= have or span is None:
+            continue
+        n = q - have
+        cq.put_units(np.arange(have, q, dtype=np.int64), np.full(n, span.offset, dtype=np.int64),
+                     np.full(n, min(span.length, 0x7FFFFFFE), dtype=np.int64), np.zeros(n, dtype=np.int64))

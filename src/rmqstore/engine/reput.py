@@ -69,6 +69,13 @@ class ReputMessageService:
             self._thread = None
 
     @property
+    def running(self) -> bool:
+        """The dispatcher thread is alive (False before :meth:`start`, after :meth:`shutdown`,
+        and once an error stopped it: :attr:`error` says which)."""
+        t = self._thread
+        return t is not None and t.is_alive()
+
+    @property
     def stopped(self) -> bool:
         """:meth:`shutdown` was called (the thread does not come back)."""
         return self._stop.is_set()

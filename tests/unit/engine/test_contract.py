@@ -10,7 +10,7 @@ from rmqstore.engine.contract import CONTRACT_NAMES, StoreParts
 METHODS = {"retire", "refresh", "wait_dispatched", "dispatch_end", "on_dispatched", "notify_dispatched",
            "find_consume_queue"}
 ATTRIBUTES = {"path", "cfg", "read_only", "delay_levels_ms", "disk_full", "commit_log", "consume_queues",
-              "index_service", "checkpoint", "reput", "maintenance_lock", "cq_lock"}
+              "index_service", "checkpoint", "reput", "consumer_offsets", "maintenance_lock", "cq_lock"}
 
 
 def test_the_contract_names_the_protocols_attributes_and_methods():

@@ -184,3 +184,29 @@ def test_the_live_dispatcher_resyncs_after_a_damaged_record(open_store, tmp_path
     assert got == [0, 1, 2, 4, 5, 6, 7, 8, 9] and skipped == [3]  # queue offsets kept: a blank unit at 3
     for i in range(4, 10):
         assert [m.phy_offset for m in st.query_message("T", f"k{i}").messages] == [rs[i].phy_offset]
+
+
+def test_pad_gaps_keeps_the_queue_offsets_of_records_lost_in_a_corrupt_span(open_store, tmp_path, make_config):
+    """Records 3 and 4 of a queue lie in a corrupt span: before the batch that starts at record 5
+    is dispatched, their queue offsets get blank units pointing at the span (what recovery's
+    re-dispatch and verify's rebuild both do); a second call adds nothing."""
+    from rmqstore import Message
+    from rmqstore.engine.dispatch import pad_gaps
+    from rmqstore.engine.recovery import CorruptSpan
+
+    st = open_store(tmp_path / "s", make_config(mapped_file_size_commit_log=64 << 10))
+    st.reput.shutdown()
+    rs = [st.put_message(Message.create("T", b"body-%d" % i)) for i in range(3)]
+    st.reput.do_reput()
+    rs += [st.put_message(Message.create("T", b"body-%d" % i)) for i in range(3, 8)]
+    cq = st.find_consume_queue("T", 0)
+    assert cq.max_offset == 3
+    span = CorruptSpan("seg", rs[3].phy_offset, rs[5].phy_offset - rs[3].phy_offset, "record_invalid", "test")
+    mf, batch = next(iter_record_batches(st.commit_log.queue, rs[5].phy_offset, st.commit_log.confirm_offset))
+    for _ in range(2):
+        pad_gaps(st, mf, batch, [span], {}, st.consume_queues.get)
+        assert cq.max_offset == 5
+        assert [cq.get_unit(q)[:2] for q in (3, 4)] == [(span.offset, span.length)] * 2
+    assert cq.get_unit(2)[0] == rs[2].phy_offset
+    pad_gaps(st, mf, batch, [span], {}, lambda key: None)  # a queue the caller does not hold: untouched
+    assert cq.max_offset == 5

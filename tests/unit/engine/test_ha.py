@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import socket
+import time
 
 import pytest
 
@@ -9,6 +10,7 @@ from rmqstore.config import MessageStoreConfig
 from rmqstore.engine import ha as HA
 from rmqstore.errors import ConfigError, ReadOnlyStoreError
 from rmqstore.message_store import MessageStore
+from rmqstore.types import Message
 
 SMALL = dict(mapped_file_size_commit_log=64 * 1024, mapped_file_size_consume_queue=4000, max_hash_slot_num=64,
              max_index_num=512)
@@ -22,10 +24,15 @@ def test_the_store_owns_its_ha_service(tmp_path):
     host, port = ha.address
     assert host == "127.0.0.1" and port > 0
     socket.create_connection((host, port), timeout=2).close()
-    st.close()
+    st.stop_ha()                               # stopped by whoever started it...
     assert st.ha is None
     with pytest.raises(OSError):
         socket.create_connection((host, port), timeout=2).close()
+    again = st.start_ha("127.0.0.1", 0)        # ...and started again
+    assert again is not ha and st.ha is again
+    st.close()                                 # close stops it too
+    with pytest.raises(OSError):
+        socket.create_connection(again.address, timeout=2).close()
 
 
 def test_a_read_only_store_cannot_replicate(tmp_path):
@@ -51,3 +58,24 @@ def test_config_keys_are_rocketmqs():
         MessageStoreConfig(broker_role="MASTER")
     with pytest.raises(ConfigError, match="ha_transfer_batch_size"):
         MessageStoreConfig(ha_transfer_batch_size=8 << 20)
+
+
+def test_ipv6_master_and_slave(tmp_path):
+    if not socket.has_ipv6:
+        pytest.skip("no IPv6")
+    m = MessageStore.open(str(tmp_path / "m"), MessageStoreConfig(**SMALL))
+    try:
+        try:
+            ha = m.start_ha("::1", 0)
+        except OSError as e:
+            pytest.skip(f"no IPv6 loopback here: {e}")
+        m.put_message(Message.create("T", b"six", queue_id=0))
+        cfg = MessageStoreConfig(**SMALL, broker_role="SLAVE", ha_master_address=f"[::1]:{ha.address[1]}")
+        with MessageStore.open(str(tmp_path / "s"), cfg) as s:
+            s.start_ha()
+            deadline = time.monotonic() + 10
+            while s.commit_log.confirm_offset < m.commit_log.confirm_offset:
+                assert time.monotonic() < deadline
+                time.sleep(0.02)
+    finally:
+        m.close()

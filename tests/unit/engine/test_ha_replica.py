@@ -3,6 +3,7 @@ on by the slave's dispatch (never skipped); a divergent tail cut with its bytes 
 from __future__ import annotations
 
 import os
+import time
 
 import pytest
 
@@ -77,3 +78,21 @@ def test_cut_tail_keeps_the_bytes_and_rebuilds_what_pointed_past(tmp_path, maste
         kept = b"".join((tmp_path / "s" / "recovery" / n).read_bytes() for n in saved)
         assert kept == data[starts[80]:]
         assert s.look_message_by_offset(starts[79]).queue_offset == 39
+
+
+def test_a_slave_closed_on_a_cut_record_reopens_before_it(tmp_path, master_bytes):
+    data, starts = master_bytes
+    cfg = MessageStoreConfig(**SMALL, broker_role="SLAVE")
+    t0 = time.monotonic()
+    with MessageStore.open(str(tmp_path / "s"), cfg) as s:
+        append_replicated(s.commit_log, 0, data[:starts[20] + 100])
+        s.reput.wake_now()
+        s.reput.wait_until(starts[20], 5)
+    assert time.monotonic() - t0 < 20        # the close does not wait for the cut record
+    with MessageStore.open(str(tmp_path / "s"), cfg) as s:
+        assert s.commit_log.confirm_offset == starts[20]     # the partial record is cut off...
+        kept = b"".join(p.read_bytes() for p in sorted((tmp_path / "s" / "recovery").iterdir()))
+        assert kept == data[starts[20]:starts[20] + 100]     # ...and kept
+        assert append_replicated(s.commit_log, starts[20], data[starts[20]:SEG]) == SEG
+        s.wait_dispatched(5)
+        assert sum(cq.max_offset for cq in s.consume_queues.values()) == sum(1 for p in starts if p < SEG)

@@ -5,7 +5,7 @@ SYNC_MASTER statuses, bad input on the HA port."""
 from __future__ import annotations
 
 import logging
-import os
+import random
 import socket
 import time
 
@@ -172,7 +172,7 @@ def test_the_broker_awaits_the_future_instead(pair):
     m.ha_wait_in_put = False
     r = m.put_message(Message.create("T", b"y", queue_id=0))
     assert r.status is PutMessageStatus.PUT_OK                      # not waited for here...
-    fut = m.ha.after_put(r)
+    fut = m.ha.replication_future(r)
     assert fut.result(2) is PutMessageStatus.SLAVE_NOT_AVAILABLE    # ...but by whoever awaits this
 
 
@@ -196,7 +196,7 @@ def raw_client(addr, payload: bytes) -> bytes:
 
 
 @pytest.mark.parametrize("payload, says", [
-    (os.urandom(4096), "offset"),
+    (random.Random(29).randbytes(4096), "offset"),
     (encode_report(-5), "negative"),
     (encode_report(0) + encode_report(1 << 40), "past the master's max offset"),
     (encode_report(1 << 40), "past the master's max offset"),
@@ -214,3 +214,73 @@ def test_bad_input_closes_that_connection_only(pair, caplog, payload, says):
     wait_for(lambda: caught_up(m, s), what="the good slave to go on")
     assert_prefix(m, s)
     assert len(m.ha.slaves()) == 1
+
+
+def test_two_slaves_at_once_and_in_sync_replicas(tmp_path):
+    m = MessageStore.open(str(tmp_path / "m"), conf(broker_role="SYNC_MASTER", in_sync_replicas=3, slave_timeout=400))
+    ha = m.start_ha("127.0.0.1", 0)
+    proxy = netkit.TcpProxy(ha.address)
+    s1 = MessageStore.open(str(tmp_path / "s1"), conf(broker_role="SLAVE", ha_master_address="%s:%d" % ha.address))
+    s2 = MessageStore.open(str(tmp_path / "s2"), conf(broker_role="SLAVE", ha_master_address=proxy.addr))
+    try:
+        s1.start_ha()
+        wait_for(lambda: len(ha.slaves()) == 1 and ha.slaves()[0][1] >= 0)
+        put_some(m, 0, 2, expect=PutMessageStatus.SLAVE_NOT_AVAILABLE)   # inSyncReplicas=3: two slaves
+        s2.start_ha()
+        wait_for(lambda: len(ha.slaves()) == 2 and min(a for _, a, _ in ha.slaves()) >= 0)
+        put_some(m, 2, 200)                                                # both acknowledge each one
+        assert caught_up(m, s1) and caught_up(m, s2)
+        proxy.stall()                                                      # one of two is not enough
+        put_some(m, 202, 1, expect=PutMessageStatus.FLUSH_SLAVE_TIMEOUT)
+        proxy.resume()
+        wait_for(lambda: caught_up(m, s2))
+        assert_prefix(m, s1)
+        assert_prefix(m, s2)
+    finally:
+        s1.close()
+        s2.close()
+        proxy.close()
+        m.close()
+
+
+def test_silent_connections_are_closed_on_both_sides(pair, caplog):
+    m, s, proxy = pair(master_kw=dict(ha_housekeeping_interval=600), slave_kw=dict(ha_housekeeping_interval=600),
+                       via=True)
+    s.start_ha()
+    put_some(m, 0, 20)
+    wait_for(lambda: caught_up(m, s))
+    with caplog.at_level(logging.INFO, logger="rmqstore.ha"):
+        with socket.create_connection(m.ha.address, timeout=3) as c:   # reports once, then nothing
+            c.sendall(encode_report(0))
+            c.settimeout(3)
+            t0 = time.monotonic()
+            while c.recv(65536):
+                pass
+            assert 0.5 < time.monotonic() - t0 < 2.9                     # closed by the master
+        before = proxy.connections
+        proxy.stall()                                                   # the slave hears nothing
+        wait_for(lambda: proxy.connections > before, what="the slave to reconnect")
+        proxy.resume()
+    assert any("haHousekeepingInterval" in r.getMessage() for r in caplog.records)
+    put_some(m, 20, 50)
+    wait_for(lambda: caught_up(m, s))
+    assert_prefix(m, s)
+
+
+def test_the_master_address_can_come_later(tmp_path):
+    m = MessageStore.open(str(tmp_path / "m"), conf())
+    ha = m.start_ha("127.0.0.1", 0)
+    s = MessageStore.open(str(tmp_path / "s"), conf(broker_role="SLAVE"))
+    try:
+        sh = s.start_ha()
+        put_some(m, 0, 30)
+        time.sleep(0.2)
+        assert sh.master_address is None and not sh.master_connected and sh.master_unreachable_ms() >= 200
+        assert s.commit_log.confirm_offset == 0
+        sh.set_master_address("%s:%d" % ha.address)                   # e.g. from the name server's reply
+        wait_for(lambda: caught_up(m, s))
+        assert sh.master_address == "%s:%d" % ha.address and sh.master_connected
+        assert sh.master_unreachable_ms() == 0
+    finally:
+        s.close()
+        m.close()

@@ -3,10 +3,12 @@ holds a torn or non-prefix commitlog and resumes by itself; an old master rejoin
 cuts the tail its new master never had (kept under recovery/); a slave in another process."""
 from __future__ import annotations
 
+import logging
 import os
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 
 import pytest
@@ -162,3 +164,61 @@ def test_a_slave_in_another_process(tmp_path):
         assert hi == end and lo == end - end % SEG
         with MessageStore.open(str(tmp_path / "s"), conf(), read_only=True) as s:
             check_prefix(m, s)
+
+
+SLAVE_FOREVER = textwrap.dedent("""
+    import sys, time
+    from rmqstore.config import MessageStoreConfig
+    from rmqstore.message_store import MessageStore
+    cfg = MessageStoreConfig(**{cfg!r}, broker_role="SLAVE", ha_master_address=sys.argv[2])
+    s = MessageStore.open(sys.argv[1], cfg)
+    s.start_ha()
+    print("up", flush=True)
+    while True:
+        time.sleep(1)
+""")
+
+
+def test_a_slave_killed_mid_stream_recovers_and_catches_up(tmp_path):
+    with MessageStore.open(str(tmp_path / "m"), conf()) as m:
+        ha = m.start_ha("127.0.0.1", 0)
+        addr = "%s:%d" % ha.address
+        p = subprocess.Popen([sys.executable, "-c", SLAVE_FOREVER.format(cfg=CFG), str(tmp_path / "s"), addr],
+                             stdout=subprocess.PIPE, text=True)
+        try:
+            assert p.stdout.readline().strip() == "up"
+            put_n(m, 0, 100)
+            putter = threading.Thread(target=put_n, args=(m, 100, 1500))
+            putter.start()
+            until(lambda: ha.slaves() and ha.slaves()[0][1] > 100_000)
+            p.kill()                                   # kill -9 while frames are coming
+            putter.join()
+        finally:
+            p.kill()
+            p.wait(10)
+        with MessageStore.open(str(tmp_path / "s"), conf(broker_role="SLAVE", ha_master_address=addr)) as s:
+            check_prefix(m, s)                         # recovery left a prefix (torn tail cut)
+            s.start_ha()
+            until(lambda: s.commit_log.confirm_offset == m.commit_log.confirm_offset)
+            check_prefix(m, s)
+            s.wait_dispatched(5)
+            for key, cq in s.consume_queues.items():
+                assert cq.max_offset == m.consume_queues[key].max_offset
+
+
+def test_a_slave_of_the_wrong_master_cuts_nothing(tmp_path, caplog):
+    with MessageStore.open(str(tmp_path / "m"), conf()) as m, \
+            MessageStore.open(str(tmp_path / "s"), conf()) as s0:
+        put_n(m, 0, 50)
+        for i in range(60):                          # a store with messages of its own
+            s0.put_message(Message.create("Other", b"o" * 300, queue_id=0))
+        end = s0.commit_log.confirm_offset
+    with MessageStore.open(str(tmp_path / "m"), conf()) as m:
+        ha = m.start_ha("127.0.0.1", 0)
+        with caplog.at_level(logging.INFO, logger="rmqstore.ha"):
+            with MessageStore.open(str(tmp_path / "s"), conf(broker_role="SLAVE",
+                                                             ha_master_address="%s:%d" % ha.address)) as s:
+                s.start_ha()
+                until(lambda: any("right master" in r.getMessage() for r in caplog.records), timeout=3)
+                assert s.commit_log.confirm_offset == end
+        assert not (tmp_path / "s" / "recovery").exists()

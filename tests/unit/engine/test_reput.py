@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import os
+import time
 
 import numpy as np
 import pytest
@@ -147,3 +148,25 @@ def test_live_dispatcher_with_hints_answers_queries(open_store, make_config):
     offsets = [r.queue_offset for r in got.messages]
     assert offsets == list(range(len(offsets))) and offsets
     assert np.all(np.diff([r.phy_offset for r in got.messages]) > 0)
+
+
+def test_the_dispatcher_says_whether_its_thread_runs(open_store, monkeypatch):
+    """``running``: after start, not after shutdown, and not once an error stopped the thread (what
+    the flush service's supervision asks before a restart)."""
+    st = open_store()
+    r = st.reput
+    assert r.running and not r.stopped
+    r.shutdown()
+    assert not r.running and r.stopped
+    fresh = type(r)(st, r.reput_from)
+    assert not fresh.running  # never started
+    monkeypatch.setattr(fresh, "do_reput", lambda: (_ for _ in ()).throw(OSError(28, "No space left on device")))
+    fresh.start()
+    fresh.wake_now()
+    assert fresh.wait_until(1 << 62, timeout=10) and isinstance(fresh.error, OSError)
+    for _ in range(1000):
+        if not fresh.running:
+            break
+        time.sleep(0.01)
+    assert not fresh.running
+    fresh.shutdown()

@@ -43,7 +43,7 @@ def test_lost_derived_files_are_rebuilt_at_open(tmp_path, lose, caplog):
     with caplog.at_level("WARNING", logger="rmqstore"):
         with MessageStore.open(path, CFG, read_only=True) as ro:  # a reader answers from a scan, writes nothing
             assert ro.derived_files_restored
-            shadow = ro._shadow_dir
+            shadow = ro.derived_files.shadow_dir
             assert shadow and os.path.isdir(shadow)
             _all_served(ro, rs)
     assert any("answering from a scan of the commitlog" in r.getMessage() for r in caplog.records)
@@ -69,12 +69,11 @@ def test_a_sound_store_restores_nothing(tmp_path):
 
 
 def test_a_long_rebuild_reports_progress(tmp_path, caplog, monkeypatch):
-    from rmqstore import message_store as MS
+    from rmqstore.engine import derived_files as DF
     path = tmp_path / "s"
     rs = _build(path, n=200)
     shutil.rmtree(path / "index")
-    real = MS.MessageStore._rebuild_progress
-    monkeypatch.setattr(MS.MessageStore, "_rebuild_progress", lambda self, what, every_s=5.0: real(self, what, 0.0))
+    monkeypatch.setattr(DF, "PROGRESS_EVERY_S", 0.0)
     for read_only, what in ((True, "building temporary"), (False, "rebuilding")):
         caplog.clear()
         with caplog.at_level("WARNING", logger="rmqstore"):
@@ -89,7 +88,7 @@ def test_a_reader_that_judges_the_files_gets_them_as_they_are(tmp_path):
     _build(path)
     shutil.rmtree(path / "index")
     with MessageStore.open(path, CFG, read_only=True, stand_in_derived=False) as ro:
-        assert ro.derived_files_restored == [] and ro._shadow_dir is None
+        assert ro.derived_files_restored == [] and ro.derived_files.shadow_dir is None
         assert ro.query_message("T", "k1").messages == []  # no index: upstream's answer
         assert "index_item" in {f.kind for f in ro.verify()}
 
@@ -109,7 +108,7 @@ def test_a_reader_of_a_crashed_store_continues_the_queues_behind_from_the_tail(t
     with caplog.at_level("WARNING", logger="rmqstore"):
         with MessageStore.open(crash, CFG, read_only=True) as ro:
             assert ro.derived_files_restored == ["T/1", "index"]  # the index is behind too: its tail
-            own_queues, own_index = ro._own_derived
+            own_queues, own_index = ro.derived_files.own_files
             assert ro.index_service.files[:len(own_index.files)] == own_index.files
             own = own_queues[("T", 1)]
             cq = ro.find_consume_queue("T", 1)

@@ -18,13 +18,15 @@ from ...errors import HAProtocolError
 from .protocol import ReportReader, encode_header, start_offset
 
 log = logging.getLogger("rmqstore.ha")
+_SLAVE_CLOSED = "the slave closed the connection"
 
 
 class Acceptor:
     """Listens on ``(host, port)``; hands each connection to ``on_connect(sock, peer)``."""
 
     def __init__(self, host: str, port: int, on_connect) -> None:
-        self.sock = socket.create_server((host, port), reuse_port=False)
+        family = socket.AF_INET6 if ":" in host else socket.AF_INET
+        self.sock = socket.create_server((host.strip("[]"), port), family=family)
         self.sock.settimeout(0.2)
         self.address = self.sock.getsockname()[:2]
         self._on_connect = on_connect
@@ -77,7 +79,8 @@ class SlaveConnection:
             return
         self.closed.set()
         if why:
-            log.warning("HA connection from slave %s closed: %s", self.peer, why)
+            level = logging.INFO if why == _SLAVE_CLOSED else logging.WARNING
+            log.log(level, "HA connection from slave %s closed: %s", self.peer, why)
         try:
             self.sock.shutdown(socket.SHUT_RDWR)
         except OSError:
@@ -109,7 +112,7 @@ class SlaveConnection:
                 why = None if self.closed.is_set() else f"read failed: {e}"
                 break
             if not data:
-                why = "the slave closed the connection"
+                why = _SLAVE_CLOSED
                 break
             last_read = time.monotonic()
             try:

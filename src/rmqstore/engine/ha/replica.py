@@ -43,15 +43,19 @@ def append_replicated(cl, start: int, data) -> int:
     return end
 
 
-def complete_records_end(cl, offset: int) -> int:
-    """The end of the last whole record at or before ``offset`` (a record boundary <= offset)."""
-    mf = cl.queue.find(offset)
+def complete_records_end(cl, offset: int, start: int | None = None) -> int:
+    """The end of the last whole record at or before ``offset`` (a record boundary <= offset),
+    walking from ``start`` (a record boundary; default: the start of ``offset``'s segment)."""
+    mf = cl.queue.find(offset if start is None else start)
     if mf is None:
         return min(offset, cl.confirm_offset)
     base = mf.file_from_offset
-    pos = 0
+    pos = 0 if start is None else start - base
+    limit = min(offset - base, mf.file_size)
     while True:
-        starts, halt = C.walk_starts(mf.mm, pos, offset - base, 1 << 16)
+        starts, halt = C.walk_starts(mf.mm, pos, limit, 1 << 16)
+        if halt.stop is C.Stop.BLANK and base + mf.file_size < offset:
+            return complete_records_end(cl, offset, base + mf.file_size)
         if halt.stop is not C.Stop.FULL:
             return base + halt.pos
         pos = halt.pos

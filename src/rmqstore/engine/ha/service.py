@@ -199,10 +199,22 @@ class HAService:
         return self.client.unreachable_ms() if self.client is not None else 0
 
     # --- the put path --------------------------------------------------------------------------
-    def after_put(self, result: PutMessageResult) -> Future | None:
-        """After a put: wake the senders; under SYNC_MASTER, a future of the put's final status
-        (None when there is nothing to wait for: not SYNC_MASTER, or the put failed)."""
+    def after_put(self, result: PutMessageResult, wait: bool = True) -> Future | None:
+        """After a put: wake the senders; with ``wait``, :meth:`replication_future`."""
         self.wake_senders()
+        return self.replication_future(result) if wait else None
+
+    def settle(self, result: PutMessageResult, wait: bool = True) -> PutMessageResult:
+        """The store's put path: wake the senders; with ``wait``, block until the put's final
+        status (SYNC_MASTER) and set it on ``result``."""
+        fut = self.after_put(result, wait)
+        if fut is not None:
+            result.status = fut.result()
+        return result
+
+    def replication_future(self, result: PutMessageResult) -> Future | None:
+        """Under SYNC_MASTER, a future of a put's final status (:meth:`wait_replicated`); None
+        when there is nothing to wait for (not SYNC_MASTER, or the put failed)."""
         if self.role != SYNC_MASTER or result.status is not PutMessageStatus.PUT_OK:
             return None
         return self.wait_replicated(result.phy_offset + result.wrote_bytes)

@@ -7,9 +7,9 @@ Beyond upstream, the rejoin check: on its first connection (and after its master
 slave that holds data reports an offset ``haRejoinCheckBytes`` before its end and compares what
 the master sends with its own bytes. Where they first differ, its tail is one the master never
 had (it was a master itself and was replaced): the tail is cut (kept under ``recovery/``) and
-replication goes on from there. Bytes that differ from the first one compared make the window
-larger, up to the start of the commitlog; a commitlog that differs from its master's in every
-window is not cut (a wrong master), only reported."""
+replication goes on from there. A window in which no whole message matches (or of which the
+master holds nothing) is made larger, up to the start of the commitlog; a commitlog that differs
+from its master's from its first message is not cut (a wrong master), only reported."""
 from __future__ import annotations
 
 import logging
@@ -22,7 +22,7 @@ import numpy as np
 
 from ...errors import HAProtocolError, StoreIOError
 from .protocol import FrameReader, encode_report
-from .replica import append_replicated, cut_tail
+from .replica import append_replicated, complete_records_end, cut_tail
 
 log = logging.getLogger("rmqstore.ha")
 
@@ -166,7 +166,8 @@ class HAClient:
                 n = sock.recv_into(self._frames.space())
                 if n == 0:
                     if check is not None and not got_frame:
-                        return self._grow_window(check, "the master closed the connection before sending anything")
+                        return self._grow_window(check, "the master closed the connection before sending anything",
+                                                 nothing_sent=True)
                     if not self._stop.is_set():
                         self._complain(f"master {addr} closed the connection")
                     return WAIT
@@ -186,6 +187,8 @@ class HAClient:
                         check = None
                         self._check_pending = False
                         self._window = cfg.ha_rejoin_check_bytes
+                if cl.confirm_offset > reported:
+                    self.service.store.reput.wake()  # (a broker dispatching inline set no on_append)
             elif now - self.last_read > housekeeping:
                 log.warning("HA slave: nothing from master %s for %.1fs (haHousekeepingInterval): reconnecting",
                             addr, housekeeping)
@@ -205,6 +208,8 @@ class HAClient:
                                   offset=phy)
         n = len(body)
         if n == 0:  # a heartbeat: the master has nothing past the cursor
+            if check.cursor == check.start:
+                return self._grow_window(check, f"the master has nothing past {check.start}", nothing_sent=True)
             return self._diverged(check, check.cursor)
         k = min(n, check.end - check.cursor)
         mf = self.cl.queue.find(check.cursor)
@@ -220,7 +225,7 @@ class HAClient:
         return None
 
     def _diverged(self, check: Check, at: int) -> str:
-        if at == check.start:
+        if complete_records_end(self.cl, at) <= check.start:  # no whole record of the window matched
             return self._grow_window(check, f"the slave's bytes at {at} differ from the master's")
         cut_tail(self.service.store, at, f"rejoin: the master's commitlog differs from here (the slave held "
                                          f"{check.end - at} bytes the master never had)")
@@ -228,8 +233,13 @@ class HAClient:
         self._window = self.cfg.ha_rejoin_check_bytes
         return AGAIN
 
-    def _grow_window(self, check: Check, why: str) -> str:
+    def _grow_window(self, check: Check, why: str, nothing_sent: bool = False) -> str:
         if check.start <= max(self.cl.min_offset, 1):
+            if nothing_sent:  # the master holds none of the window (or kept less): replicate as upstream does
+                log.warning("HA slave: %s, whatever the window: no rejoin check on this connection; replicating "
+                            "from the slave's end", why)
+                self._check_pending = False
+                return AGAIN
             log.error("HA slave: %s, and the commitlog differs from its master's from its first byte on: not "
                       "cutting anything (is this the right master?)", why)
             return WAIT

@@ -34,7 +34,8 @@ the records dispatched as the scan validates them), with the same plan and files
 is :mod:`.scan` (one piece, shared with verify and read-only refresh); :mod:`.records` says what a
 valid record is and where valid data continues; :mod:`.tails`, :mod:`.queues`,
 :mod:`.index_tail` and :mod:`.index_repair` cut the commitlog tail, the consume queues and the
-index files; :mod:`.view` is a reader's view; :mod:`.report` what a recovery reports.
+index files; :mod:`.view` is a reader's view, :mod:`.follow` a reader following a live writer;
+:mod:`.report` what a recovery reports.
 """
 from __future__ import annotations
 
@@ -50,6 +51,7 @@ from .queues import (QueueHints, cut_queue, last_real_unit_end, match_units, nar
 from .index_tail import store_ts_reader, truncate_index_file
 from .index_repair import complete_split_record, index_end, index_end_of, keyed_records_in
 from .view import first_unit_at_or_after, really_corrupt, set_read_positions, validate_read_views, view_end
+from .follow import follow_writer, refresh_index
 from .plan import RecoveryPlan, choose_start_segment, finish_plan, plan_before_scan, plan_from_scan, plan_recovery
 from .apply import apply_read_view, apply_recovery, redispatch_records
 from .one_pass import one_pass_applies, recover_after_crash
@@ -63,7 +65,7 @@ __all__ = [
     "index_end_of", "keyed_records_in", "first_unit_at_or_after", "really_corrupt", "set_read_positions",
     "validate_read_views", "view_end", "RecoveryPlan", "choose_start_segment", "plan_recovery",
     "apply_read_view", "apply_recovery", "redispatch_records", "one_pass_applies", "recover_after_crash", "plan_before_scan",
-    "plan_from_scan", "finish_plan", "now",
+    "plan_from_scan", "finish_plan", "now", "follow_writer", "refresh_index",
 ]
 
 

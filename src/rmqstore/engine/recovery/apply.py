@@ -10,7 +10,6 @@ import os
 
 from ...io.mapped_file import fsync_dirty_dirs
 from .. import dispatch as D
-from .. import verify as V
 from ..contract import StoreParts
 from .index_repair import complete_split_record
 from .index_tail import index_cut_point, store_ts_reader, truncate_index_file
@@ -184,7 +183,7 @@ def redispatch_records(store: StoreParts, start: int, end: int) -> int:
     def on_batch(mf, batch) -> None:
         nonlocal count
         if spans:
-            V.pad_gaps(store, mf, batch, spans, topic_cache, store.consume_queues.get)
+            D.pad_gaps(store, mf, batch, spans, topic_cache, store.consume_queues.get)
         D.dispatch_batch(mf.u8, batch, D.DispatchTarget(store.find_consume_queue, store.index_service,
                                                         store.delay_levels_ms, topic_cache,
                                                         build_index=store.cfg.message_index_enable))

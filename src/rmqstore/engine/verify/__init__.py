@@ -48,7 +48,8 @@ index items and of all keys of the scanned records in memory (16 bytes each).
 from __future__ import annotations
 
 from .context import LogFacts, Progress, Snapshot, VerifyContext, by_segment, file_pos, work_bytes
-from .derived import (DerivedFiles, build_derived, pad_gaps, rebuild_derived, shadow_derived,
+from ..dispatch import pad_gaps
+from .derived import (DerivedFiles, build_derived, rebuild_derived, shadow_derived,
                       shadow_queue_tails)
 from .findings import (KINDS, MAX_PER_KIND, CutTail, Finding, FindingLog, LowerCheckpoint, RebuildIndex,
                        RebuildQueue, Repair, not_listed)

@@ -9,15 +9,12 @@ import shutil
 from dataclasses import dataclass
 from typing import Callable
 
-import numpy as np
-
 from ...errors import StoreIOError
-from ...format import message as M
 from ...io import paths
 from ...io.mapped_file import MappedFile
 from .. import recovery as R
 from ..consume_queue import ConsumeQueue
-from ..dispatch import DispatchTarget, dispatch_batch, extract_dispatch_columns
+from ..dispatch import DispatchTarget, dispatch_batch, pad_gaps
 from ..index import IndexService
 
 
@@ -188,27 +185,6 @@ def shadow_queue_tails(store, queues: set[tuple[str, int]], out_dir: str, start:
         store.consume_queues[key] = cq
         cl.topic_queue_table[key] = cq.max_offset
     return own_queues
-
-
-def pad_gaps(store, mf, batch, spans, topic_cache, cq_of) -> None:
-    cols = extract_dispatch_columns(mf.u8, batch, store.delay_levels_ms, topic_cache)
-    tx = batch.sys_flag & M.SYSFLAG_TX_MASK
-    seen = set()
-    for i in np.flatnonzero((tx != M.TX_PREPARED) & (tx != M.TX_ROLLBACK)).tolist():
-        key = (cols.topics[cols.topic_ids[i]], int(batch.queue_id[i]))
-        if key in seen:
-            continue
-        seen.add(key)
-        cq = cq_of(key)
-        if cq is None or not cq.queue.files:
-            continue
-        q, have = int(batch.queue_offset[i]), cq.max_offset
-        span = next((s for s in spans if cq.max_physic_offset <= s.offset < int(batch.phy_offset[i])), None)
-        if q <= have or span is None:
-            continue
-        n = q - have
-        cq.put_units(np.arange(have, q, dtype=np.int64), np.full(n, span.offset, dtype=np.int64),
-                     np.full(n, min(span.length, 0x7FFFFFFE), dtype=np.int64), np.zeros(n, dtype=np.int64))
 
 
 def _swap_queues(store, queues, tmp: str) -> None:
