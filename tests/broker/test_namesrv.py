@@ -183,6 +183,11 @@ def test_crc_and_body_errors(namesrv, connect):
     assert r.code == RC.SYSTEM_ERROR and "RegisterBrokerBody" in r.remark
     r = c.call(N.REGISTER_BROKER, {"brokerName": "b"}, body)
     assert r.code == RC.SYSTEM_ERROR and "is null" in r.remark
+    r = c.call(N.REGISTER_BROKER, dict(ext, bodyCrc32=0), register_body([topic("A"), dict(topic("B"), perm="rw")]))
+    assert r.code == RC.SYSTEM_ERROR and "'B': perm not integers" in r.remark
+    for junk in (b"\x78\x9c garbage", zlib.compress(b"\0\0\0\x05{}"), zlib.compress(bytes(65 << 20), 1)):
+        r = c.call(N.REGISTER_BROKER, dict(ext, bodyCrc32=0, compressed="true"), junk)
+        assert r.code == RC.SYSTEM_ERROR and "compressed RegisterBrokerBody" in r.remark, r.remark
     assert c.call(N.GET_BROKER_CLUSTER_INFO).code == RC.SUCCESS  # still serving this connection
 
 
@@ -224,6 +229,14 @@ def test_java_shaped_register_broker_frame_accepted(namesrv, connect):
     c.send_raw(bytes(bad))
     r = c.read()
     assert (r.opaque, r.code, r.remark) == (8, RC.SYSTEM_ERROR, "crc32 not match")
+    # the same registration with the ROCKETMQ binary header (-Drocketmq.serialize.type=ROCKETMQ)
+    body = register_body([topic("TBW102", 8, 7), topic("BinTopic", 2), topic("DefaultCluster", 16, 7)], counter=2)
+    r = c.call(N.REGISTER_BROKER, {"brokerAddr": "192.168.1.6:10911", "brokerId": "0", "brokerName": "java-b",
+                                   "bodyCrc32": str(body_crc32(body)), "clusterName": "DefaultCluster",
+                                   "compressed": "false", "enableActingMaster": "false",
+                                   "haServerAddr": "192.168.1.6:10912"}, body, serialize=R.ROCKETMQ)
+    assert r.code == RC.SUCCESS and r.serialize == R.ROCKETMQ
+    assert route(c, "BinTopic")[1]["brokerDatas"][0]["brokerName"] == "java-b"
 
 
 def test_compressed_register_body(namesrv, connect):
@@ -287,3 +300,12 @@ def test_kv_config_and_data_version(namesrv, connect):
     assert r.ext["changed"] == "true"
     g = c.call(N.GET_BROKER_MEMBER_GROUP, {"clusterName": "c1", "brokerName": "broker-a"})
     assert parse_broker_json(g.body.decode())["brokerMemberGroup"]["brokerAddrs"] == {"0": "10.0.0.1:10911"}
+
+
+def test_fastjson_encoding_rules():
+    from rmqstore.broker.routes import encode_fastjson
+
+    doc = {"z": 1, "a": {1: "x", 0: "y"}, "n": None, "s": {"b", "a"}, "t": "Ünï"}
+    assert encode_fastjson(doc) == '{"a":{"0":"y","1":"x"},"s":["a","b"],"t":"Ünï","z":1}'.encode()
+    assert encode_fastjson(doc, quote_int_keys=False) == '{"a":{0:"y",1:"x"},"s":["a","b"],"t":"Ünï","z":1}'.encode()
+    assert encode_fastjson(doc, ascii_only=True).endswith(b'"t":"\\u00dcn\\u00ef","z":1}')

@@ -6,7 +6,7 @@ embedded name server when it has none, the HA service's start, and the slave's r
 - With ``namesrvAddr`` the broker registers with every name server at start and every
   ``registerNameServerPeriod`` (kept within 10-60 s, as upstream), and unregisters at shutdown. A
   slave takes its master's HA address and broker address from the replies (a static
-  ``haMasterAddress`` wins) and runs SlaveSynchronize (:mod:`.slave`) every 60 s and whenever its
+  ``haMasterAddress`` wins) and runs SlaveSynchronize (:mod:`.slave`) every 10 s and whenever its
   master changes. Without ``namesrvAddr`` the broker is its own name server: it registers itself in
   its own route table, and other brokers may register there too.
 - A slave refuses sends (SYSTEM_BUSY "[REJECTREQUEST]system busy...", as 5.x rejects them) and
@@ -20,18 +20,19 @@ import asyncio
 import logging
 import time
 
-from .metadata import PERM_READ, topic_config
-from .namesrv import NameServerProcessor, body_crc32
+from .metadata import PERM_READ
+from .namesrv import SCAN_INTERVAL_S, NameServerProcessor, body_crc32
 from .outer import BrokerOuterAPI, RemotingClient, split_addresses
 from .remoting import RemotingCommand, RequestCode, ResponseCode
+from .server import RemotingServer
 from .routes import MASTER_ID, Registration, RouteTable, encode_fastjson
 from .slave import SlaveSync
 
 log = logging.getLogger("rmqstore.broker")
 
 SLAVE = "SLAVE"
-#: SlaveSynchronize's period (5.x: 60 s)
-SYNC_PERIOD_S = 60.0
+#: SlaveSynchronize's period (4.9.8's 10 s; 5.x: 60 s)
+SYNC_PERIOD_S = 10.0
 REJECT_REMARK = "[REJECTREQUEST]system busy, start flow control for a while"
 _SEND_CODES = (RequestCode.SEND_MESSAGE, RequestCode.SEND_MESSAGE_V2, RequestCode.SEND_BATCH_MESSAGE,
                RequestCode.CONSUMER_SEND_MSG_BACK)
@@ -76,6 +77,9 @@ class ClusterMember:
         self._tasks: list[asyncio.Task] = []
         self._local_version: tuple | None = None
         self.registrations = 0
+        self.fast_server: RemotingServer | None = None
+        #: seconds between the embedded name server's expiry scans
+        self.expire_scan_s = SCAN_INTERVAL_S
 
     # --- handlers -------------------------------------------------------------------------------
     def handlers(self) -> dict:
@@ -109,21 +113,25 @@ class ClusterMember:
         def pull(conn, cmd: RemotingCommand):
             if not self.slave_serves_reads():
                 return cmd.response(ResponseCode.SYSTEM_BUSY, REJECT_REMARK)
+            self._adopt_replicated_topic(cmd.ext.get("topic"))
             return handler(conn, cmd)
         return pull
+
+    def _adopt_replicated_topic(self, topic: str | None) -> None:
+        """A topic whose messages were replicated before SlaveSynchronize brought its config (or
+        whose master died first) gets a config from the queues the slave holds, so that consumers
+        can drain it (upstream answers TOPIC_NOT_EXIST until the next sync)."""
+        b = self.broker
+        if topic and b.topics.get(topic) is None:
+            held = b.store.topics().get(topic)
+            if held:
+                b.topics.adopt({topic: held})
 
     def slave_serves_reads(self) -> bool:
         """``slaveReadEnable``, or (beyond upstream) a master unreachable for ``haHousekeepingInterval``."""
         if self.broker.cfg.slave_read_enable:
             return True
         return self.master_unreachable_ms() >= int(getattr(self.broker.store.cfg, "ha_housekeeping_interval", 20000))
-
-    def replicated_topic(self, topic: str) -> dict | None:
-        """A slave serves a topic whose config it has not synchronized yet (SlaveSynchronize runs every
-        60 s, and not at all while the master is gone) from the consume queues replication built:
-        read-only, as many queues as it holds. None when it holds none."""
-        queues = self.broker.store.topics().get(topic)
-        return topic_config(topic, max(queues) + 1, perm=PERM_READ) if queues else None
 
     def master_unreachable_ms(self) -> int:
         ha = self.ha
@@ -228,16 +236,41 @@ class ClusterMember:
         host = b.cfg.broker_ip2 or b.advertised_host
         if start is None or b.read_only:
             return
-        self.ha = start(b.listen_host, ha_port(store, b.listen_port))
+        try:
+            self.ha = start(b.listen_host, ha_port(store, b.listen_port))
+        except OSError as e:
+            if not self.embedded or self.role != "ASYNC_MASTER":
+                raise
+            # the one-process broker serves without replication rather than not at all
+            log.warning("HA port %d not available (%s): no slave can replicate from this broker",
+                        ha_port(store, b.listen_port), e)
+            return
         address = getattr(self.ha, "address", None)
         if address:
             self.ha_addr = f"{host}:{address[1]}"
+
+    async def start_fast_port(self) -> None:
+        """Also serve on the listen port - 2, the "VIP channel" upstream's brokers listen on: a Java
+        slave asks its master for topics there (``MixAll.brokerVIPChannel``). A port in use is logged
+        and skipped."""
+        b = self.broker
+        if b.listen_port <= 2 or self.embedded:
+            return
+        self.fast_server = RemotingServer(b.server.handlers, on_disconnect=b.server.on_disconnect)
+        try:
+            await self.fast_server.start(b.listen_host, b.listen_port - 2)
+        except OSError as e:
+            log.warning("the VIP channel port %d is not available (%s): Java slaves cannot sync topics",
+                        b.listen_port - 2, e)
+            self.fast_server = None
 
     async def start(self) -> None:
         self.start_ha()
         if self.embedded:
             self.register_locally()
+            self._tasks.append(asyncio.ensure_future(self._expire_loop()))
             return
+        await self.start_fast_port()
         await self.register_all()
         self._tasks.append(asyncio.ensure_future(self._register_loop()))
         if self.is_slave:
@@ -262,6 +295,15 @@ class ClusterMember:
             except Exception:  # noqa: BLE001 - the next round retries
                 log.exception("registration with the name servers failed")
 
+    async def _expire_loop(self) -> None:
+        """The embedded name server expires other brokers' registrations as the standalone one does."""
+        while True:
+            await asyncio.sleep(self.expire_scan_s)
+            try:
+                self.routes.expire()
+            except Exception:  # noqa: BLE001 - the next scan retries
+                log.exception("expiry scan failed")
+
     async def _sync_loop(self) -> None:
         last = time.monotonic()
         while True:
@@ -276,7 +318,13 @@ class ClusterMember:
     async def stop(self) -> None:
         for t in self._tasks:
             t.cancel()
+        if self.fast_server is not None:
+            self.fast_server.stop_accepting()
+            self.fast_server.close_all()
         if not self.embedded:
             await self.outer.unregister_all(self.unregister_ext())
         self.client.close()
+        if self.ha is not None:  # the broker started replication: it stops it too
+            self.ha = None
+            self.broker.store.stop_ha()
 

@@ -70,18 +70,21 @@ class _Connection(asyncio.Protocol):
 class RemotingClient:
     def __init__(self) -> None:
         self._conns: dict[str, _Connection] = {}
+        self._locks: dict[str, asyncio.Lock] = {}
         self._opaque = itertools.count(1)
 
     async def _connect(self, addr: str, timeout: float) -> _Connection:
-        conn = self._conns.get(addr)
-        if conn is not None and not conn.closed:
+        lock = self._locks.setdefault(addr, asyncio.Lock())
+        async with lock:  # one connection per address, even for requests sent together
+            conn = self._conns.get(addr)
+            if conn is not None and not conn.closed:
+                return conn
+            host, _, port = addr.rpartition(":")
+            loop = asyncio.get_running_loop()
+            _, conn = await asyncio.wait_for(
+                loop.create_connection(lambda: _Connection(self, addr), host.strip("[]"), int(port)), timeout)
+            self._conns[addr] = conn
             return conn
-        host, _, port = addr.rpartition(":")
-        loop = asyncio.get_running_loop()
-        _, conn = await asyncio.wait_for(
-            loop.create_connection(lambda: _Connection(self, addr), host.strip("[]"), int(port)), timeout)
-        self._conns[addr] = conn
-        return conn
 
     def _forget(self, conn: _Connection) -> None:
         if self._conns.get(conn.addr) is conn:

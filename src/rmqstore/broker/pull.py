@@ -88,8 +88,6 @@ class PullProcessor:
         if not sg.get("consumeEnable", True):
             return cmd.response(ResponseCode.NO_PERMISSION, f"subscription group no permission, {req.group}")
         tc = b.topics.get(req.topic)
-        if tc is None and b.cluster.is_slave:
-            tc = b.cluster.replicated_topic(req.topic)
         if tc is None:
             return cmd.response(ResponseCode.TOPIC_NOT_EXIST, f"topic[{req.topic}] not exist, apply first please!")
         if not tc["perm"] & PERM_READ:

@@ -25,6 +25,7 @@ import time
 import zlib
 from dataclasses import dataclass, field
 
+from ..engine.consumer_offsets import parse_broker_json
 from ..errors import RmqStoreError
 from .metadata import PERM_WRITE
 
@@ -91,27 +92,53 @@ def decode_register_body(body: bytes, compressed: bool) -> tuple[dict, dict, lis
         return {}, {"counter": 0, "timestamp": 0, "stateVersion": 0}, []
     if compressed:
         return _decode_compressed(body)
-    from ..engine.consumer_offsets import parse_broker_json
     try:
         doc = parse_broker_json(body.decode("utf-8"))
     except (ValueError, UnicodeDecodeError) as e:
         raise RegisterBodyError(f"RegisterBrokerBody is not JSON: {e}") from None
     if not isinstance(doc, dict):
         raise RegisterBodyError("RegisterBrokerBody is not a JSON object")
-    wrapper = doc.get("topicConfigSerializeWrapper") or {}
+    # brokers before V3_0_11 send the TopicConfigSerializeWrapper itself
+    wrapper = doc.get("topicConfigSerializeWrapper") or (doc if "topicConfigTable" in doc else {})
     table = wrapper.get("topicConfigTable") or {} if isinstance(wrapper, dict) else {}
     if not isinstance(table, dict):
         raise RegisterBodyError("topicConfigTable is not an object")
     dv = wrapper.get("dataVersion") or {} if isinstance(wrapper, dict) else {}
-    return ({str(k): v for k, v in table.items() if isinstance(v, dict)}, dv if isinstance(dv, dict) else {},
-            list(doc.get("filterServerList") or []))
+    filters = doc.get("filterServerList") or []
+    return _checked_topics(table), _checked_version(dv), list(filters) if isinstance(filters, list) else []
+
+
+_TOPIC_INTS = ("perm", "readQueueNums", "writeQueueNums", "topicSysFlag")
+#: the largest inflated compressed body accepted (a deflate bomb must not exhaust memory)
+MAX_INFLATED = 64 * 1024 * 1024
+
+
+def _checked_topics(table: dict) -> dict:
+    out = {}
+    for name, tc in table.items():
+        if not isinstance(tc, dict):
+            continue
+        bad = [k for k in _TOPIC_INTS if k in tc and (isinstance(tc[k], bool) or not isinstance(tc[k], int))]
+        if bad:
+            raise RegisterBodyError(f"topic config {name!r}: {', '.join(bad)} not integers")
+        out[str(name)] = tc
+    return out
+
+
+def _checked_version(dv) -> dict:
+    if not isinstance(dv, dict):
+        return {}
+    return {k: v for k, v in dv.items() if isinstance(v, int) and not isinstance(v, bool)}
 
 
 def _decode_compressed(body: bytes) -> tuple[dict, dict, list]:
     """The deflated layout: i32 length + DataVersion JSON, i32 count, per topic i32 length + TopicConfig
     JSON, i32 length + filter server list JSON (then the queue mappings, unused here)."""
     try:
-        raw = zlib.decompress(body)
+        inflater = zlib.decompressobj()
+        raw = inflater.decompress(body, MAX_INFLATED)
+        if inflater.unconsumed_tail:
+            raise RegisterBodyError(f"compressed RegisterBrokerBody inflates past {MAX_INFLATED} bytes")
     except zlib.error as e:
         raise RegisterBodyError(f"compressed RegisterBrokerBody does not inflate: {e}") from None
     pos = 0
@@ -128,6 +155,8 @@ def _decode_compressed(body: bytes) -> tuple[dict, dict, list]:
 
     def count() -> int:
         nonlocal pos
+        if pos + 4 > len(raw):
+            raise RegisterBodyError(f"compressed RegisterBrokerBody ends at byte {pos}, expected a count")
         n = int.from_bytes(raw[pos:pos + 4], "big", signed=True)
         pos += 4
         return n
@@ -137,11 +166,12 @@ def _decode_compressed(body: bytes) -> tuple[dict, dict, list]:
         table = {}
         for _ in range(count()):
             tc = json.loads(chunk())
-            table[str(tc.get("topicName"))] = tc
+            if isinstance(tc, dict):
+                table[str(tc.get("topicName"))] = tc
         filters = json.loads(chunk())
     except ValueError as e:
         raise RegisterBodyError(f"compressed RegisterBrokerBody holds bad JSON: {e}") from None
-    return table, dv, list(filters or [])
+    return _checked_topics(table), _checked_version(dv), list(filters) if isinstance(filters, list) else []
 
 
 # --- the table ------------------------------------------------------------------------------------

@@ -18,6 +18,7 @@ the master's, as upstream.
 """
 from __future__ import annotations
 
+import asyncio
 import logging
 
 from ..engine.consumer_offsets import parse_broker_json
@@ -64,6 +65,7 @@ class SlaveSync:
         self._topics_version: tuple | None = None
         self._groups_version: tuple | None = None
         self.rounds = 0
+        self._running: asyncio.Lock | None = None
 
     def handlers(self) -> dict:
         return {GET_ALL_CONSUMER_OFFSET: self.all_offsets, GET_ALL_DELAY_OFFSET: self.all_delay}
@@ -89,6 +91,12 @@ class SlaveSync:
         True when every part succeeded."""
         if not self.master_addr or self.master_addr == self.broker.advertised:
             return False
+        if self._running is None:
+            self._running = asyncio.Lock()
+        async with self._running:  # one round at a time (the timer's and a new master's)
+            return await self._sync_parts()
+
+    async def _sync_parts(self) -> bool:
         ok = True
         for part in (self.sync_topics, self.sync_offsets, self.sync_delay, self.sync_groups):
             try:

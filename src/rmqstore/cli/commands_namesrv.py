@@ -24,13 +24,13 @@ def namesrv(listen: str, json_mode: bool) -> None:
     120 s). Stops on SIGINT/SIGTERM (exit 0). With --json the listening line is a JSON object."""
     from ..broker.broker import parse_listen
     from ..broker.namesrv import NameServer
-    from .commands_serve import _log_handler
+    from .commands_serve import log_handler
 
     try:
         parse_listen(listen)
     except ValueError as e:
         raise click.UsageError(f"--listen: {e}") from None
-    handler = _log_handler()
+    handler = log_handler()
     log = logging.getLogger("rmqstore")
     log.addHandler(handler)
     log.setLevel(logging.INFO)

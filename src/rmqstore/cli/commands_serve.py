@@ -66,7 +66,7 @@ def serve(store: str | None, config: str | None, listen: str, grpc_listen: str |
     _check_namesrv_addr(namesrv_addr)
     if read_only and not is_store_dir(cmd.store_path):
         raise click.UsageError(f"--read-only needs an existing store (path={cmd.store_path})")
-    handler = _log_handler()
+    handler = log_handler()
     log = logging.getLogger("rmqstore")
     log.addHandler(handler)
     log.setLevel(logging.INFO)
@@ -117,7 +117,7 @@ def _check_namesrv_addr(namesrv_addr: str | None) -> None:
             raise click.UsageError(f"--namesrv-addr: {e}") from None
 
 
-def _log_handler() -> logging.Handler:
+def log_handler() -> logging.Handler:
     if sys.stderr.isatty():  # a terminal: rich's log lines (time, level, message)
         from rich.console import Console
         from rich.logging import RichHandler
@@ -145,11 +145,11 @@ def _announce(broker, bcfg, store_path: str, read_only: bool, tls: bool, json_mo
         click.echo(f"listening on {broker.listen_host}:{broker.server_port} (broker {bcfg.broker_name} id "
                    f"{c.broker_id}, {c.role}, cluster {bcfg.broker_cluster_name}; registered with "
                    f"{';'.join(c.namesrv_addrs)}; store {store_path}{', read-only' if read_only else ''})")
-    if broker.cluster.ha_addr:
-        click.echo(f"HA (replication) on {broker.cluster.ha_addr}")
     if broker.grpc_address:
         click.echo(f"gRPC MessagingService on {broker.grpc_address}"
                    f"{' (TLS)' if tls else ''}: RocketMQ 5 clients use endpoints={broker.grpc_address}")
+    if broker.cluster.ha_addr:
+        click.echo(f"HA (replication) on {broker.cluster.ha_addr}")
 
 
 COMMANDS = [serve]
