@@ -1,8 +1,8 @@
 """Clusters as processes: broker groups behind ``rmqstore namesrv`` with RocketMQ's C++ client, and
 an operator's failover and rejoin.
 
-* two broker groups (master + slave each) behind one name server: producers spread over both
-  groups, a consumer group rebalances across all their queues; one master is killed with SIGKILL:
+* two broker groups (master + slave each; the one that dies SYNC_MASTER, the other ASYNC_MASTER)
+  behind one name server: producers spread over both groups, a consumer group rebalances across all their queues; one master is killed with SIGKILL:
   the producers continue on the other group and the consumers drain the dead group's queues from
   its slave, so every acknowledged send is consumed;
 * failover and rejoin: the slave is promoted (its brokerRole changed, restarted) and producers
@@ -33,13 +33,15 @@ def _consumers(cluster: K.Cluster, ns: str, stop: Path, n: int = 2) -> list[K.Lo
 
 def test_two_groups_behind_one_name_server(cluster, tmp_path):
     ns = cluster.namesrv()
-    a_m, a_s = cluster.group("ga", namesrv=ns.addr, start=False)
+    # ga, the group whose master dies, is SYNC_MASTER: what it acknowledged is on its slave
+    a_m, a_s = cluster.group("ga", role="SYNC_MASTER", namesrv=ns.addr, start=False)
     b_m, b_s = cluster.group("gb", namesrv=ns.addr, start=False)
     cluster.start_all(a_m, b_m, a_s, b_s)
     for m in (a_m, b_m):
         K.create_topic(m.addr, TOPIC, queues=4)
     K.wait_until(lambda: {k: sorted(v) for k, v in K.brokers_in_route(ns.addr, TOPIC).items()}
                  == {"ga": ["0", "1"], "gb": ["0", "1"]}, 20, "both groups, master and slave, in the topic's route")
+    K.wait_replicating(a_m, TOPIC)
     # 1. a consumer group of two rebalances over the eight queues of both groups while producers send
     stop1 = tmp_path / "stop1"
     first = _consumers(cluster, ns.addr, stop1)

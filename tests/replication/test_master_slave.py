@@ -54,7 +54,10 @@ def test_sync_master_kill9_rounds_lose_no_acknowledged_send(cluster, tmp_path):
     master, slave = cluster.group("s", role="SYNC_MASTER")
     acked: set[str] = set()
     for rnd in range(10):
+        t0 = time.monotonic()
         res = K.sync_kill_round(cluster, master, slave, rng, f"r{rnd}")
+        print(f"round {rnd}: {len(res.acks)} acks, killed after {res.killed_after_s:.2f}s, "
+              f"{time.monotonic() - t0:.1f}s")
         assert not res.missing, (f"round {rnd}: {len(res.missing)} acknowledged sends not on the slave, e.g. "
                                  f"{sorted(res.missing)[:5]}\n{slave.log()[-3000:]}")
         assert len(res.acks) >= 20
