@@ -107,7 +107,8 @@ def build_master_store(path: str, conf: dict, size: int) -> dict:
             n += 32
         st.wait_dispatched(timeout=900)
         end = st.max_phy_offset
-    return {"messages": n, "bytes": end}
+        queues = [st.get_max_offset_in_queue(TOPIC, q) for q in range(QUEUES)]
+    return {"messages": n, "bytes": end, "queues": queues}
 
 
 def catchup_round(work: str, master: K.Node, expect: list[int]) -> dict:
@@ -148,7 +149,7 @@ def bench_catchup(work: str, rounds: int, size: int) -> dict:
         master = K.Node(Path(mdir), "master", K.free_port(), conf=conf)
         c.nodes.append(master)
         master.start(timeout=300)
-        expect = [built["messages"] // QUEUES] * QUEUES
+        expect = built["queues"]
         assert queue_max(master.addr, TOPIC, QUEUES) == expect
         pairs, rows = [], []
         for rnd in range(rounds):
@@ -191,15 +192,15 @@ def send_rate(loads: list[K.Load]) -> float:
 class SlavePuller:
     """Long-polls every queue of the slave; per message: readable-on-slave time minus store time (ms)."""
 
-    def __init__(self, addr: str):
-        self.addr, self.lags, self._stop = addr, [], threading.Event()
+    def __init__(self, addr: str, start: int = 0):
+        self.addr, self.start, self.lags, self._stop = addr, start, [], threading.Event()
         self.threads = [threading.Thread(target=self._run, args=(q,), daemon=True) for q in range(QUEUES)]
         for t in self.threads:
             t.start()
 
     def _run(self, q: int) -> None:
         from rmqstore.format.message import decode_message
-        offset = 0
+        offset = self.start
         with K.Remoting(self.addr, timeout=30) as r:
             while not self._stop.is_set():
                 a = r.call(11, {"consumerGroup": "RepBenchCG", "topic": TOPIC, "queueId": q, "queueOffset": offset,
@@ -229,8 +230,13 @@ def bench_lag(work: str, rounds: int, seconds: float, nprod: int) -> list[dict]:
     for rnd in range(rounds):
         with K.Cluster(os.path.join(work, f"lag{rnd}")) as c:
             master, slave = start_group(c, "ASYNC_MASTER", slaveReadEnable="true")
+            for q in range(QUEUES):  # the slave has the topic's queues before the puller starts
+                K.send(master.addr, TOPIC, b"probe", keys="probe", queue_id=q)
+            end = K.valid_end(master.store)
+            K.wait_until(lambda: K.valid_end(slave.store) == end, 60, "the slave to have the probes")
+            time.sleep(0.5)
             rss = RssSampler(slave.proc.pid)
-            puller = SlavePuller(slave.addr)
+            puller = SlavePuller(slave.addr, start=1)
             rate = send_rate(producers(c, master.addr, nprod, seconds, f"lag{rnd}"))
             end = K.valid_end(master.store)
             K.wait_until(lambda: K.valid_end(slave.store) == end, 60, "the slave to catch up")
