@@ -7,11 +7,13 @@ from __future__ import annotations
 import logging
 import random
 import socket
+import threading
 import time
 
 import pytest
 
 from rmqstore.config import MessageStoreConfig
+from rmqstore.engine.checkpoint import StoreCheckpoint
 from rmqstore.engine.ha import encode_report
 from rmqstore.message_store import MessageStore
 from rmqstore.rebuild import rebuild
@@ -107,7 +109,11 @@ def test_slave_is_a_byte_identical_copy_from_the_masters_last_segment(pair, tmp_
         assert cq.max_offset == m.consume_queues[key].max_offset
     assert m.ha.push_to_slave_max_offset() == m.commit_log.confirm_offset
     assert [a for _, a, _ in m.ha.slaves()] == [m.commit_log.confirm_offset]
+    put_some(m, 900, 5)                        # (the dispatched store time reaches the checkpoint)
+    wait_for(lambda: caught_up(m, s))
     s.close()
+    cp = StoreCheckpoint.read_file(str(tmp_path / "s" / "checkpoint"))
+    assert cp.physic_msg_timestamp > 0 and cp.logics_msg_timestamp > 0   # a crash recovery starts near the end
     out = tmp_path / "rebuilt"
     rebuild(str(tmp_path / "s"), str(out), conf())
     assert tree_bytes(out / "consumequeue") == tree_bytes(tmp_path / "s" / "consumequeue")
@@ -284,3 +290,21 @@ def test_the_master_address_can_come_later(tmp_path):
     finally:
         s.close()
         m.close()
+
+
+def test_stopping_replication_answers_waiting_puts(pair):
+    m, s, proxy = pair(master_kw=dict(broker_role="SYNC_MASTER", slave_timeout=30_000), via=True)
+    s.start_ha()
+    wait_for(lambda: m.ha.slaves() and m.ha.slaves()[0][1] >= 0)
+    proxy.stall()
+    answers = []
+    t = threading.Thread(target=lambda: answers.append(m.put_message(Message.create("T", b"w", queue_id=0))))
+    t.start()
+    time.sleep(0.2)
+    ha = m.ha
+    m.stop_ha()
+    t.join(10)
+    assert answers[0].status is PutMessageStatus.FLUSH_SLAVE_TIMEOUT      # not left waiting 30 s
+    assert ha.wait_replicated(1).result(1) in (PutMessageStatus.FLUSH_SLAVE_TIMEOUT,
+                                               PutMessageStatus.SLAVE_NOT_AVAILABLE)
+    proxy.resume()

@@ -14,10 +14,12 @@ import time
 import pytest
 
 from rmqstore.config import MessageStoreConfig
+from rmqstore.engine.ha.replica import cut_tail
 from rmqstore.engine.ha.slave import split_address
 from rmqstore.message_store import MessageStore
 from rmqstore.types import Message
 from tests import netkit
+from tests.kit import free_port
 
 SEG = 64 * 1024
 CFG = dict(mapped_file_size_commit_log=SEG, mapped_file_size_consume_queue=4000, max_hash_slot_num=64,
@@ -222,3 +224,37 @@ def test_a_slave_of_the_wrong_master_cuts_nothing(tmp_path, caplog):
                 until(lambda: any("right master" in r.getMessage() for r in caplog.records), timeout=3)
                 assert s.commit_log.confirm_offset == end
         assert not (tmp_path / "s" / "recovery").exists()
+
+
+def test_a_master_back_without_its_tail_is_followed(tmp_path):
+    port = free_port()
+    m = MessageStore.open(str(tmp_path / "m"), conf())
+    m.start_ha("127.0.0.1", port)
+    s = MessageStore.open(str(tmp_path / "s"), conf(broker_role="SLAVE", ha_master_address=f"127.0.0.1:{port}"))
+    try:
+        s.start_ha()
+        put_n(m, 0, 120)
+        until(lambda: s.commit_log.confirm_offset == m.commit_log.confirm_offset)
+        s.close()                                    # a restart: the slave's rejoin check is done and over
+        s = MessageStore.open(str(tmp_path / "s"), conf(broker_role="SLAVE", ha_master_address=f"127.0.0.1:{port}"))
+        s.start_ha()
+        put_n(m, 120, 5)
+        until(lambda: s.commit_log.confirm_offset == m.commit_log.confirm_offset)
+        lost_from = record_starts(m)[100]
+        m.close()                                    # the master comes back without its last 20 messages
+        m = MessageStore.open(str(tmp_path / "m"), conf())
+        cut_tail(m, lost_from, "test: a tail lost in a crash")
+        put_n(m, 500, 10)                            # and new ones where they were
+        m.start_ha("127.0.0.1", port)
+        until(lambda: s.commit_log.confirm_offset == m.commit_log.confirm_offset)
+        check_prefix(m, s)
+        assert (tmp_path / "s" / "recovery").is_dir()   # the slave kept what it cut
+    finally:
+        s.close()
+        m.close()
+
+
+def record_starts(st: MessageStore) -> list[int]:
+    st.wait_dispatched(5)
+    return sorted(st.get_commit_log_offset_in_queue("T", q, o) for q in range(3)
+                  for o in range(st.get_max_offset_in_queue("T", q)))

@@ -161,6 +161,9 @@ class HAService:
             return fut
         deadline = time.monotonic() + self.cfg.slave_timeout / 1000
         with self._lock:
+            if self._stopped.is_set():  # (shut down meanwhile: nobody would resolve it)
+                fut.set_result(PutMessageStatus.FLUSH_SLAVE_TIMEOUT)
+                return fut
             heapq.heappush(self._waiters, (deadline, next(self._seq), next_offset, fut))
             self._settle(time.monotonic())
             self._acked.notify_all()

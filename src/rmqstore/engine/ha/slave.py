@@ -132,6 +132,7 @@ class HAClient:
             return self._session(sock, addr)
         except HAProtocolError as e:
             log.error("HA slave: %s; closing the connection to %s", e, addr)
+            self._check_pending = self.cfg.ha_rejoin_check_bytes > 0  # (the next connection compares first)
             return WAIT
         except StoreIOError as e:
             log.error("HA slave: cannot write what master %s sent: %s", addr, e)
@@ -153,12 +154,12 @@ class HAClient:
             check = Check(max(cl.min_offset, own - self._window, 1), own)
         reported = own if check is None else check.start
         sock.sendall(encode_report(reported))
-        last_write = time.monotonic()
+        self.connected = True  # (reachable: the master took the report; it may send nothing for a while)
+        last_write = last_rx = time.monotonic()
         got_frame = False
         log.info("HA slave connected to master %s, reported offset %d%s", addr, reported,
                  "" if check is None else f" (checking [{check.start}, {own}) against the master's bytes)")
         heartbeat, housekeeping = cfg.ha_send_heartbeat_interval / 1000, cfg.ha_housekeeping_interval / 1000
-        self.last_read = time.monotonic()
         while not self._stop.is_set():
             ready, _, _ = select.select([sock], [], [], min(0.1, heartbeat))
             now = time.monotonic()
@@ -170,10 +171,11 @@ class HAClient:
                                                  nothing_sent=True)
                     if not self._stop.is_set():
                         self._complain(f"master {addr} closed the connection")
+                    if not got_frame:  # (refused at once, e.g. the slave is past the master's end)
+                        self._check_pending = cfg.ha_rejoin_check_bytes > 0
                     return WAIT
                 self._frames.received(n)
-                self.last_read = now
-                self.connected = True
+                self.last_read = last_rx = now
                 self._last_complaint = ""
                 while (frame := self._frames.next_frame()) is not None:
                     got_frame = True
@@ -188,8 +190,8 @@ class HAClient:
                         self._check_pending = False
                         self._window = cfg.ha_rejoin_check_bytes
                 if cl.confirm_offset > reported:
-                    self.service.store.reput.wake()  # (a broker dispatching inline set no on_append)
-            elif now - self.last_read > housekeeping:
+                    self._after_appends()
+            elif now - last_rx > housekeeping:
                 log.warning("HA slave: nothing from master %s for %.1fs (haHousekeepingInterval): reconnecting",
                             addr, housekeeping)
                 return AGAIN
@@ -199,6 +201,16 @@ class HAClient:
                 sock.sendall(encode_report(reported))
                 last_write = now
         return WAIT
+
+    def _after_appends(self) -> None:
+        """Wake the dispatcher (a broker dispatching inline set no ``on_append``), and give the
+        commitlog a store time for the checkpoint's physic time: that of a dispatched record (below
+        the end, so flushed with it), else a crash recovery would have to scan from the first segment."""
+        store = self.service.store
+        store.reput.wake()
+        ts = store.checkpoint.values.logics_msg_timestamp
+        if ts > self.cl.last_store_timestamp:
+            self.cl.last_store_timestamp = ts
 
     # --- the rejoin check ----------------------------------------------------------------------
     def _compare(self, check: Check, phy: int, body) -> str | None:
