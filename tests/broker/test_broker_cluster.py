@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 import time
+import zlib
 
 import pytest
 
@@ -164,7 +165,8 @@ def test_cpp_producer_through_rmqstore_namesrv_spreads_over_two_groups(tmp_path,
         ports = []
         for name in ("broker-a", "broker-b"):
             conf = tmp_path / f"{name}.conf"
-            conf.write_text(f"brokerName={name}\nbrokerClusterName=c1\n")
+            # the HA port named, not listen + 1: a free listen port's neighbour may be a client's port
+            conf.write_text(f"brokerName={name}\nbrokerClusterName=c1\nhaListenPort={free_port()}\n")
             ports.append(free_port())
             procs.append(_proc_line([*RMQSTORE, "serve", "--store", str(tmp_path / name), "--config", str(conf),
                                      "--listen", f"127.0.0.1:{ports[-1]}", "--namesrv-addr", ns_addr],
@@ -215,3 +217,41 @@ def test_embedded_name_server_expires_registrations(start_broker, connect):
     first.loop.call_soon_threadsafe(first.cluster.routes.expire)
     assert wait_for(lambda: route(connect(first.address), "Other") is None)
     assert [d["brokerName"] for d in route(connect(first.address), "TBW102")["brokerDatas"]] == ["broker-a"]
+
+
+def test_serve_refuses_a_bad_namesrv_addr_and_a_slave_with_id_0(tmp_path):
+    r = subprocess.run([*RMQSTORE, "serve", "--store", str(tmp_path / "s"), "--listen", "127.0.0.1:0",
+                        "--namesrv-addr", "a:1;nohost"], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2 and "--namesrv-addr" in r.stderr and "HOST:PORT" in r.stderr
+    conf = tmp_path / "slave.conf"
+    conf.write_text("brokerName=b\nbrokerRole=SLAVE\n")
+    r = subprocess.run([*RMQSTORE, "serve", "--store", str(tmp_path / "s"), "--listen", "127.0.0.1:0", "--config",
+                        str(conf)], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2 and "brokerId must be > 0" in r.stderr
+
+
+def test_register_broker_frame_is_built_as_broker_outer_api_builds_it(namesrv, start_broker):
+    ns = namesrv()
+    seen = []
+    register = ns.server.handlers[N.REGISTER_BROKER]
+
+    def capture(conn, cmd):
+        seen.append(cmd)
+        return register(conn, cmd)
+
+    ns.server.handlers[N.REGISTER_BROKER] = capture
+    br = start_broker(broker={"namesrvAddr": ns.address, "brokerClusterName": "c9"})
+    cmd = seen[0]
+    assert set(cmd.ext) == {"brokerAddr", "brokerId", "brokerName", "clusterName", "haServerAddr",
+                            "enableActingMaster", "compressed", "bodyCrc32"}
+    assert (cmd.ext["brokerAddr"], cmd.ext["brokerId"], cmd.ext["clusterName"]) == (br.address, "0", "c9")
+    assert (cmd.ext["enableActingMaster"], cmd.ext["compressed"]) == ("false", "false")
+    assert cmd.ext["haServerAddr"] == br.cluster.ha_addr and cmd.ext["haServerAddr"].endswith(
+        str(br.store.ha.address[1]))
+    assert int(cmd.ext["bodyCrc32"]) == zlib.crc32(cmd.body) & 0x7FFFFFFF  # UtilAll.crc32
+    body = json.loads(cmd.body)
+    assert list(body) == ["filterServerList", "topicConfigSerializeWrapper"]  # fastjson's sorted fields
+    wrapper = body["topicConfigSerializeWrapper"]
+    assert set(wrapper) == {"dataVersion", "mappingDataVersion", "topicConfigTable", "topicQueueMappingDetailMap",
+                            "topicQueueMappingInfoMap"}
+    assert wrapper["topicConfigTable"]["TBW102"]["perm"] == 7 and cmd.version >= 121  # >= V3_0_11: this body

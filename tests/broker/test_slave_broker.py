@@ -98,7 +98,7 @@ def test_slave_read_enable_serves_pulls_and_master_suggests_the_slave(start_brok
     assert r.ext["suggestWhichBrokerId"] == "0"  # not behind: back to the master (group brokerId)
 
 
-def test_slave_serves_pulls_after_its_master_is_gone(start_broker, ns, tmp_path, connect, send_v2):
+def test_slave_serves_pulls_after_its_master_is_gone(start_broker, stop_broker, ns, tmp_path, connect, send_v2):
     master, slave = pair(start_broker, ns, tmp_path, ha_housekeeping_interval=500)
     cm = connect(master.address)
     for i in range(3):
@@ -106,7 +106,7 @@ def test_slave_serves_pulls_after_its_master_is_gone(start_broker, ns, tmp_path,
     assert replicated(master, slave, "Drain", 3)
     cs = connect(slave.address)
     assert cs.call(C.PULL_MESSAGE, pull_req("Drain")).code == RC.SYSTEM_BUSY
-    master.stop()
+    stop_broker(master)  # broker and store (and so replication) gone
     seen = []
     r = wait_for(lambda: (lambda r: seen.append((r.code, r.remark, slave.cluster.master_unreachable_ms())) or (
         r if r.code == RC.SUCCESS else None))(cs.call(C.PULL_MESSAGE, pull_req("Drain"))))

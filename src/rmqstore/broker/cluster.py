@@ -245,8 +245,8 @@ class ClusterMember:
             log.warning("HA port %d not available (%s): no slave can replicate from this broker",
                         ha_port(store, b.listen_port), e)
             return
-        address = getattr(self.ha, "address", None)
-        if address:
+        address = None if self.is_slave else getattr(self.ha, "address", None)
+        if address and address[1]:
             self.ha_addr = f"{host}:{address[1]}"
 
     async def start_fast_port(self) -> None:
@@ -323,8 +323,5 @@ class ClusterMember:
             self.fast_server.close_all()
         if not self.embedded:
             await self.outer.unregister_all(self.unregister_ext())
-        self.client.close()
-        if self.ha is not None:  # the broker started replication: it stops it too
-            self.ha = None
-            self.broker.store.stop_ha()
+        self.client.close()  # replication (the store's HA service) stops when the store closes
 

@@ -256,7 +256,7 @@ class RouteTable:
                         perm &= ~PERM_WRITE
                     self._put_queue(r.name, tc, perm)
         key = (r.cluster, r.addr)
-        if key not in self.live:
+        if key not in self.live and r.channel is not None:  # (not the embedded name server's own broker)
             log.info("new broker registered: %s %s id %d (HA %s)", r.cluster, r.addr, r.broker_id, r.ha_addr)
         self.live[key] = Live(self.clock(), r.timeout_ms or DEFAULT_EXPIRE_MS, dict(r.data_version), r.channel,
                               r.ha_addr)
