@@ -20,7 +20,7 @@ import zlib
 
 from .remoting import Header, RemotingCommand, ResponseCode
 from .routes import MASTER_ID, RegisterBodyError, Registration, RouteTable, decode_register_body, encode_fastjson
-from .server import RemotingServer
+from .server import RemotingServer, parse_listen
 
 log = logging.getLogger("rmqstore.namesrv")
 
@@ -234,7 +234,6 @@ class NameServer:
     (``ns.address``); ``rmqstore namesrv`` runs it in the foreground (:meth:`serve`)."""
 
     def __init__(self, listen: str = "127.0.0.1:9876", *, scan_interval_s: float = SCAN_INTERVAL_S):
-        from .broker import parse_listen
 
         self.listen_host, self.listen_port = parse_listen(listen)
         self.scan_interval_s = scan_interval_s

@@ -26,6 +26,14 @@ WRITE_HIGH_WATER = 4 * 1024 * 1024
 Handler = Callable[["Connection", R.RemotingCommand], "R.RemotingCommand | None | Awaitable"]
 
 
+def parse_listen(listen: str) -> tuple[str, int]:
+    """``(host, port)`` of a ``HOST:PORT`` listen address (``[v6]:port`` too; an empty host is 0.0.0.0)."""
+    host, sep, port = listen.rpartition(":")
+    if not sep or not port.isdigit() or int(port) > 65535:
+        raise ValueError(f"listen address {listen!r} is not HOST:PORT")
+    return host.strip("[]") or "0.0.0.0", int(port)
+
+
 class Connection(asyncio.Protocol):
     """One client connection."""
 
