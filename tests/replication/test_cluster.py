@@ -93,13 +93,13 @@ def test_two_groups_behind_one_name_server(cluster, tmp_path):
 
 def test_failover_then_the_old_master_rejoins_as_slave(cluster, tmp_path):
     old, new = cluster.group("f")
-    first = K.produce(cluster, old.addr, TOPIC, threads=2, seconds=30, run="one", extra=("--count", "300"))
-    assert first.wait(60)["ok"] == 600
+    first = K.produce(cluster, old.addr, TOPIC, threads=2, seconds=30, run="one", extra=("--count", "150"))
+    assert first.wait(60)["ok"] == 300
     end1 = K.valid_end(old.store)
     K.wait_until(lambda: K.valid_end(new.store) == end1, 30, "the slave to catch up")
     new.stop()  # the slave is down while the master takes more sends: a tail only the old master has
-    second = K.produce(cluster, old.addr, TOPIC, threads=2, seconds=30, run="two", extra=("--count", "200"))
-    assert second.wait(60)["ok"] == 400
+    second = K.produce(cluster, old.addr, TOPIC, threads=2, seconds=30, run="two", extra=("--count", "100"))
+    assert second.wait(60)["ok"] == 200
     old.kill9()
     tail_start, tail_end = end1, K.valid_end(old.store)
     _, whole = K.commitlog_bytes(old.store)
@@ -109,8 +109,8 @@ def test_failover_then_the_old_master_rejoins_as_slave(cluster, tmp_path):
     new.conf.update(brokerRole="ASYNC_MASTER", brokerId=0)
     new.conf.pop("haMasterAddress")
     new.start()
-    third = K.produce(cluster, new.addr, TOPIC, threads=2, seconds=30, run="three", extra=("--count", "200"))
-    assert third.wait(60)["ok"] == 400
+    third = K.produce(cluster, new.addr, TOPIC, threads=2, seconds=30, run="three", extra=("--count", "100"))
+    assert third.wait(60)["ok"] == 200
     # the old master rejoins as the new master's slave
     old.conf.update(brokerRole="SLAVE", brokerId=1, haMasterAddress=new.ha_addr)
     old.start()

@@ -21,7 +21,7 @@ def test_slave_behind_a_faulty_link_stays_a_prefix_and_resumes(cluster, tmp_path
     proxy = TcpProxy((K.HOST, m_ha))
     try:
         slave = cluster.broker("f-s", K.broker_conf("f", "SLAVE", ha_port=K.free_port(), master_ha=proxy.addr, **store))
-        load = K.produce(cluster, master.addr, TOPIC, threads=2, seconds=12, extra=("--interval", "0.002"))
+        load = K.produce(cluster, master.addr, TOPIC, threads=2, seconds=10, extra=("--interval", "0.002"))
         load.started()
 
         def caught_up_with_some_more(before: int):
@@ -38,12 +38,12 @@ def test_slave_behind_a_faulty_link_stays_a_prefix_and_resumes(cluster, tmp_path
 
         K.wait_until(lambda: K.valid_end(slave.store) > 0, 20, "the slave to start replicating")
         connections = proxy.connections
-        fault("a frame cut in the middle", lambda: proxy.cut_after(5003), lambda: None, hold=1.0)
+        fault("a frame cut in the middle", lambda: proxy.cut_after(5003), lambda: None, hold=0.6)
         assert proxy.connections > connections, "the slave connected again after the cut"
-        fault("7-byte reads", lambda: setattr(proxy, "chunk", 7), lambda: setattr(proxy, "chunk", 65536), hold=1.0)
-        fault("a delayed link", lambda: setattr(proxy, "delay", 0.05), lambda: setattr(proxy, "delay", 0.0), hold=1.0)
+        fault("7-byte reads", lambda: setattr(proxy, "chunk", 7), lambda: setattr(proxy, "chunk", 65536), hold=0.6)
+        fault("a delayed link", lambda: setattr(proxy, "delay", 0.05), lambda: setattr(proxy, "delay", 0.0), hold=0.6)
         connections = proxy.connections
-        fault("a stalled link", proxy.stall, proxy.resume, hold=3.0)
+        fault("a stalled link", proxy.stall, proxy.resume, hold=2.6)
         assert proxy.connections > connections, "a stall past haHousekeepingInterval made the slave reconnect"
         done = load.wait(60)
         acks = {a["k"] for a in load.acks()}
