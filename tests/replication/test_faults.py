@@ -2,7 +2,8 @@
 goes through a loopback TCP proxy (``tests/netkit.py``) that cuts a frame in the middle, splits
 frames into 7-byte reads, delays every chunk, and stalls past ``haHousekeepingInterval``. After each
 fault the slave's commitlog is still a byte-identical prefix of the master's; it resumes by itself,
-and at the end holds every acknowledged send, byte for byte, with its queues as rebuilt."""
+and at the end holds every acknowledged send, byte for byte, with its queues as rebuilt. A
+SYNC_MASTER whose slave stalls or goes away answers as RocketMQ's does."""
 from __future__ import annotations
 
 import time
@@ -57,3 +58,30 @@ def test_slave_behind_a_faulty_link_stays_a_prefix_and_resumes(cluster, tmp_path
     K.assert_prefix(slave.store, master.store, equal=True)
     assert acks <= K.keys_in_commitlog(slave.store)
     K.assert_queues_as_rebuilt(slave.store, tmp_path)
+
+
+def test_sync_master_answers_flush_slave_timeout_and_slave_not_available(cluster):
+    """On the wire, as RocketMQ's broker: a stalled slave makes a SYNC_MASTER send wait slaveTimeout
+    and answer FLUSH_SLAVE_TIMEOUT (12); with no slave at all it answers SLAVE_NOT_AVAILABLE (11) at
+    once; both messages are stored on the master."""
+    store = {"slaveTimeout": 600, "haHousekeepingInterval": 1500}
+    m_ha = K.free_port()
+    master = cluster.broker("y-m", K.broker_conf("y", "SYNC_MASTER", ha_port=m_ha, **store))
+    proxy = TcpProxy((K.HOST, m_ha))
+    try:
+        slave = cluster.broker("y-s", K.broker_conf("y", "SLAVE", ha_port=K.free_port(), master_ha=proxy.addr, **store))
+        K.wait_replicating(master, TOPIC)
+        assert K.send(master.addr, TOPIC, b"ok", keys="k-ok").code == 0
+        proxy.stall()
+        t0 = time.monotonic()
+        r = K.send(master.addr, TOPIC, b"stalled", keys="k-stalled")
+        waited = time.monotonic() - t0
+        assert r.code == 12 and waited >= 0.5, (r.code, r.remark, waited)
+        proxy.resume()
+        slave.stop()
+        K.wait_until(lambda: K.send(master.addr, TOPIC, b"alone", keys="k-alone").code == 11, 20,
+                     "SLAVE_NOT_AVAILABLE once the slave is gone")
+    finally:
+        proxy.close()
+    master.stop()
+    assert {"k-ok", "k-stalled", "k-alone"} <= K.keys_in_commitlog(master.store)
