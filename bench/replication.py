@@ -96,7 +96,10 @@ def bench_conf(name: str, role: str, ha_port: int, master_ha: str | None = None,
 # --- 1. catch-up ---------------------------------------------------------------------------------
 
 def build_master_store(path: str, conf: dict, size: int) -> dict:
-    """Fill a store with ``size`` bytes of commitlog (1 KiB bodies, one key each) and close it."""
+    """Fill a store with ``size`` bytes of commitlog (1 KiB bodies, one key each) and close it. It
+    must stay inside the first 1 GiB segment: an empty slave starts at the master's last segment
+    (upstream's rule), so only a one-segment master is copied whole."""
+    size = min(size, GIB - (1 << 20))
     from rmqstore import Message, MessageStore, MessageStoreConfig
 
     cfg = MessageStoreConfig.from_properties({k: v for k, v in conf.items() if k not in ("brokerRole",)})
@@ -146,7 +149,7 @@ def bench_catchup(work: str, rounds: int, size: int) -> dict:
     mdir = os.path.join(work, "master")
     os.makedirs(mdir, exist_ok=True)
     built = build_master_store(os.path.join(mdir, "store"), conf, size)
-    print(f"catch-up: master store {built['bytes'] / GIB:.2f} GiB, {built['messages']:,} messages", flush=True)
+    print(f"catch-up: master store {built['bytes'] / GIB:.3f} GiB, {built['messages']:,} messages", flush=True)
     with K.Cluster(os.path.join(work, "m")) as c:
         master = K.Node(Path(mdir), "master", K.free_port(), conf=conf)
         c.nodes.append(master)
@@ -330,7 +333,7 @@ def report(args, res: dict, load_before: float) -> str:
         rb = [x["rebuild"]["seconds"] for x in r["rows"]]
         rss = max(x["catchup"]["rss_anon_mb"] for x in r["rows"])
         ratio = statistics.median(r["pairs"])
-        lines += [f"### An empty slave catching up {r['bytes'] / GIB:.2f} GiB ({r['messages']:,} messages of 1 KiB)", "",
+        lines += [f"### An empty slave catching up {r['bytes'] / 2**20:,.0f} MiB ({r['messages']:,} messages of 1 KiB)", "",
                   "| | seconds (median) | MB/s | ratio rebuild/catch-up, paired | slave peak RssAnon | goal |",
                   "|---|---:|---:|---:|---:|---|",
                   f"| `rmqstore rebuild` | {statistics.median(rb):.1f} | {r['bytes'] / 2**20 / statistics.median(rb):.0f} "
