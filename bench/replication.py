@@ -326,7 +326,7 @@ def bench_sync(work: str, rounds: int, seconds: float, nprod: int) -> dict:
 def report(args, res: dict, load_before: float) -> str:
     lines = [f"## Replication (bench/replication.py, {dt.date.today()})", "",
              f"Command: `.venv/bin/python bench/replication.py --rounds {args.rounds} --catchup-mib {args.catchup_mib} "
-             f"--seconds {args.seconds}`; 2 shared cores, load average {load_before:.1f} at the start.", ""]
+             f"--seconds {args.seconds:g} --only {args.only}`; 2 shared cores, load average {load_before:.1f} at the start.", ""]
     if "catchup" in res:
         r = res["catchup"]
         cu = [x["catchup"]["seconds"] for x in r["rows"]]
