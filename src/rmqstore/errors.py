@@ -63,6 +63,11 @@ class MessageIdError(RmqStoreError, ValueError):
     """A message id (offsetMsgId or UNIQ_KEY) is not in the form RocketMQ writes."""
 
 
+class OutputExistsError(RmqStoreError, FileExistsError):
+    """An output that exists, or a directory holding data the command did not create: refused
+    before anything is written (no command deletes or overwrites what it did not create)."""
+
+
 class HAProtocolError(RmqStoreError, ValueError):
     """Bytes on a replication (HA) connection are not what RocketMQ's classic HA protocol allows
     there (a report past the master's end, a frame at the wrong offset, a body too large)."""

@@ -27,8 +27,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from .config import MessageStoreConfig
-from .errors import ConfigError, StoreNotFoundError
-from .layout import infer_config
+from .errors import ConfigError, OutputExistsError, StoreNotFoundError
+from .layout import infer_config, is_store_dir
 
 FORMATS = ("parquet", "jsonl", "csv")
 #: bytes a JSON string must escape (control characters, quote, backslash)
@@ -64,11 +64,33 @@ def _columns(fmt: str, include_body: bool) -> list[str]:
     return names
 
 
+def check_export_output(out: str, overwrite: bool = False) -> None:
+    """Refuse (:class:`OutputExistsError`) an output file that exists (unless ``overwrite``), a
+    directory, and any path inside a store directory (never overwritten, whatever ``overwrite``)."""
+    if out == "-":
+        return
+    path = os.path.abspath(out)
+    if os.path.isdir(path):
+        raise OutputExistsError("the export output is a directory", path=out)
+    parent = os.path.dirname(path)
+    while True:
+        if is_store_dir(parent):
+            raise OutputExistsError(f"refusing to write an export inside the store directory {parent}", path=out)
+        up = os.path.dirname(parent)
+        if up == parent:
+            break
+        parent = up
+    if os.path.exists(path) and not overwrite:
+        raise OutputExistsError("the export output exists", path=out)
+
+
 def export(store_dir: str, out: str, fmt: str, *, topics: set[str] | None = None, begin_ms: int | None = None,
            end_ms: int | None = None, include_body: bool = True, cfg: MessageStoreConfig | None = None,
-           progress=None) -> ExportResult:
+           progress=None, overwrite: bool = False) -> ExportResult:
     """Write the messages of ``store_dir`` (optionally only ``topics``, store time in
-    ``[begin_ms, end_ms)``) to ``out`` (``-``: stdout, for jsonl and csv) as ``fmt``."""
+    ``[begin_ms, end_ms)``) to ``out`` (``-``: stdout, for jsonl and csv) as ``fmt``. An ``out``
+    that exists is replaced only with ``overwrite``; one inside a store directory never is
+    (:func:`check_export_output`)."""
     import pyarrow as pa
 
     from .spark import columns as C
@@ -80,6 +102,7 @@ def export(store_dir: str, out: str, fmt: str, *, topics: set[str] | None = None
         raise ConfigError("parquet needs a file: give OUT a path")
     if not os.path.isdir(os.path.join(store_dir, S.COMMITLOG)):
         raise StoreNotFoundError("not a store: no commitlog directory", path=store_dir)
+    check_export_output(out, overwrite)
     cfg = infer_config(store_dir, cfg or MessageStoreConfig())
     seg_size = cfg.mapped_file_size_commit_log
     names = _columns(fmt, include_body)

@@ -15,32 +15,63 @@ from .errors import ConfigError, StoreNotFoundError
 from .io.paths import CHECKPOINT, COMMITLOG, CONSUMEQUEUE, INDEX, LOCK  # noqa: F401 - the names, re-exported
 
 
-def _segment_spacing(directory: str) -> int | None:
-    """The segment size as the distance between consecutive segment names (a name is the start
-    offset: exact whatever a damaged file's length), None with fewer than two segments."""
+Listing = list[tuple[str, int]]  # (file name, size) of the files of one directory
+
+
+def _is_segment(name: str) -> bool:
+    return name.isdigit() and len(name) == 20
+
+
+def _listing(directory: str) -> Listing:
+    """``(name, size)`` of the regular files of ``directory`` (empty when it is missing)."""
     try:
-        starts = sorted(int(n) for n in os.listdir(directory) if n.isdigit() and len(n) == 20)
+        names = os.listdir(directory)
     except (FileNotFoundError, NotADirectoryError):
-        return None
-    gaps = [b - a for a, b in zip(starts, starts[1:]) if b > a]
-    return min(gaps) if gaps else None
+        return []
+    out = []
+    for n in names:
+        p = os.path.join(directory, n)
+        if os.path.isfile(p):
+            out.append((n, os.path.getsize(p)))
+    return out
 
 
-def _first_segment_size(directory: str) -> int | None:
+def segment_size_of(files: Listing) -> int | None:
     """The segment size of a directory of segments: the spacing of their names when there are
-    several (a short or missing file is damage, not geometry), else the one file's size."""
-    if not os.path.isdir(directory):
-        return None
-    spacing = _segment_spacing(directory)
-    if spacing is not None:
-        return spacing
-    for name in sorted(os.listdir(directory)):
-        p = os.path.join(directory, name)
-        if name.isdigit() and len(name) == 20 and os.path.isfile(p):
-            size = os.path.getsize(p)
-            if size > 0:
-                return size
+    several (a name is the start offset: exact whatever a damaged file's length; a short or missing
+    file is damage, not geometry), else the one file's size; None without segments."""
+    starts = sorted(int(n) for n, _ in files if _is_segment(n))
+    gaps = [b - a for a, b in zip(starts, starts[1:]) if b > a]
+    if gaps:
+        return min(gaps)
+    for name, size in sorted(files):
+        if _is_segment(name) and size > 0:
+            return size
     return None
+
+
+def cq_segment_size_of(queues: dict[tuple[str, str], Listing]) -> int | None:
+    """The consume-queue file size from the files of every queue (``(topic, queue dir)`` ->
+    listing): the name spacing of the first queue with several files (topics and queues in name
+    order), else the first queue's file size."""
+    single = None
+    for key in sorted(queues):
+        if not key[1].isdigit():
+            continue
+        files = queues[key]
+        starts = sorted(int(n) for n, _ in files if _is_segment(n))
+        if len(starts) > 1 and any(b > a for a, b in zip(starts, starts[1:])):
+            return segment_size_of(files)
+        if single is None:
+            single = segment_size_of(files)
+    return single
+
+
+def index_size_of(files: Listing) -> int | None:
+    """The index file size: the most common size among the index files (all have the same size;
+    a truncated one is damage)."""
+    sizes = collections.Counter(size for n, size in files if n.isdigit() and size > 0)
+    return max(sizes, key=lambda k: (sizes[k], k)) if sizes else None
 
 
 def is_store_dir(path: str) -> bool:
@@ -50,45 +81,29 @@ def is_store_dir(path: str) -> bool:
         os.path.exists(os.path.join(path, d)) for d in (COMMITLOG, CONSUMEQUEUE, CHECKPOINT, LOCK))
 
 
-def _first_cq_segment_size(store_dir: str) -> int | None:
-    """The consume-queue file size: the name spacing of a queue with several files, else the
-    first queue's file size."""
+def _first_segment_size(directory: str) -> int | None:
+    return segment_size_of(_listing(directory)) if os.path.isdir(directory) else None
+
+
+def _cq_listings(store_dir: str) -> dict[tuple[str, str], Listing]:
     cq_root = os.path.join(store_dir, CONSUMEQUEUE)
+    out: dict[tuple[str, str], Listing] = {}
     if not os.path.isdir(cq_root):
-        return None
-    single = None
-    for topic in sorted(os.listdir(cq_root)):
+        return out
+    for topic in os.listdir(cq_root):
         tdir = os.path.join(cq_root, topic)
-        if not os.path.isdir(tdir):
-            continue
-        for q in sorted(os.listdir(tdir)):
-            if not q.isdigit():
-                continue
-            spacing = _segment_spacing(os.path.join(tdir, q))
-            if spacing is not None:
-                return spacing
-            if single is None:
-                single = _first_segment_size(os.path.join(tdir, q))
-    return single
+        if os.path.isdir(tdir):
+            for q in os.listdir(tdir):
+                out[(topic, q)] = _listing(os.path.join(tdir, q))
+    return out
+
+
+def _first_cq_segment_size(store_dir: str) -> int | None:
+    return cq_segment_size_of(_cq_listings(store_dir))
 
 
 def _first_index_size(store_dir: str) -> int | None:
-    """The index file size: the most common size among the index files (all have the same
-    size; a truncated one is damage)."""
-    idx = os.path.join(store_dir, INDEX)
-    if not os.path.isdir(idx):
-        return None
-    sizes = collections.Counter()
-    for n in sorted(os.listdir(idx)):
-        p = os.path.join(idx, n)
-        if n.isdigit() and os.path.isfile(p) and os.path.getsize(p) > 0:
-            sizes[os.path.getsize(p)] += 1
-    return max(sizes, key=lambda k: (sizes[k], k)) if sizes else None
-    for n in sorted(os.listdir(idx)):
-        p = os.path.join(idx, n)
-        if n.isdigit() and os.path.isfile(p) and os.path.getsize(p) > 0:
-            return os.path.getsize(p)
-    return None
+    return index_size_of(_listing(os.path.join(store_dir, INDEX)))
 
 
 def check_geometry(store_dir: str, cfg: MessageStoreConfig) -> None:
@@ -119,16 +134,21 @@ def infer_config(store_dir: str, base: MessageStoreConfig | None = None) -> Mess
     """``base`` (defaults if None) with segment sizes taken from the store's files where present."""
     if not os.path.isdir(store_dir):
         raise StoreNotFoundError("store directory does not exist", path=store_dir)
-    cfg = base or MessageStoreConfig()
+    return config_with_sizes(base or MessageStoreConfig(), _first_segment_size(os.path.join(store_dir, COMMITLOG)),
+                             _first_cq_segment_size(store_dir), _first_index_size(store_dir))
+
+
+def config_with_sizes(cfg: MessageStoreConfig, commitlog: int | None, consume_queue: int | None,
+                      index: int | None) -> MessageStoreConfig:
+    """``cfg`` with the segment sizes found in a store's files (None: nothing found, keep
+    ``cfg``'s); an index size gives the geometry only with upstream's 1:4 slot:item ratio. The one
+    rule for local stores (:func:`infer_config`) and remote ones (the Spark source's listing)."""
     changes: dict[str, int] = {}
-    cl = _first_segment_size(os.path.join(store_dir, COMMITLOG))
-    if cl and cl != cfg.mapped_file_size_commit_log:
-        changes["mapped_file_size_commit_log"] = cl
-    cq = _first_cq_segment_size(store_dir)
-    if cq and cq != cfg.cq_file_size:
-        changes["mapped_file_size_consume_queue"] = cq
-    ix = _first_index_size(store_dir)
-    if ix and ix != cfg.index_file_size and (ix - 40) % 84 == 0:
-        changes["max_hash_slot_num"] = (ix - 40) // 84
-        changes["max_index_num"] = 4 * ((ix - 40) // 84)
+    if commitlog and commitlog != cfg.mapped_file_size_commit_log:
+        changes["mapped_file_size_commit_log"] = commitlog
+    if consume_queue and consume_queue != cfg.cq_file_size:
+        changes["mapped_file_size_consume_queue"] = consume_queue
+    if index and index != cfg.index_file_size and (index - 40) % 84 == 0:
+        changes["max_hash_slot_num"] = (index - 40) // 84
+        changes["max_index_num"] = 4 * ((index - 40) // 84)
     return cfg.replace(**changes) if changes else cfg

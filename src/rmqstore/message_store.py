@@ -170,7 +170,7 @@ class MessageStore(StoreReads):
         if not self.read_only:
             life.take_lock()
         else:
-            self.live_writer_pid = lock_holder(paths.lock_path(self.path))
+            self.live_writer_pid = lock_holder(self.path)
         life.load_consumer_offsets()
         last_exit_ok = life.last_exit_ok()
         self._closed_cleanly = last_exit_ok and self.live_writer_pid is None

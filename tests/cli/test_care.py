@@ -60,9 +60,10 @@ def test_rebuild_matches_rocketmq_consume_queues(run, vectors, tmp_path):
     ours = sorted(os.listdir(tmp_path / "out" / "index"))
     for a, b in zip(idx, ours):
         assert (vs.store / "index" / a).read_bytes() == (tmp_path / "out" / "index" / b).read_bytes()
-    # refuses to overwrite a rebuilt directory or the store itself
-    assert run.fails(ExitCode.IO, "rebuild", tmp_path / "out", "--store", vs.store).stderr
-    run.fails(ExitCode.IO, "rebuild", vs.store, "--store", vs.store)
+    # refuses to overwrite a rebuilt directory or the store itself: a usage error, not an I/O one
+    line = run.fails(ExitCode.USAGE, "rebuild", tmp_path / "out", "--store", vs.store).stderr
+    assert "already holds consumequeue/ and index/" in line and "permissions" not in line
+    assert "source store" in run.fails(ExitCode.USAGE, "rebuild", vs.store, "--store", vs.store).stderr
 
 
 def test_verify_finds_and_fixes(run, copy_store, vectors, truth):

@@ -141,6 +141,11 @@ def test_unexpected_errors_exit_1_with_a_hint(run, vectors, monkeypatch):
     assert "kaboom" in line and "--debug" in line
 
 
+def _caused(exc, cause):
+    exc.__cause__ = cause
+    return exc
+
+
 @pytest.mark.parametrize("exc, code", [
     (E.StoreNotFoundError("x", path="/p"), ExitCode.STORE_NOT_FOUND),
     (E.StoreLockedError("x", path="/p"), ExitCode.STORE_LOCKED),
@@ -148,8 +153,10 @@ def test_unexpected_errors_exit_1_with_a_hint(run, vectors, monkeypatch):
     (E.ReadOnlyStoreError("x", path="/p"), ExitCode.READ_ONLY),
     (E.ConfigError("x"), ExitCode.CONFIG),
     (E.OffsetError("x"), ExitCode.OFFSET),
-    (E.StoreIOError("x", path="/p"), ExitCode.IO),
+    (E.OutputExistsError("x", path="/p"), ExitCode.USAGE),
+    (_caused(E.StoreIOError("x", path="/p"), PermissionError(13, "Permission denied")), ExitCode.IO),
     (PermissionError(13, "Permission denied", "/p"), ExitCode.IO),
+    (OSError(98, "Address already in use"), ExitCode.ADDRESS_IN_USE),
     (E.StoreClosedError("x"), ExitCode.INTERNAL),
     (ValueError("x"), ExitCode.INTERNAL),
 ])
@@ -220,3 +227,60 @@ def test_query_id_answers_that_can_be_acted_on(run, truth):
     assert res.exit_code == 0 and json.loads(res.stdout)["phy_offset"] == r["phy"]
     assert "names store host 11.0.0.2" in res.stderr
     run.fails(ExitCode.NOT_FOUND, "query-id", "F" * 32, "--store", s)
+
+
+def test_the_os_hint_names_the_cause_only_when_it_is_the_cause():
+    import errno
+
+    for err, says in ((errno.EACCES, "permissions"), (errno.ENOSPC, "free space"), (errno.EROFS, "read-only")):
+        code, _, hint = classify(_caused(E.StoreIOError("cannot write", path="/p"), OSError(err, "x")))
+        assert code == ExitCode.IO and says in hint and ("free space" in hint) == (err == errno.ENOSPC)
+    code, _, hint = classify(E.StoreIOError("upload: 3 of 4 files reported", path="s3://b/o"))
+    assert code == ExitCode.IO and hint is None
+    code, _, hint = classify(OSError(errno.EIO, "Input/output error", "/p"))
+    assert code == ExitCode.IO and hint is None
+
+
+def test_json_errors_are_json(run, tmp_path):
+    r = run.fails(ExitCode.STORE_NOT_FOUND, "topic-status", "--store", tmp_path / "nope", "--json")
+    err = json.loads(r.stderr.strip().splitlines()[-1])
+    assert err["exit"] == ExitCode.STORE_NOT_FOUND and str(tmp_path / "nope") in err["error"] and err["hint"]
+    assert r.stdout == ""
+    r = run("pull", "--no-such-option", "--json")  # click's own usage errors too
+    assert r.exit_code == 2 and json.loads(r.stderr.strip())["exit"] == 2
+    r = run("spark", "rebuild", "--json")  # inside the spark group
+    assert r.exit_code == 2 and "OUT_DIR" in json.loads(r.stderr.strip())["error"]
+    r = run("topic-status", "--store", tmp_path / "nope")  # without --json: the one line
+    assert r.stderr.startswith("Error: ") and r.exit_code == ExitCode.STORE_NOT_FOUND
+
+
+def test_serve_refuses_an_address_in_use_before_creating_anything(run, tmp_path):
+    import socket
+
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        store = tmp_path / "new-store"
+        line = _one_line(run.fails(ExitCode.ADDRESS_IN_USE, "serve", "--store", store, "--listen", f"127.0.0.1:{port}"))
+        assert "address in use" in line and str(port) in line and "permissions" not in line
+        assert not store.exists()
+        r = run.fails(ExitCode.ADDRESS_IN_USE, "serve", "--store", store, "--listen", f"127.0.0.1:{port}", "--json")
+        assert json.loads(r.stderr.strip().splitlines()[-1])["exit"] == ExitCode.ADDRESS_IN_USE
+        assert not store.exists()
+
+
+@pytest.mark.parametrize("listen", ["localhost", "localhost:9876", "example.com:80", "127.0.0.1", "127.0.0.1:99999"])
+def test_serve_listen_needs_ip_and_port(run, tmp_path, listen):
+    r = run.fails(ExitCode.USAGE, "serve", "--store", tmp_path / "s", "--listen", listen)
+    assert "--listen" in r.stderr and "IP" in r.stderr and "unexpected" not in r.stderr
+    assert not (tmp_path / "s").exists()
+
+
+def test_serve_refuses_a_directory_that_is_not_a_store(run, tmp_path):
+    d = tmp_path / "mine"
+    d.mkdir()
+    (d / "notes.txt").write_text("x")
+    r = run.fails(ExitCode.USAGE, "serve", "--store", d, "--listen", "127.0.0.1:0")
+    assert "neither a message store nor an empty directory" in r.stderr
+    assert sorted(p.name for p in d.iterdir()) == ["notes.txt"]

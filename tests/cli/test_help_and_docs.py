@@ -49,8 +49,11 @@ def test_every_command_has_help(run, path, cmd):
         assert "writes" in short.lower(), path
     if not isinstance(cmd, click.Group):
         opts = {o for p in cmd.params for o in getattr(p, "opts", [])}
-        assert ({"--json", "--debug"} if path in STORELESS else {"--store", "--config", "--json", "--debug"}) <= opts, \
-            path
+        # the demo takes --dir, its own directory, never --store (a store is not the demo's to empty)
+        needed = {"--json", "--debug"} if path in STORELESS else {"--dir" if path == "demo" else "--store",
+                                                                   "--config", "--json", "--debug"}
+        assert needed <= opts, path
+        assert path != "demo" or "--store" not in opts
         says_writes = "WRITES" in cmd.help or "writes" in cmd.help.lower()
         assert says_writes == (path in WRITERS) or path == "verify", path
     if path == "verify":

@@ -309,8 +309,32 @@ def test_consumer_progress(run, tmp_path, docref):
     only = run.json("consumer-progress", "billing", "--store", path)
     assert {r["group"] for r in only["queues"]} == {"billing"} and only["total_lag"] == 5
     assert "billing" in run.ok("consumer-progress", "--store", path).stdout
-    run.fails(10, "consumer-progress", "nobody", "--store", path)
+    r = run.fails(10, "consumer-progress", "nobody", "--store", path)
+    assert "groups with offsets: audit, billing" in r.stderr
+    assert "`rmqstore consumer-progress` without GROUP lists" in r.stderr
+    assert run("consumer-progress", "--store", path).exit_code == 0  # the command the hint names lists them
     assert {p: p.read_bytes() for p in path.rglob("*") if p.is_file()} == before
+
+
+def test_consumer_progress_explains_an_empty_answer_and_marks_system_groups(run, tmp_path):
+    from rmqstore import Message, MessageStore
+
+    path = tmp_path / "s"
+    with MessageStore.open(path) as st:
+        st.put_message(Message.create("Orders", b"x"))
+        st.wait_dispatched()
+    out = run.ok("consumer-progress", "--store", path).stdout
+    assert "no consumer group has committed offsets" in " ".join(out.split()) and "commit()" in out
+    assert run.json("consumer-progress", "--store", path) == {"store": str(path), "queues": [], "total_lag": 0}
+    (path / "config").mkdir(exist_ok=True)
+    (path / "config" / "consumerOffset.json").write_text(
+        '{"offsetTable":{"rmq_sys_REVIVE_LOG_x@CID_RMQ_SYS_REVIVE_GROUP":{0:0},"Orders@zeta":{0:1},'
+        '"Orders@alpha":{0:0}}}')
+    got = run.json("consumer-progress", "--store", path)
+    assert [r["group"] for r in got["queues"]] == ["alpha", "zeta", "CID_RMQ_SYS_REVIVE_GROUP"]  # users first
+    lines = run.ok("consumer-progress", "--store", path, env={"COLUMNS": "200"}).stdout.splitlines()
+    sys_line = next(line for line in lines if "CID_RMQ_SYS_REVIVE_GROUP" in line)
+    assert "(system)" in sys_line and not any("(system)" in line for line in lines if "alpha" in line)
 
 
 @pytest.mark.parametrize("kind", ["zlib", "lz4", "zstd"])

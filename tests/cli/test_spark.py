@@ -33,9 +33,9 @@ def test_spark_rebuild(run, vectors, tmp_path, docref):
     assert got["index_files"] == len(theirs) == len(ours)
     for a, b in zip(theirs, ours):  # by position: index file names are creation times
         assert (vs.store / "index" / a).read_bytes() == (tmp_path / "out" / "index" / b).read_bytes()
-    # the same output directory again: refused (before any Spark work) with the I/O exit code
+    # the same output directory again: refused before any Spark work, a usage error (not an I/O one)
     before = vectors.tree_hashes(tmp_path / "out")
-    assert "already holds" in run.fails(9, "spark", "rebuild", tmp_path / "out", "--store", vs.store,
+    assert "already holds" in run.fails(2, "spark", "rebuild", tmp_path / "out", "--store", vs.store,
                                         "--master", MASTER).stderr
     assert vectors.tree_hashes(tmp_path / "out") == before
 
@@ -87,7 +87,7 @@ def test_spark_export(run, truth, tmp_path, docref):
         row = by_phy[r["phy"]]
         assert (row["topic"], row["queueId"], row["queueOffset"]) == (r["topic"], r["queue_id"], r["queue_offset"])
         assert bytes(row["body"] or b"") == r["body"] and row["msgId"] == r["msg_id"]
-    assert "already exists" in run.fails(9, "spark", "export", out, "--store", t.store, "--master", MASTER).stderr
+    assert "already exists" in run.fails(2, "spark", "export", out, "--store", t.store, "--master", MASTER).stderr
 
 
 def test_demo_with_spark_stats(run, tmp_path, docref):

@@ -8,7 +8,7 @@ import pytest
 
 from rmqstore import Message, MessageStore
 from rmqstore.rebuild import rebuild as rebuild_in_process
-from rmqstore.errors import StoreIOError
+from rmqstore.errors import OutputExistsError
 from rmqstore.spark.jobs import rebuild
 
 from tests.kit import SPLITS, tree_hashes
@@ -88,10 +88,10 @@ def test_index_file_rolling_edge_cases(spark, tmp_path, case, shards):
 
 def test_rebuild_refuses_to_overwrite(spark, vectors, tmp_path):
     v = vectors["basic"]
-    with pytest.raises(StoreIOError, match="source store"):
+    with pytest.raises(OutputExistsError, match="source store"):
         rebuild(spark, v.path, v.path, v.config)
     (tmp_path / "out" / "index").mkdir(parents=True)
-    with pytest.raises(StoreIOError, match="already holds index"):
+    with pytest.raises(OutputExistsError, match="already holds index"):
         rebuild(spark, v.path, str(tmp_path / "out"), v.config)
 
 

@@ -127,7 +127,7 @@ def test_spark_rebuild_from_s3_into_s3_is_byte_identical(spark, s3, vectors, tmp
     import pyarrow.fs as pafs
 
     from rmqstore.rebuild import rebuild as rebuild_in_process
-    from rmqstore.errors import StoreIOError
+    from rmqstore.errors import OutputExistsError
     from rmqstore.spark.jobs import rebuild
 
     from tests.kit import SPLITS
@@ -145,7 +145,7 @@ def test_spark_rebuild_from_s3_into_s3_is_byte_identical(spark, s3, vectors, tmp
     same_output(str(tmp_path / "in-process"), str(tmp_path / "from-s3"))
     assert (res["records"], res["consume_queues"], res["index_files"], res["end_offset"]) == \
            (want.records, want.consume_queues, want.index_files, want.end_offset)
-    with pytest.raises(StoreIOError, match="already holds consumequeue"):
+    with pytest.raises(OutputExistsError, match="already holds consumequeue"):
         rebuild(spark, remote, out, vs.config, options=_opts(s3))
 
 
@@ -164,3 +164,29 @@ def test_stats_and_verify_of_s3_stores(spark, s3, vectors):
     _, alone = verify(spark, local, cfg)
     assert (summary["records"], summary["problems"], findings.count()) == (alone["records"], 0, 0)
     assert "a remote store" in summary["skipped"] and "skipped" not in alone
+
+
+@pytest.mark.parametrize("given", ["none", "embedded"])
+def test_spark_rebuild_of_an_s3_store_takes_the_stores_own_sizes(spark, s3, vectors, tmp_path, given):
+    """No config (or the embedded preset, as `rmqstore spark rebuild` passes): the consume-queue
+    files (1,000 bytes in this store) and index geometry come from the store's own objects, as
+    `rmqstore rebuild` infers them from a local copy; the two rebuilds write the same bytes."""
+    from rmqstore import MessageStoreConfig
+    from rmqstore.rebuild import rebuild as rebuild_in_process
+    from rmqstore.spark.jobs import rebuild
+    from rmqstore.spark.jobs.runtime import stores
+
+    from test_rebuild import same_output
+
+    local, remote = s3["stores"]["rollover"]
+    cfg = None if given == "none" else MessageStoreConfig.embedded()
+    (loc,) = stores(remote, cfg, _opts(s3))
+    want_cfg = vectors["rollover"].config
+    assert (loc.cfg.cq_file_size, loc.cfg.mapped_file_size_commit_log, loc.cfg.index_file_size) == \
+           (1000, want_cfg.mapped_file_size_commit_log, want_cfg.index_file_size)
+    rebuild(spark, remote, str(tmp_path / "from-s3"), cfg, options=_opts(s3))
+    rebuild_in_process(local, str(tmp_path / "in-process"), cfg)
+    same_output(str(tmp_path / "in-process"), str(tmp_path / "from-s3"))
+    sizes = {os.path.getsize(os.path.join(d, f)) for d, _, fs in os.walk(tmp_path / "from-s3" / "consumequeue")
+             for f in fs}
+    assert sizes == {1000}

@@ -17,12 +17,12 @@ SRC = Path(__file__).resolve().parents[2] / "src"
 LAYERS = {
     "errors": 0,
     "format": 1, "io": 1,
-    "config": 2, "types": 2,
+    "config": 2, "types": 2, "spark_python": 2,
     "layout": 3,
     "engine": 4,
     "message_store": 5, "store_reads": 5, "rebuild": 5, "consumer": 5,
     "export": 6, "spark": 6, "broker": 6, "demo": 6,
-    "cli": 7, "__main__": 7,
+    "cli": 7, "__main__": 7, "testing": 7,
 }
 
 

@@ -9,7 +9,8 @@ BUILTIN = {
     E.ConfigError: ValueError, E.CorruptRecordError: ValueError, E.UnitMismatchError: ValueError,
     E.StoreIOError: OSError, E.OffsetError: LookupError, E.StoreLockedError: RuntimeError,
     E.ReadOnlyStoreError: PermissionError, E.StoreNotFoundError: FileNotFoundError,
-    E.StoreClosedError: RuntimeError, E.MessageIdError: ValueError, E.HAProtocolError: ValueError,
+    E.StoreClosedError: RuntimeError, E.MessageIdError: ValueError, E.OutputExistsError: FileExistsError,
+    E.HAProtocolError: ValueError,
 }
 
 

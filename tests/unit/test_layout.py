@@ -105,3 +105,21 @@ def test_rocketmqs_stores_give_back_the_sizes_they_were_written_with(name):
     want, got = vs.config, infer_config(vs.path)
     assert (got.mapped_file_size_commit_log, got.cq_file_size, got.index_file_size) == (
         want.mapped_file_size_commit_log, want.cq_file_size, want.index_file_size)
+
+
+def test_sizes_from_listings_follow_one_rule_for_local_and_remote_stores():
+    from rmqstore.layout import config_with_sizes, cq_segment_size_of, index_size_of, segment_size_of
+
+    seg = lambda start: f"{start:020d}"  # noqa: E731
+    assert segment_size_of([(seg(0), 4096), (seg(4096), 100), (seg(12288), 4096)]) == 4096  # spacing, not sizes
+    assert segment_size_of([(seg(0), 0), ("notes", 9)]) is None
+    assert segment_size_of([(seg(0), 1000)]) == 1000
+    queues = {("A", "0"): [(seg(0), 1000)], ("B", "1"): [(seg(0), 600), (seg(600), 600)], ("B", "x"): [(seg(0), 5)]}
+    assert cq_segment_size_of(queues) == 600  # a queue with several files names the size
+    assert cq_segment_size_of({("A", "0"): [(seg(0), 1000)], ("A", "1"): [(seg(0), 7)]}) == 1000
+    assert index_size_of([("20240101000000000", 40 + 84 * 10), ("20240101000000001", 40 + 84 * 10),
+                          ("20240101000000002", 99)]) == 40 + 84 * 10
+    cfg = config_with_sizes(MessageStoreConfig(), 1 << 20, 1000, 40 + 84 * 10)
+    assert (cfg.mapped_file_size_commit_log, cfg.cq_file_size, cfg.max_hash_slot_num, cfg.max_index_num) == \
+           (1 << 20, 1000, 10, 40)
+    assert config_with_sizes(MessageStoreConfig(), None, None, None) == MessageStoreConfig()

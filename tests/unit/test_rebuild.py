@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from rmqstore import StoreIOError
-from rmqstore.rebuild import rebuild
+from rmqstore import MessageStore
+from rmqstore.errors import OutputExistsError, StoreLockedError
+from rmqstore.rebuild import check_new_output, rebuild
 from tests.kit import VECTOR_SETS, load_vector, tree_bytes, tree_hashes
 
 
@@ -23,5 +24,24 @@ def test_rebuilt_files_are_rocketmqs(name, tmp_path):
 
 def test_the_output_must_not_be_the_source(tmp_path):
     vs = load_vector("basic")
-    with pytest.raises(StoreIOError):
+    with pytest.raises(OutputExistsError, match="source store"):
         rebuild(vs.path, vs.path)
+
+
+def test_an_output_that_holds_anything_is_refused_before_the_store_is_opened(tmp_path):
+    vs = load_vector("basic")
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "notes").write_text("mine")
+    with pytest.raises(OutputExistsError, match="not empty"):
+        rebuild(str(tmp_path / "no-such-store"), str(out))  # the output is judged first
+    assert [p.name for p in out.iterdir()] == ["notes"]
+    with pytest.raises(OutputExistsError, match="not empty"):
+        check_new_output(str(out), vs.path)
+
+
+def test_an_output_whose_lock_a_live_process_holds_is_refused(tmp_path):
+    live = tmp_path / "live"
+    with MessageStore.open(str(live)):
+        with pytest.raises(StoreLockedError, match="has open"):
+            check_new_output(str(live))

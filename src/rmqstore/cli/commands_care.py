@@ -311,9 +311,10 @@ def clean(cmd: StoreCommand, dry_run: bool, force: bool, now_ms: int | None) -> 
 @store_options
 def rebuild(cmd: StoreCommand, out_dir: str) -> None:
     """Rebuild consume queues and index files from the commitlog into OUT_DIR, in-process (WRITES
-    only OUT_DIR; the store itself is opened read-only and never changed)."""
-    from ..rebuild import rebuild as run_rebuild
+    only OUT_DIR, which must be new or empty; the store itself is opened read-only and never changed)."""
+    from ..rebuild import check_new_output, rebuild as run_rebuild
 
+    check_new_output(out_dir, cmd.store_path)  # before the store is even opened
     with cmd.open_read() as st:
         lo, hi = st.min_phy_offset, st.max_phy_offset
     with cmd.out.progress("rebuilding", max(hi - lo, 1), unit="bytes") as bar:

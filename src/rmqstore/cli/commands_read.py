@@ -199,6 +199,14 @@ def topic_status(cmd: StoreCommand, topic: str | None) -> None:
     cmd.out.print(tb)
 
 
+#: upstream's prefix of the broker's own consumer groups (MixAll.CID_RMQ_SYS_PREFIX, isSysConsumerGroup)
+SYSTEM_GROUP_PREFIX = "CID_RMQ_SYS_"
+
+
+def is_system_group(group: str) -> bool:
+    return group.startswith(SYSTEM_GROUP_PREFIX)
+
+
 @click.command("consumer-progress")
 @click.argument("group", required=False)
 @store_options
@@ -208,37 +216,59 @@ def consumer_progress(cmd: StoreCommand, group: str | None) -> None:
 
     Works on a RocketMQ broker's store too (its file, fastjson form included). Lag is the queue's
     max offset minus the committed one; a committed offset below the queue's min offset (retention
-    deleted those messages) counts from the min offset.
+    deleted those messages) counts from the min offset. The broker's own groups (CID_RMQ_SYS_*)
+    are listed after the applications' groups and marked as system groups.
     """
     with cmd.open_read() as st:
         table = st.consumer_offsets.table()
-        if group is not None and not any(g == group for _, g in table):
-            raise UnknownTopicError(f"no committed offsets for consumer group {group!r} in {st.path}")
-        topics = known_topics(st)
-        rows = []
-        for (topic, g), queues in sorted(table.items()):
-            if group is not None and g != group:
-                continue
-            for q, committed in sorted(queues.items()):
-                if q in topics.get(topic, ()):
-                    lo, hi = st.get_min_offset_in_queue(topic, q), st.get_max_offset_in_queue(topic, q)
-                    last = st.get_message_store_timestamp(topic, q, hi - 1) if hi > lo else -1
-                else:
-                    lo = hi = last = -1
-                lag = max(0, hi - max(committed, lo)) if hi >= 0 else 0
-                rows.append({"group": g, "topic": topic, "queue_id": q, "committed_offset": committed,
-                             "max_offset": hi, "lag": lag, "last_store_timestamp": last})
+        groups = sorted({g for _, g in table}, key=lambda g: (is_system_group(g), g))
+        if group is not None and group not in groups:
+            known = ", ".join(groups[:10]) + (", ..." if len(groups) > 10 else "") if groups else "none"
+            raise UnknownTopicError(f"no committed offsets for consumer group {group!r} in {st.path} "
+                                    f"(groups with offsets: {known})",
+                                    hint="`rmqstore consumer-progress` without GROUP lists every group with "
+                                         "committed offsets")
+        rows = _progress_rows(st, table, group)
     if cmd.json:
         cmd.out.emit({"store": st.path, "queues": rows, "total_lag": sum(r["lag"] for r in rows)})
         return
-    tb = Table(title=f"consumer progress in {st.path}", caption=tz_note())
+    if not rows:
+        cmd.out.print(Text(f"no consumer group has committed offsets in {st.path} (config/consumerOffset.json is "
+                           "missing or empty). Offsets are committed by consumers: RocketMQ clients through "
+                           "`rmqstore serve` (or a broker), or the embedded consumer's commit()."))
+        return
+    tb = Table(title=f"consumer progress in {st.path}",
+               caption=tz_note() + ("; (system): the broker's own groups, CID_RMQ_SYS_*"
+                                    if any(is_system_group(r["group"]) for r in rows) else ""))
     for c in ("group", "topic", "queue", "committed", "max offset", "lag", "last store time"):
         tb.add_column(c, justify="left" if c in ("group", "topic", "last store time") else "right",
                       min_width=TIME_MIN_WIDTH if "time" in c else None)
     for r in rows:
-        tb.add_row(escape(r["group"]), escape(r["topic"]), str(r["queue_id"]), str(r["committed_offset"]),
-                   str(r["max_offset"]), str(r["lag"]), fmt_ts(r["last_store_timestamp"]))
+        sys_group = is_system_group(r["group"])
+        tb.add_row(escape(r["group"]) + (" [dim](system)[/]" if sys_group else ""), escape(r["topic"]),
+                   str(r["queue_id"]), str(r["committed_offset"]), str(r["max_offset"]), str(r["lag"]),
+                   fmt_ts(r["last_store_timestamp"]), style="dim" if sys_group else None)
     cmd.out.print(tb)
+
+
+def _progress_rows(st, table: dict, group: str | None) -> list[dict]:
+    """One row per committed queue offset (of ``group`` only, if given): the applications' groups
+    first, then the system groups."""
+    topics = known_topics(st)
+    rows = []
+    for (topic, g), queues in sorted(table.items(), key=lambda kv: (is_system_group(kv[0][1]), kv[0])):
+        if group is not None and g != group:
+            continue
+        for q, committed in sorted(queues.items()):
+            if q in topics.get(topic, ()):
+                lo, hi = st.get_min_offset_in_queue(topic, q), st.get_max_offset_in_queue(topic, q)
+                last = st.get_message_store_timestamp(topic, q, hi - 1) if hi > lo else -1
+            else:
+                lo = hi = last = -1
+            lag = max(0, hi - max(committed, lo)) if hi >= 0 else 0
+            rows.append({"group": g, "topic": topic, "queue_id": q, "committed_offset": committed,
+                         "max_offset": hi, "lag": lag, "last_store_timestamp": last})
+    return rows
 
 
 @click.command("offset-by-time")
@@ -286,7 +316,7 @@ def offset_by_time(cmd: StoreCommand, topic: str, timestamp: int, queues: tuple[
 @click.option("--begin", type=TIME, default=None, help="Earliest store time: epoch ms or ISO time.")
 @click.option("--end", type=TIME, default=None, help="Store times before this: epoch ms or ISO time.")
 @click.option("--no-body", is_flag=True, help="Leave bodies out.")
-@click.option("--force", is_flag=True, help="Overwrite OUT when it exists.")
+@click.option("--force", is_flag=True, help="Overwrite OUT when it exists (never a file inside a store directory).")
 @store_options
 def export(cmd: StoreCommand, out: str, fmt: str, topics: tuple[str, ...], begin: int | None, end: int | None,
            no_body: bool, force: bool) -> None:
@@ -298,8 +328,15 @@ def export(cmd: StoreCommand, out: str, fmt: str, topics: tuple[str, ...], begin
 
     from ..export import export as run_export
 
-    if out != "-" and os.path.exists(out) and not force:
+    from ..export import check_export_output
+    from ..errors import OutputExistsError
+
+    if out != "-" and os.path.isfile(out) and not force:
         raise UsageProblem(f"{out} exists", hint="give another OUT, or --force to overwrite it")
+    try:
+        check_export_output(out, force)
+    except OutputExistsError as e:
+        raise UsageProblem(str(e), hint="give OUT a path outside any store directory") from None
     if out == "-" and fmt == "parquet":
         raise UsageProblem("parquet needs a file", hint="give OUT a path")
     import importlib.util
@@ -308,7 +345,7 @@ def export(cmd: StoreCommand, out: str, fmt: str, topics: tuple[str, ...], begin
         raise UsageProblem("export needs pyarrow", hint="pip install 'rmqstore[spark]'")
     with cmd.out.status(f"exporting {cmd.store_path}"):
         r = run_export(cmd.store_path, out, fmt, topics=set(topics) or None, begin_ms=begin, end_ms=end,
-                       include_body=not no_body, cfg=cmd.config())
+                       include_body=not no_body, cfg=cmd.config(), overwrite=force)
     d = dataclasses.asdict(r)
     d["seconds"] = round(r.seconds, 3)
     d["mb_per_s"] = round(r.commitlog_bytes / r.seconds / 1e6, 1) if r.seconds > 0 else None

@@ -3,15 +3,20 @@
 from __future__ import annotations
 
 import asyncio
+import errno
+import ipaddress
 import json
 import logging
+import os
 import signal
+import socket
 import sys
 import time
 
 import click
 
 from .common import STORE_ENV, StoreCommand, debug_option, json_option
+from .errors import AddressInUseError
 
 
 class _LineHandler(logging.Handler):
@@ -66,6 +71,10 @@ def serve(store: str | None, config: str | None, listen: str, grpc_listen: str |
     _check_namesrv_addr(namesrv_addr)
     if read_only and not is_store_dir(cmd.store_path):
         raise click.UsageError(f"--read-only needs an existing store (path={cmd.store_path})")
+    _check_store_dir(cmd, read_only)
+    for opt, addr in (("--listen", listen), ("--grpc-listen", grpc_listen)):
+        if addr:
+            check_address_free(opt, addr)
     handler = log_handler()
     log = logging.getLogger("rmqstore")
     log.addHandler(handler)
@@ -100,12 +109,54 @@ def _check_grpc_options(grpc_listen: str | None, grpc_tls_cert: str | None, grpc
         raise click.UsageError("--grpc-tls-cert and --grpc-tls-key go together")
     if (grpc_tls_cert or grpc_tls_key) and not grpc_listen:
         raise click.UsageError("--grpc-tls-cert/--grpc-tls-key need --grpc-listen")
-    if grpc_listen:
+
+
+def parse_address(opt: str, value: str) -> tuple[str, int]:
+    """``IP:PORT`` (``[v6]:PORT``) of a listen option, else a usage error naming the option (a host
+    name is refused: brokers advertise the address to clients, which need an IP)."""
+    host, sep, port = value.rpartition(":")
+    host = host.strip("[]")
+    if not sep or not port.isdigit() or int(port) > 65535:
+        raise click.UsageError(f"{opt}: {value!r} is not IP:PORT (e.g. 127.0.0.1:9876)")
+    try:
+        ipaddress.ip_address(host)
+    except ValueError:
+        raise click.UsageError(f"{opt}: {host!r} is not an IP address; give IP:PORT, e.g. 127.0.0.1:{port} "
+                               "(clients are told this address: a host name is not resolved)") from None
+    return host, int(port)
+
+
+def check_address_free(opt: str, value: str) -> None:
+    """Refuse, before the store is opened or created, an address another process listens on
+    (:class:`AddressInUseError`) or one this machine does not have (a usage error)."""
+    host, port = parse_address(opt, value)
+    if port == 0:
+        return
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as the server binds (TIME_WAIT is no conflict)
         try:
-            from ..broker.broker import parse_listen
-            parse_listen(grpc_listen)
-        except ValueError as e:
-            raise click.UsageError(f"--grpc-listen: {e}") from None
+            s.bind((host, port))
+        except OSError as e:
+            if e.errno == errno.EADDRINUSE:
+                raise AddressInUseError(f"address in use: another process listens on {host}:{port} ({opt})") from None
+            if e.errno == errno.EADDRNOTAVAIL:
+                raise click.UsageError(f"{opt}: {host} is not an address of this machine") from None
+            raise
+
+
+def _check_store_dir(cmd: StoreCommand, read_only: bool) -> None:
+    """A writable serve creates a store only where the directory is missing or empty, and refuses
+    a store whose lock a live process holds, before anything else is done."""
+    from ..layout import is_store_dir
+
+    path = cmd.store_path
+    if read_only:
+        return
+    if os.path.exists(path) and not is_store_dir(path) and (not os.path.isdir(path) or os.listdir(path)):
+        raise click.UsageError(f"--store {path} is neither a message store nor an empty directory "
+                               "(serve creates a store only in a new or empty directory)")
+    cmd.refuse_if_locked()
 
 
 def _check_namesrv_addr(namesrv_addr: str | None) -> None:

@@ -5,8 +5,11 @@ on one store or several (read-only; rebuild and export write only their output d
 variables), and may be repeated."""
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
+import sys
+import tempfile
 
 import click
 
@@ -61,13 +64,49 @@ def open_session(cmd: StoreCommand, master: str | None):
     props = cmd.broker_properties()
     cfg = MessageStoreConfig.from_properties(props) if props else MessageStoreConfig.embedded()
     jobs = _jobs()
-    with cmd.out.status("starting Spark"):
+    with cmd.out.status("starting Spark"), jvm_log() as log_path:
         try:
             spark = jobs.get_spark(master=master or os.environ.get("SPARK_MASTER"))
         except Exception as e:  # noqa: BLE001 - Java missing, bad master URL, ...
-            raise SparkUnavailableError(f"cannot start Spark: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+            first = str(e).splitlines()[0] if str(e) else ""
+            raise SparkUnavailableError(f"cannot start Spark: {type(e).__name__}: {first} (the JVM's log: {log_path})"
                                         ) from e
     return jobs, spark, cfg
+
+
+@contextlib.contextmanager
+def jvm_log():
+    """While Spark starts, the process's standard error (file descriptor 2, which the JVM inherits
+    for its whole life) goes to a log file: the JVM's start-up notices and log4j lines do not reach
+    the terminal. The file is removed once Spark has started (the JVM keeps writing into it
+    unseen; a job's failure reaches Python as an exception); it is kept, and named, when the start
+    fails."""
+    fd, path = tempfile.mkstemp(prefix="rmqstore-spark-", suffix=".log")
+    sys.stderr.flush()
+    saved = os.dup(2)
+    os.dup2(fd, 2)
+    os.close(fd)
+    started = False
+    try:
+        yield path
+        started = True
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+        if started:
+            os.unlink(path)
+
+
+def _check_output(cmd: StoreCommand, out_dir: str, what: str) -> None:
+    """A local output that exists is refused before Spark starts (a remote one by the job, before
+    its first task): rebuild's must be new or empty, export's new."""
+    if "://" in out_dir:
+        return
+    from ..rebuild import check_new_output
+
+    source = next((loc for loc in cmd.locations if "://" not in loc
+                   and os.path.abspath(loc) == os.path.abspath(out_dir)), None)
+    check_new_output(out_dir, source, what, must_not_exist=what.startswith("export"))
 
 
 def _where(cmd: StoreCommand):
@@ -98,7 +137,8 @@ def spark() -> None:
 @store_locations
 def spark_rebuild(cmd: StoreCommand, out_dir: str, master: str | None) -> None:
     """Rebuild consume queues and index files from the commitlog with Spark into OUT_DIR (WRITES
-    only OUT_DIR; the store is read, never changed). Output is byte-identical to `rmqstore rebuild`."""
+    only OUT_DIR, which must be new or empty; the store is read, never changed). Output is byte-identical to `rmqstore rebuild`."""
+    _check_output(cmd, out_dir, "rebuild output")
     jobs, sp, cfg = open_session(cmd, master)
     with cmd.out.status("Spark rebuild"):
         res = jobs.rebuild(sp, _where(cmd), out_dir, cfg=cfg)
@@ -139,7 +179,8 @@ def _problem_count(summary, df) -> int:
 @store_locations
 def spark_export(cmd: StoreCommand, out_dir: str, include_body: bool, master: str | None) -> None:
     """Export every message (all fields, bodies with --include-body) to Parquet in OUT_DIR with
-    Spark (WRITES only OUT_DIR; the store is read, never changed)."""
+    Spark (WRITES only OUT_DIR, which must not exist; the store is read, never changed)."""
+    _check_output(cmd, out_dir, "export output")
     jobs, sp, cfg = open_session(cmd, master)
     with cmd.out.status("Spark export"):
         res = jobs.export(sp, _where(cmd), out_dir, cfg=cfg, include_body=include_body)

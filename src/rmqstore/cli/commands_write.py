@@ -231,6 +231,7 @@ def load(cmd: StoreCommand, file: str, uniq_keys: bool, create: bool) -> None:
     timestamps and hosts into a new store gives the same bytes. The whole file is checked before
     the first message is written; the load stops at the first message the store refuses (exit 13).
     """
+    cmd.refuse_if_locked()  # at once, before the input is read
     path, shown, tmp = _input(file)
     try:
         d, secs = _load(cmd, path, shown, uniq_keys, create)

@@ -17,6 +17,8 @@ import click
 from .errors import CliError, ExitCode, UsageProblem, classify
 
 DEBUG_KEY = "rmqstore.debug"
+#: set when the command line asks for --json: errors are then printed as JSON
+JSON_KEY = "rmqstore.json"
 DEFAULT_STORE = os.path.join("data", "store")
 STORE_ENV = "RMQSTORE_STORE"
 
@@ -126,6 +128,19 @@ class StoreCommand:
 
         return MessageStore.open(self.store_path, self.config(), read_only=True, stand_in_derived=stand_in_derived)
 
+    def refuse_if_locked(self) -> None:
+        """Raise :class:`~rmqstore.errors.StoreLockedError` at once when a live process holds the
+        store's lock (before a writing command reads its input or does any other work)."""
+        from ..errors import StoreLockedError
+        from ..message_store import lock_holder
+
+        if os.path.isdir(self.store_path):
+            pid = lock_holder(self.store_path)
+            if pid is not None:
+                who = f" (pid {pid})" if pid > 0 else ""
+                raise StoreLockedError(f"another process{who} holds the store lock (a running broker or writer?)",
+                                       path=self.store_path)
+
     def open_write(self, create: bool = False):
         """The store opened for writing (takes the lock, recovers). Refuses to turn a directory that
         is not a store into one unless ``create`` and the directory is missing or empty."""
@@ -221,20 +236,48 @@ def report_error(ctx: click.Context, exc: BaseException) -> int:
     code, message, hint = classify(exc)
     if ctx.meta.get(DEBUG_KEY):
         click.echo("".join(traceback.format_exception(exc)).rstrip(), err=True)
-    line = f"Error: {message}"
-    if hint:
-        line += f" -- {hint}"
-    click.echo(line, err=True)
+    emit_error(ctx, message, int(code), hint)
     return int(code)
+
+
+def emit_error(ctx: click.Context, message: str, code: int, hint: str | None) -> None:
+    """The error line on stderr: ``Error: MESSAGE -- HINT``, or with --json one JSON object
+    ``{"error": MESSAGE, "exit": CODE, "hint": HINT}``."""
+    if ctx.meta.get(JSON_KEY):
+        import json
+
+        click.echo(json.dumps({"error": message, "exit": code, "hint": hint}), err=True)
+        return
+    click.echo(f"Error: {message}" + (f" -- {hint}" if hint else ""), err=True)
+
+
+def wants_json(args: list[str]) -> bool:
+    """Whether a command line asks for --json (options end at ``--``)."""
+    for a in args:
+        if a == "--":
+            return False
+        if a == "--json":
+            return True
+    return False
 
 
 class RmqGroup(click.Group):
     """A click group that reports failures of its commands as one line and an exit code."""
 
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        if wants_json(args):
+            ctx.meta[JSON_KEY] = True
+        return super().parse_args(ctx, args)
+
     def invoke(self, ctx: click.Context):
         try:
             return super().invoke(ctx)
-        except (click.exceptions.Exit, click.ClickException, click.exceptions.Abort):
+        except click.ClickException as e:
+            if not ctx.meta.get(JSON_KEY):
+                raise
+            emit_error(ctx, e.format_message(), e.exit_code, None)
+            ctx.exit(e.exit_code)
+        except (click.exceptions.Exit, click.exceptions.Abort):
             raise
         except KeyboardInterrupt:
             click.echo("Interrupted.", err=True)

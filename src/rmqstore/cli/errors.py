@@ -2,11 +2,12 @@
 
 Every failure ends the command with one line on stderr (what went wrong, where, how to fix it)
 and a distinct exit status; ``--debug`` (or ``RMQSTORE_DEBUG=1``) adds the Python traceback.
-README.md (CLI reference) lists the same table: keep them in step (tests/cli checks it).
+:data:`EXIT_CODE_DOCS` is the one table of exit codes: the docs' table is made from it.
 """
 from __future__ import annotations
 
 import enum
+import errno
 
 from .. import errors as E
 
@@ -27,10 +28,11 @@ class ExitCode(enum.IntEnum):
     PROBLEMS_FOUND = 12     # verify left problems unfixed; demo checks failed
     PUT_FAILED = 13         # send/load: the store refused a message
     SPARK_UNAVAILABLE = 14  # pyspark or Java missing, or the Spark job module is not installed
+    ADDRESS_IN_USE = 15     # serve: another process listens on the address
     INTERRUPTED = 130       # Ctrl-C
 
 
-#: (exit code, what it means, how to fix) -- README.md (CLI reference) has the same table (a test compares them).
+#: (exit code, what it means, how to fix): the one source of the documented table.
 EXIT_CODE_DOCS: list[tuple[ExitCode, str, str]] = [
     (ExitCode.OK, "success", "-"),
     (ExitCode.INTERNAL, "unexpected error (a bug)", "rerun with --debug and report the traceback"),
@@ -41,12 +43,14 @@ EXIT_CODE_DOCS: list[tuple[ExitCode, str, str]] = [
     (ExitCode.READ_ONLY, "write refused: the store is read-only", "use a command that opens the store for writing"),
     (ExitCode.CONFIG, "bad configuration value (in the --config file; a missing file is a usage error)", "fix the named key in broker.conf"),
     (ExitCode.OFFSET, "offset outside the stored data", "check the range with `rmqstore stats`/`topic-status`"),
-    (ExitCode.IO, "operating-system I/O error", "check permissions and free space on the named path"),
+    (ExitCode.IO, "operating-system I/O error", "the message names the path and the cause (permissions, free space, ...)"),
     (ExitCode.UNKNOWN_TOPIC, "unknown topic or queue", "list topics with `rmqstore topic-status`"),
     (ExitCode.NOT_FOUND, "the message asked for is not in the store", "check the id/offset; it may have been cleaned"),
     (ExitCode.PROBLEMS_FOUND, "verify found problems it did not fix (or demo checks failed)", "run `rmqstore verify --fix`"),
     (ExitCode.PUT_FAILED, "the store refused a message (status not PUT_OK)", "read the status; e.g. shorten the message"),
     (ExitCode.SPARK_UNAVAILABLE, "Spark unavailable (pyspark, Java 17 or the job module missing)", "run ./scripts/setup"),
+    (ExitCode.ADDRESS_IN_USE, "the listen address is in use (another broker or name server?)",
+     "stop the other server, or give --listen another port"),
     (ExitCode.INTERRUPTED, "interrupted (Ctrl-C)", "-"),
 ]
 
@@ -87,13 +91,18 @@ class PutFailedError(CliError):
     code = ExitCode.PUT_FAILED
 
 
+class AddressInUseError(CliError):
+    code = ExitCode.ADDRESS_IN_USE
+    hint = "stop the other server, or give --listen another port"
+
+
 class SparkUnavailableError(CliError):
     code = ExitCode.SPARK_UNAVAILABLE
     hint = "install Spark support and Java 17 with ./scripts/setup"
 
 
 # Order matters: the first matching class wins.
-_STORE_ERRORS: list[tuple[type[BaseException], ExitCode, str]] = [
+_STORE_ERRORS: list[tuple[type[BaseException], ExitCode, str | None]] = [
     (E.StoreNotFoundError, ExitCode.STORE_NOT_FOUND,
      "point --store (or $RMQSTORE_STORE) at the directory that holds commitlog/ and consumequeue/"),
     (E.StoreLockedError, ExitCode.STORE_LOCKED,
@@ -107,21 +116,48 @@ _STORE_ERRORS: list[tuple[type[BaseException], ExitCode, str]] = [
     (E.ConfigError, ExitCode.CONFIG, "fix the named key in the --config file (RocketMQ broker.conf names)"),
     (E.OffsetError, ExitCode.OFFSET,
      "check the valid range with `rmqstore stats` or `rmqstore topic-status`"),
-    (E.StoreIOError, ExitCode.IO, "check permissions and free space on the named path"),
+    (E.OutputExistsError, ExitCode.USAGE,
+     "give a new output path (or an empty directory); nothing was written"),
+    (E.StoreIOError, ExitCode.IO, None),
 ]
+
+#: the hint of an operating-system error, by its errno (none for a cause the message says itself)
+_OS_HINTS = {
+    errno.EACCES: "check the permissions of the named path",
+    errno.EPERM: "check the permissions of the named path",
+    errno.EROFS: "the file system is read-only",
+    errno.ENOSPC: "free space on the named path's file system",
+    errno.EDQUOT: "free space (disk quota) on the named path's file system",
+    errno.EMFILE: "raise the open-files limit (ulimit -n)",
+    errno.ENFILE: "raise the open-files limit (ulimit -n)",
+}
+
+
+def _os_errno(exc: BaseException) -> int | None:
+    """The errno of an OS error, or of the OS error a store error was raised from."""
+    seen = 0
+    while exc is not None and seen < 5:
+        if isinstance(exc, OSError) and exc.errno is not None:
+            return exc.errno
+        exc = exc.__cause__ or exc.__context__
+        seen += 1
+    return None
 
 
 def classify(exc: BaseException) -> tuple[ExitCode, str, str | None]:
     """(exit code, one-line message, hint) for an exception raised while a command ran."""
     if isinstance(exc, CliError):
         return exc.code, str(exc), exc.hint
+    if _os_errno(exc) == errno.EADDRINUSE:
+        return (ExitCode.ADDRESS_IN_USE, f"address in use: {exc}",
+                "stop the other server, or give --listen another port")
     for typ, code, hint in _STORE_ERRORS:
         if isinstance(exc, typ):
-            return code, str(exc), hint
+            return code, str(exc), hint if hint is not None else _OS_HINTS.get(_os_errno(exc))
     if isinstance(exc, E.RmqStoreError):
         return ExitCode.INTERNAL, f"{type(exc).__name__}: {exc}", "rerun with --debug for the traceback"
     if isinstance(exc, OSError):
         where = f" ({exc.filename})" if getattr(exc, "filename", None) else ""
-        return ExitCode.IO, f"{exc.strerror or exc}{where}", "check permissions and free space on the named path"
+        return ExitCode.IO, f"{exc.strerror or exc}{where}", _OS_HINTS.get(exc.errno)
     return (ExitCode.INTERNAL, f"unexpected {type(exc).__name__}: {exc}",
             "rerun with --debug and report the traceback")

@@ -11,7 +11,7 @@ from rich.table import Table
 
 from . import commands_care, commands_namesrv, commands_read, commands_serve, commands_spark, commands_write
 from .common import RmqGroup, StoreCommand, debug_option, install_logging, json_option
-from .errors import ProblemsFoundError
+from .errors import ProblemsFoundError, UsageProblem
 from .render import fmt_bytes, fmt_ts, kv_table, to_jsonable
 
 
@@ -35,8 +35,9 @@ def cli(ctx: click.Context) -> None:
 
 
 @cli.command()
-@click.option("--dir", "--store", "store_dir", default=os.path.join("data", "store"), show_default=True,
-              metavar="DIR", help="Store directory (deleted and recreated).")
+@click.option("--dir", "store_dir", default=os.path.join("data", "store"), show_default=True,
+              metavar="DIR", help="The demo's own directory: created, or emptied when an earlier demo made it "
+                                  "(marked by a .rmqstore-demo file); any other directory is refused.")
 @click.option("--messages", type=click.IntRange(1), default=100_000, show_default=True, help="How many messages to write.")
 @click.option("--config", "config", type=click.Path(dir_okay=False, exists=True), default=None, metavar="BROKER_CONF",
               help="broker.conf-style properties for the new store (segment sizes, ...).")
@@ -46,26 +47,33 @@ def cli(ctx: click.Context) -> None:
 @debug_option
 def demo(store_dir: str, messages: int, config: str | None, no_spark: bool, master: str | None,
          json_mode: bool) -> None:
-    """The main job (WRITES: deletes and recreates DIR): produce a realistic workload, dispatch,
-    consume every queue, query by key, unique key, msg id and time, then run the Spark stats job
-    on the result and print a short report. Exit 12 if a check fails."""
-    from ..demo import run_demo
+    """The main job (WRITES into its own DIR): produce a realistic workload, dispatch, consume every
+    queue, query by key, unique key, msg id and time, then run the Spark stats job on the result and
+    print a short report. DIR is the demo's own: created when missing, emptied on the next run only
+    when the demo made it; a directory it did not make is refused (exit 2), and so is one whose
+    store a live broker or writer has open (exit 4). Exit 12 if a check fails."""
+    from ..demo import MARKER, run_demo
+    from ..errors import OutputExistsError
 
     from ..config import MessageStoreConfig
 
     cmd = StoreCommand(store_dir, config, json_mode)
     # the directory is recreated: its old files say nothing about the new store's segment sizes
     cfg = MessageStoreConfig.from_properties(cmd.broker_properties()) if config else None
-    with cmd.out.progress("producing (then pulling and querying)", messages) as bar:
-        rep = run_demo(store_dir, messages, cfg=cfg, progress=bar.advance)
+    try:
+        with cmd.out.progress("producing (then pulling and querying)", messages) as bar:
+            rep = run_demo(store_dir, messages, cfg=cfg, progress=bar.advance)
+    except OutputExistsError as e:
+        raise UsageProblem(str(e), hint=f"give --dir a new or empty directory; the demo only empties directories "
+                                        f"it made (they hold {MARKER})") from None
     spark_stats = None
     if not no_spark:
         jobs, sp, scfg = commands_spark.open_session(cmd, master)
         with cmd.out.status("Spark stats"):
             spark_stats = jobs.stats(sp, store_dir, cfg=scfg, top=5)
     d = {"store_dir": rep.store_dir, "messages": rep.messages, "bytes_written": rep.bytes_written,
-         "steps": [{"step": w, "count": n, "seconds": round(s, 6), "per_second": round(n / s) if s > 0 else None}
-                   for w, n, s in rep.steps],
+         "steps": [{"step": w, "count": n, "seconds": round(s, 6),
+                    "per_second": round(n / s) if n is not None and s > 0 else None} for w, n, _, s in rep.steps],
          "checks": [{"check": w, "ok": ok} for w, ok in rep.checks], "ok": rep.ok,
          "spark_stats": to_jsonable(spark_stats)}
     if json_mode:
@@ -74,11 +82,12 @@ def demo(store_dir: str, messages: int, config: str | None, no_spark: bool, mast
         t = Table(title=f"rmqstore demo: {rep.messages:,} messages, {fmt_bytes(rep.bytes_written)} "
                         f"in {rep.store_dir}")
         t.add_column("step")
-        t.add_column("count", justify="right")
+        t.add_column("how many", justify="right")
         t.add_column("seconds", justify="right")
-        t.add_column("per second", justify="right")
-        for what, n, s in rep.steps:
-            t.add_row(what, f"{n:,}", f"{s:.3f}", f"{n / s:,.0f}" if s > 0 else "-")
+        t.add_column("rate", justify="right")
+        for what, n, unit, s in rep.steps:
+            t.add_row(what, "-" if n is None else f"{n:,} {unit}", f"{s:.3f}",
+                      f"{n / s:,.0f} {unit}/s" if n is not None and s > 0 else "-")
         cmd.out.print(t)
         for what, ok in rep.checks:
             cmd.out.print(("[green]ok  [/] " if ok else "[red]FAIL[/] ") + what)

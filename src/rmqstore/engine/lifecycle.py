@@ -33,7 +33,7 @@ _LOCKED_PATHS: set[str] = set()
 _LOCKED_GUARD = threading.Lock()
 
 
-def lock_holder(lock_path: str) -> int | None:
+def _lock_file_holder(lock_path: str) -> int | None:
     """PID of the process holding a store's writer lock (None when nobody holds it). A reader
     asks for a shared lock on the byte the writer locks exclusively; the PID is the writer's
     ``abort`` file (-1 when unreadable)."""
@@ -56,6 +56,18 @@ def lock_holder(lock_path: str) -> int | None:
         return None
     finally:
         os.close(fd)
+
+
+def lock_holder(store_dir: str | os.PathLike) -> int | None:
+    """PID of the process holding the writer lock of the store at ``store_dir`` (this process's own
+    when it has the store open for writing; -1 when the PID is unknown), None when nobody holds it.
+    The lock file of a store this process holds is never opened here: closing any descriptor of it
+    would drop the process's lock (POSIX record locks belong to the process)."""
+    path = os.path.abspath(os.fspath(store_dir))
+    with _LOCKED_GUARD:
+        if path in _LOCKED_PATHS:
+            return os.getpid()
+    return _lock_file_holder(paths.lock_path(path))
 
 
 def as_store_io_error(e: OSError, store_path: str) -> StoreIOError:
@@ -228,6 +240,8 @@ class StoreLifecycle:
         reput = ReputMessageService(store, report.redispatch_from)
         reput.reput_from = resume
         report.seconds = R.now() - t0
+        if store.read_only and live_writer_pid is not None and report.mode != "empty":
+            report.mode = "live"  # a reader of a store a writer has open: no crash, nothing to recover
         if live_writer_pid is not None and not report.corrupt_records:
             pid = "" if live_writer_pid < 0 else f" (pid {live_writer_pid})"
             log.warning("%s: a live writer%s has the store open: reading what it has written so far, up to "

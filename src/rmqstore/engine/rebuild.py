@@ -13,7 +13,7 @@ import time
 from dataclasses import dataclass
 
 from ..config import MessageStoreConfig
-from ..errors import StoreIOError
+from ..errors import OutputExistsError, StoreIOError
 from .checkpoint import StoreCheckpoint
 from .consume_queue import ConsumeQueue
 from .dispatch import DispatchTarget, dispatch_batch, iter_record_batches
@@ -31,13 +31,27 @@ class RebuildResult:
     seconds: float
 
 
-def check_output(store_dir: str, out_dir: str) -> None:
-    """Refuse an output that is the source store or already holds derived files; create it."""
-    if os.path.abspath(out_dir) == os.path.abspath(store_dir):
-        raise StoreIOError("rebuild output must not be the source store", path=out_dir)
-    if os.path.exists(paths.consume_queue_dir(out_dir)) or os.path.exists(paths.index_dir(out_dir)):
-        raise StoreIOError("output directory already holds consumequeue/ or index/", path=out_dir)
-    os.makedirs(out_dir, exist_ok=True)
+def check_output(store_dir: str | None, out_dir: str, *, create: bool = True, what: str = "rebuild output") -> None:
+    """Refuse (:class:`OutputExistsError`) an output that is the source store, a file, or a
+    directory that holds anything (a rebuild never writes into files it did not create); then
+    create it unless ``create`` is false."""
+    if store_dir is not None and os.path.abspath(out_dir) == os.path.abspath(store_dir):
+        raise OutputExistsError(f"{what} must not be the source store", path=out_dir)
+    if os.path.exists(out_dir):
+        if not os.path.isdir(out_dir):
+            raise OutputExistsError(f"{what} is a file", path=out_dir)
+        entries = sorted(os.listdir(out_dir))
+        derived = [d for d in (paths.CONSUMEQUEUE, paths.INDEX) if d in entries]
+        if derived:
+            raise OutputExistsError(f"{what} directory already holds {'/ and '.join(derived)}/", path=out_dir)
+        if entries:
+            shown = ", ".join(entries[:3]) + (", ..." if len(entries) > 3 else "")
+            raise OutputExistsError(f"{what} directory is not empty ({shown})", path=out_dir)
+    if create:
+        try:
+            os.makedirs(out_dir, exist_ok=True)
+        except OSError as e:
+            raise StoreIOError(f"cannot create the {what} directory: {e.strerror}", path=out_dir) from e
 
 
 def rebuild_from(cl, out_dir: str, cfg: MessageStoreConfig, progress=None) -> RebuildResult:

@@ -103,6 +103,20 @@ def list_files(location: str, settings: dict[str, str] | None, sub: str) -> list
     return sorted((posixpath.basename(i.path), i.size) for i in infos if i.type == pafs.FileType.File)
 
 
+def list_tree(location: str, settings: dict[str, str] | None, sub: str) -> list[tuple[str, int]]:
+    """``(path relative to location/sub, size)`` of every file under ``location/sub``, in one
+    recursive listing (empty when it does not exist)."""
+    import pyarrow.fs as pafs
+
+    fs, path = filesystem(location, settings)
+    base = f"{path}/{sub}"
+    try:
+        infos = fs.get_file_info(pafs.FileSelector(base, allow_not_found=True, recursive=True))
+    except OSError as e:
+        raise StoreNotFoundError(f"cannot list {sub}: {e}", path=location) from None
+    return sorted((posixpath.relpath(i.path, base), i.size) for i in infos if i.type == pafs.FileType.File)
+
+
 def expand_remote(location: str, settings: dict[str, str] | None) -> list[str]:
     """Store locations matching ``location`` (a glob in its last parts is expanded by listing)."""
     import pyarrow.fs as pafs

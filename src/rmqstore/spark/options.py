@@ -19,7 +19,7 @@ from typing import Mapping
 
 from ..config import MessageStoreConfig, read_properties_file
 from ..errors import ConfigError
-from ..layout import infer_config
+from ..layout import config_with_sizes, cq_segment_size_of, index_size_of, infer_config, segment_size_of
 from . import fs as RFS
 from ..errors import StoreNotFoundError
 from .paths import expand, parse_paths
@@ -220,13 +220,21 @@ def resolve_config(store_dir: str, config_path: str | None, keys: Mapping[str, s
 
 
 def _remote_segment_size(location: str, cfg: MessageStoreConfig) -> MessageStoreConfig:
-    """``infer_config`` for a remote store: the commitlog segment size from its objects (the largest;
-    RocketMQ preallocates every segment to full size)."""
-    files = RFS.list_files(location, RFS.settings_for(location), paths.COMMITLOG)
-    segs = [size for name, size in files if name.isdigit() and len(name) == 20]
-    if not segs:
+    """``infer_config`` for a remote store: the segment sizes from its objects' names and sizes,
+    by the rule local stores follow (:func:`~rmqstore.layout.config_with_sizes`): commitlog,
+    consume-queue and index files alike, so that a job over a copy in S3 answers as over the same
+    store on disk."""
+    settings = RFS.settings_for(location)
+    commitlog = RFS.list_files(location, settings, paths.COMMITLOG)
+    if not any(name.isdigit() and len(name) == 20 for name, _ in commitlog):
         raise StoreNotFoundError("not a store: no commitlog segment files", path=location)
-    return dataclasses.replace(cfg, mapped_file_size_commit_log=max(segs))
+    queues: dict[tuple[str, str], list[tuple[str, int]]] = {}
+    for rel, size in RFS.list_tree(location, settings, paths.CONSUMEQUEUE):
+        parts = rel.split("/")
+        if len(parts) == 3:
+            queues.setdefault((parts[0], parts[1]), []).append((parts[2], size))
+    return config_with_sizes(cfg, segment_size_of(commitlog), cq_segment_size_of(queues),
+                             index_size_of(RFS.list_files(location, settings, paths.INDEX)))
 
 
 @dataclass

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import inspect
 import logging
+import os
 import time
 from typing import Iterator, NamedTuple
 
@@ -23,6 +24,7 @@ from pyspark.sql.types import (ArrayType, BinaryType, IntegerType, LongType, Map
                                StructType, TimestampType)
 
 from ..errors import ConfigError, CorruptRecordError
+from ..io import paths
 from . import columns as C
 from . import scan as S
 from . import tail as T
@@ -145,10 +147,37 @@ def queue_mask(ranges: dict, names: list[str], codes: np.ndarray, batch) -> np.n
     return (off >= lo[inv]) & (off < hi[inv])
 
 
+#: (stores, topic) already warned about in this process: a stream plans every micro-batch
+_WARNED_TOPICS: set[tuple[tuple[str, ...], str]] = set()
+
+
+def warn_unknown_topics(opts: ReadOptions, topics) -> list[str]:
+    """Warn once (per process and stores) about each topic asked for (``topics`` option or a
+    pushed-down filter) that none of the local stores read has a consume queue of; the topics
+    warned about. Stores without consume queues (or remote ones) are not judged."""
+    if not topics:
+        return []
+    held: set[str] = set()
+    for loc in opts.stores:
+        cq_dir = paths.consume_queue_dir(loc.store_dir)
+        if loc.fs_settings is not None or not os.path.isdir(cq_dir):
+            return []
+        held.update(os.listdir(cq_dir))
+    key = tuple(loc.store_dir for loc in opts.stores)
+    missing = [t for t in sorted(topics) if t not in held and (key, t) not in _WARNED_TOPICS]
+    if missing:
+        _WARNED_TOPICS.update((key, t) for t in missing)
+        shown = ", ".join(sorted(held)[:10]) + (", ..." if len(held) > 10 else "")
+        log.warning("topic %s: not in %s (its topics: %s); the read has no rows of it", ", ".join(missing),
+                    ", ".join(key), shown or "none")
+    return missing
+
+
 def plan_partitions(opts: ReadOptions, flt: RowFilter, lo: int | None, hi: int | None,
                     ranges: dict | None = None) -> list[SpanPartition]:
     """The partitions of the read; ``ranges`` (a stream's queue starts, kept in its offsets) instead
     of resolving Kafka-style queue offsets again."""
+    warn_unknown_topics(opts, flt.topics)
     if flt.is_empty:
         return []
     f_lo, f_hi = flt.phy_range()

@@ -16,11 +16,12 @@ CFG = dict(mapped_file_size_commit_log=SEG, mapped_file_size_consume_queue=4000,
            max_index_num=512, ha_send_heartbeat_interval=300, ha_transfer_batch_size=5000)
 
 
-def read_frames(sock: socket.socket, seconds: float) -> list[tuple[int, bytes]]:
+def read_frames(sock: socket.socket, seconds: float, until=None) -> list[tuple[int, bytes]]:
+    """Frames read for ``seconds``, or until ``until(frames)`` holds."""
     fr, out = FrameReader(), []
     sock.settimeout(0.05)
     deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
+    while time.monotonic() < deadline and not (until is not None and until(out)):
         try:
             n = sock.recv_into(fr.space())
         except socket.timeout:
@@ -43,15 +44,15 @@ def test_what_a_master_sends(tmp_path):
         with socket.create_connection(ha.address, timeout=2) as c:
             assert read_frames(c, 0.3) == []                 # nothing before the first report
             c.sendall(encode_report(0))
-            frames = read_frames(c, 0.2)
+            frames = read_frames(c, 10, until=lambda fs: sum(len(b) for _, b in fs) >= end - last)
             assert frames[0][0] == last                      # a report of 0: the master's last segment
             assert b"".join(b for _, b in frames) == bytes(m.commit_log.queue.last.mm[:end - last])
             assert all(len(b) <= 5000 for _, b in frames)
-            hb = read_frames(c, 0.6)                         # idle: heartbeats at the next offset
+            hb = read_frames(c, 10, until=len)               # idle: heartbeats at the next offset
             assert hb and all(f == (end, b"") for f in hb)
             c.sendall(encode_report(end))
             r = m.put_message(Message.create("T", b"n" * 100, queue_id=0))
-            got = read_frames(c, 0.2)
+            got = read_frames(c, 10, until=len)
             assert got[0][0] == end and got[0][1] == bytes(m.commit_log.get_data(r.phy_offset, r.wrote_bytes))
 
 
@@ -62,7 +63,8 @@ def test_frames_never_cross_a_segment(tmp_path):
         ha = m.start_ha("127.0.0.1", 0)
         with socket.create_connection(ha.address, timeout=2) as c:
             c.sendall(encode_report(1000))                   # any other report: exactly there
-            frames = read_frames(c, 0.5)
+            want = m.commit_log.confirm_offset - 1000
+            frames = read_frames(c, 10, until=lambda fs: sum(len(b) for _, b in fs) >= want)
         offs = [o for o, b in frames if b]
         assert offs[0] == 1000
         for o, b in frames:

@@ -124,9 +124,9 @@ def test_the_lock_is_taken_once_per_process_and_released(tmp_path):
 
 
 def test_lock_holder_of_an_unlocked_or_missing_lock_is_nobody(tmp_path):
-    assert LC.lock_holder(str(tmp_path / "lock")) is None  # no such file
+    assert LC.lock_holder(str(tmp_path)) is None  # no such file
     (tmp_path / "lock").write_bytes(b"lock")
-    assert LC.lock_holder(str(tmp_path / "lock")) is None  # nobody holds it
+    assert LC.lock_holder(str(tmp_path)) is None  # nobody holds it
 
 
 def test_retired_mappings_close_after_the_grace_period(monkeypatch):

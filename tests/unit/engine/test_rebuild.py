@@ -6,7 +6,8 @@ import os
 
 import pytest
 
-from rmqstore import MessageStore, StoreIOError
+from rmqstore import MessageStore
+from rmqstore.errors import OutputExistsError
 from rmqstore.engine.rebuild import check_output, rebuild_from
 from tests.kit import cfg, msg, tree_hashes
 
@@ -14,19 +15,31 @@ CFG = cfg(mapped_file_size_commit_log=8192, mapped_file_size_consume_queue=20 * 
           max_index_num=64)
 
 
-def test_check_output_refuses_the_source_and_derived_files(tmp_path):
+def test_check_output_refuses_the_source_derived_files_and_anything_it_did_not_create(tmp_path):
     src = tmp_path / "store"
     src.mkdir()
-    with pytest.raises(StoreIOError, match="source store"):
+    with pytest.raises(OutputExistsError, match="source store"):
         check_output(str(src), str(src))
     for sub in ("consumequeue", "index"):
         out = tmp_path / f"out-{sub}"
         (out / sub).mkdir(parents=True)
-        with pytest.raises(StoreIOError, match="already holds"):
+        with pytest.raises(OutputExistsError, match=f"already holds {sub}/"):
             check_output(str(src), str(out))
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "commitlog").mkdir()  # another store's commitlog: never written into
+    with pytest.raises(OutputExistsError, match=r"not empty \(commitlog\)"):
+        check_output(str(src), str(other))
+    (tmp_path / "a-file").write_text("x")
+    with pytest.raises(OutputExistsError, match="is a file"):
+        check_output(str(src), str(tmp_path / "a-file"))
+    never = tmp_path / "never"
+    check_output(str(src), str(never), create=False)
+    assert not never.exists()
     fresh = tmp_path / "fresh" / "out"
     check_output(str(src), str(fresh))
     assert fresh.is_dir() and os.listdir(fresh) == []
+    check_output(str(src), str(fresh))  # empty: taken
 
 
 def test_rebuild_from_writes_what_the_dispatcher_wrote(tmp_path):

@@ -181,11 +181,15 @@ def test_async_flusher_flushes_on_its_own(tmp_path):
         assert all(mf.flushed_position == mf.wrote_position for cq in st.consume_queues.values()
                    for mf in cq.queue.files)
         # the flusher writes the checkpoint after the consume queues: wait for it too
-        cp = CheckpointValues.unpack(kit.read_bytes(os.path.join(st.path, "checkpoint")))
-        while cp.logics_msg_timestamp <= 0 and time.monotonic() < deadline:
+        # (the file itself is first written by the flusher: it may not exist yet)
+        cp_path = os.path.join(st.path, "checkpoint")
+
+        def logics_ts() -> int:
+            return CheckpointValues.unpack(kit.read_bytes(cp_path)).logics_msg_timestamp if os.path.exists(cp_path) else 0
+
+        while logics_ts() <= 0 and time.monotonic() < deadline:
             time.sleep(0.01)
-            cp = CheckpointValues.unpack(kit.read_bytes(os.path.join(st.path, "checkpoint")))
-        assert cp.logics_msg_timestamp > 0
+        assert logics_ts() > 0
 
 
 def test_flush_and_clean_close(tmp_path):

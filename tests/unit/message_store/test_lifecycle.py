@@ -153,3 +153,23 @@ def test_read_only_open_with_a_wrong_segment_size_is_reported(store_dir, small_c
         st.put_message(msg())
     with pytest.raises(ConfigError):
         MessageStore.open(store_dir, small_config.replace(mapped_file_size_commit_log=8192), read_only=True).close()
+
+
+def test_a_read_only_open_of_a_live_writers_store_is_live_not_abnormal(store_dir, small_config):
+    """A reader of a store a writer has open (its abort file means "running") reports mode "live";
+    the same files without a live writer (a crash) are "abnormal"; after a clean close "normal"."""
+    w = MessageStore.open(store_dir, small_config)
+    try:
+        for i in range(5):
+            w.put_message(msg("T", i=i))
+        w.wait_dispatched()
+        with MessageStore.open(store_dir, small_config, read_only=True) as ro:
+            rep = ro.recovery_report
+            assert ro.live_writer_pid == os.getpid() and rep.mode == "live" and not rep.applied
+            assert rep.summary().startswith("live store") and "recovery" not in rep.summary()
+            assert ro.recovery_plan.abnormal  # the plan is the abnormal one, for the reader's view only
+            assert ro.get_max_offset_in_queue("T", 0) == 5
+    finally:
+        w.close()
+    with MessageStore.open(store_dir, small_config, read_only=True) as ro:
+        assert ro.recovery_report.mode == "normal"

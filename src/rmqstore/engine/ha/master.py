@@ -8,7 +8,6 @@ for the first kind; new data wakes the writers at once (upstream waits up to 100
 from __future__ import annotations
 
 import logging
-import os
 import select
 import socket
 import threading
@@ -206,7 +205,3 @@ class SlaveConnection:
             self._file = (path, open(path, "rb", buffering=0))
         return self._file[1]
 
-
-def os_sendfile_available() -> bool:
-    """Whether segments go out without a copy through Python objects (``os.sendfile``)."""
-    return hasattr(os, "sendfile")

@@ -23,6 +23,8 @@ from .slave import HAClient
 log = logging.getLogger("rmqstore.ha")
 
 SLAVE, SYNC_MASTER = "SLAVE", "SYNC_MASTER"
+#: connections a master serves at once (two threads each); more are closed at once
+MAX_CONNECTIONS = 64
 
 
 class HAService:
@@ -87,11 +89,14 @@ class HAService:
         return tuple(self.acceptor.address) if self.acceptor is not None else ("", 0)
 
     def _accept(self, sock, peer: str) -> None:
-        conn = SlaveConnection(self, sock, peer)
         with self._lock:
-            if self._stopped.is_set():
+            if self._stopped.is_set() or len(self._conns) >= MAX_CONNECTIONS:
+                if not self._stopped.is_set():
+                    log.warning("HA: connection from %s refused: %d connections already (threads and buffers "
+                                "stay bounded)", peer, MAX_CONNECTIONS)
                 sock.close()
                 return
+            conn = SlaveConnection(self, sock, peer)
             self._conns.append(conn)
         log.info("HA: slave %s connected", peer)
         conn.start()

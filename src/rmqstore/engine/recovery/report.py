@@ -28,7 +28,10 @@ class CorruptSpan:
 
 @dataclass
 class RecoveryReport:
-    mode: str                      # "normal" (clean shutdown) / "abnormal" (abort file) / "empty"
+    #: "normal" (clean shutdown) / "abnormal" (abort file: a crash) / "empty" / "live" (a read-only
+    #: open of a store a live writer has open: its abort file means "running", not a crash; the
+    #: plan is the abnormal one, applied to the reader's view only)
+    mode: str
     applied: bool                  # False for a read-only open (nothing was changed)
     start_offset: int = 0          # first byte scanned
     end_offset: int = 0            # end of valid data (E)
@@ -47,8 +50,9 @@ class RecoveryReport:
         return not self.cuts and not self.consume_queues_truncated and not self.corrupt_records
 
     def summary(self) -> str:
-        s = (f"{self.mode} recovery{'' if self.applied else ' (dry run, read-only)'}: valid data "
-             f"[{self.start_offset}, {self.end_offset}), {self.records_scanned} records scanned")
+        what = "live store (a writer has it open; read-only view)" if self.mode == "live" else \
+            f"{self.mode} recovery{'' if self.applied else ' (dry run, read-only)'}"
+        s = f"{what}: valid data [{self.start_offset}, {self.end_offset}), {self.records_scanned} records scanned"
         for c in self.cuts:
             s += f"; cut {c.length} bytes at {c.offset} in {c.segment} ({c.reason})"
         for c in self.corrupt_records:

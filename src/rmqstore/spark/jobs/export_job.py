@@ -8,7 +8,7 @@ from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
 from ...config import MessageStoreConfig
-from ...errors import StoreIOError
+from ...errors import OutputExistsError
 from .runtime import job_split_size, read_store, stores
 
 
@@ -29,7 +29,7 @@ def export(spark: SparkSession, store_dir, out_dir: str, cfg: MessageStoreConfig
     if "://" not in out_dir:
         out_dir = os.path.abspath(out_dir)
         if os.path.exists(out_dir):
-            raise StoreIOError("export output already exists", path=out_dir)
+            raise OutputExistsError("export output already exists", path=out_dir)
     df = read_store(spark, [loc.store_dir for loc in locs], cfg, includeBody=include_body,
                     splitSize=job_split_size(spark, locs), **(options or {}))
     if not include_body:

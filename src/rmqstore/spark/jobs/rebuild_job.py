@@ -14,7 +14,9 @@ from pyspark.sql import SparkSession
 
 from ...config import MessageStoreConfig
 from ...engine.index import index_file_name
-from ...errors import CorruptRecordError, StoreIOError
+from ...engine.rebuild import check_output
+from ...errors import CorruptRecordError, OutputExistsError, StoreIOError
+from ...rebuild import check_new_output
 from ...io import paths
 from .. import fs as RFS
 from .. import tasks as I
@@ -171,7 +173,7 @@ def _rebuild_to_remote(spark: SparkSession, loc: StoreLoc, out: str, staging_dir
     registered) with executor tasks."""
     for sub in (paths.CONSUMEQUEUE, paths.INDEX):
         if RFS.exists(out, RFS.settings_for(out), sub):
-            raise StoreIOError(f"output location already holds {sub}/", path=out)
+            raise OutputExistsError(f"output location already holds {sub}/", path=out)
     stage = tempfile.mkdtemp(prefix="rmqstore-rebuild-", dir=staging_dir)
     try:
         result = _rebuild_store(spark, loc, stage, split_size, index_shards)
@@ -196,12 +198,8 @@ def _rebuild_store(spark: SparkSession, loc: StoreLoc, out_dir: str, split_size:
     """:func:`rebuild` of one store into a local ``out_dir``."""
     t0 = time.perf_counter()
     store_dir = loc.store_dir
-    if out_dir == store_dir:
-        raise StoreIOError("rebuild output must not be the source store", path=out_dir)
-    for sub in (paths.CONSUMEQUEUE, paths.INDEX):
-        if os.path.exists(os.path.join(out_dir, sub)):
-            raise StoreIOError(f"output directory already holds {sub}/", path=out_dir)
-    os.makedirs(out_dir, exist_ok=True)
+    check_new_output(out_dir, store_dir)
+    check_output(store_dir, out_dir)
     register(spark)
     split_size = split_size or R.job_split_size(spark, [loc])
     steps = Steps()
