@@ -23,7 +23,7 @@ SYNC_FLUSH = "SYNC_FLUSH"
 ASYNC_FLUSH = "ASYNC_FLUSH"
 CQ_UNIT_SIZE = 20
 DEFAULT_DELAY_LEVELS = "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h"
-#: the two presets (README "Presets"): RocketMQ's broker defaults, and a store that fits a laptop
+#: the two presets (docs/configuration.md): RocketMQ's broker defaults, and a store that fits a laptop
 BROKER = "broker"
 EMBEDDED = "embedded"
 #: the store roles (RocketMQ's ``BrokerRole``)

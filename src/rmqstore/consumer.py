@@ -3,7 +3,7 @@ topics, keeps its position per queue and commits it to the store's ``config/cons
 (the broker's own file, :mod:`rmqstore.engine.consumer_offsets`), so a store moved to a RocketMQ
 broker keeps the group's progress and the other way round.
 
-Semantics (a demanding user's, written down in the README):
+Semantics (a demanding user's, written down in docs/embedded.md):
 
 * A group with a committed offset for a queue starts there; a queue it never committed starts at
   ``start``: ``"earliest"`` (the queue's min offset, the default), ``"latest"`` (its max offset) or

@@ -111,6 +111,9 @@ def test_slave_serves_pulls_after_its_master_is_gone(start_broker, stop_broker, 
     r = wait_for(lambda: (lambda r: seen.append((r.code, r.remark, slave.cluster.master_unreachable_ms())) or (
         r if r.code == RC.SUCCESS else None))(cs.call(C.PULL_MESSAGE, pull_req("Drain"))))
     assert r is not None and r.ext["nextBeginOffset"] == "3", seen[-3:]  # beyond upstream: drained from the slave
+    slave.cfg = slave.cfg.replace(slave_read_when_master_gone=False)  # upstream's answer stays reachable
+    r = cs.call(C.PULL_MESSAGE, pull_req("Drain"))
+    assert (r.code, r.remark) == (RC.SYSTEM_BUSY, REJECT)
 
 
 def test_slave_synchronize_applies_the_masters_state(start_broker, ns, tmp_path, connect, send_v2):

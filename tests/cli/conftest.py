@@ -106,29 +106,21 @@ def truth(vectors):
 
 
 # ------------------------------------------------------------------------------------------------
-# The CLI reference as the tests read it: README.md's "## CLI reference" section once the lead has
-# merged it there, else docs/cli.md; its per-command sections and documented JSON shapes.
+# The CLI reference as the tests read it: docs/cli.md, its per-command sections and documented JSON shapes.
 # ------------------------------------------------------------------------------------------------
 ROOT = Path(__file__).resolve().parents[2]
 
 
 def reference_text() -> str:
-    """The CLI reference: README.md's "## CLI reference" section once merged, else docs/cli.md."""
-    readme = ROOT / "README.md"
-    if readme.exists():
-        text = readme.read_text(encoding="utf-8")
-        if "## CLI reference" in text:
-            section = text.split("## CLI reference", 1)[1]
-            nxt = re.search(r"^## (?!#)", section, flags=re.M)
-            return section[: nxt.start()] if nxt else section
+    """The CLI reference page, docs/cli.md."""
     return (ROOT / "docs" / "cli.md").read_text(encoding="utf-8")
 
 
 def sections() -> dict[str, str]:
-    """``command path -> its section text`` from the ``### `rmqstore X``` headings."""
+    """``command path -> its section text`` from the ``## `rmqstore X``` headings."""
     text = reference_text()
     out = {}
-    parts = re.split(r"^### `rmqstore ([a-z -]+)`\s*$", text, flags=re.M)
+    parts = re.split(r"^#{2,3} `rmqstore ([a-z -]+)`\s*$", text, flags=re.M)
     for i in range(1, len(parts), 2):
         out[parts[i].strip()] = parts[i + 1]
     return out

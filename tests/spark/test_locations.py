@@ -91,7 +91,7 @@ def test_automatic_registration_and_sql_tables(stores, tmp_path):
         spark.sql("CREATE TEMPORARY VIEW orders USING rocketmq OPTIONS (path '{b}')")
         rows = spark.sql("SELECT brokerName, count(*) AS n FROM orders GROUP BY brokerName").collect()
         # a catalog table is created, but PySpark 4.x hands a Python data source no options when the
-        # table is read: the README says so; this fails (and the README should change) once it does
+        # table is read: docs/spark.md says so; this fails (and the page should change) once it does
         spark.sql("CREATE TABLE orders_t USING rocketmq OPTIONS (path '{b}')")
         try:
             table = spark.sql("SELECT count(*) AS n FROM orders_t").collect()[0].n

@@ -129,8 +129,11 @@ class ClusterMember:
 
     def slave_serves_reads(self) -> bool:
         """``slaveReadEnable``, or (beyond upstream) a master unreachable for ``haHousekeepingInterval``."""
-        if self.broker.cfg.slave_read_enable:
+        cfg = self.broker.cfg
+        if cfg.slave_read_enable:
             return True
+        if not cfg.slave_read_when_master_gone:
+            return False
         return self.master_unreachable_ms() >= int(getattr(self.broker.store.cfg, "ha_housekeeping_interval", 20000))
 
     def master_unreachable_ms(self) -> int:
@@ -323,5 +326,10 @@ class ClusterMember:
             self.fast_server.close_all()
         if not self.embedded:
             await self.outer.unregister_all(self.unregister_ext())
-        self.client.close()  # replication (the store's HA service) stops when the store closes
+        self.client.close()
+        if self.ha is not None:  # the broker started replication: it stops it (the store's close would too)
+            self.ha = None
+            stop = getattr(self.broker.store, "stop_ha", None)
+            if stop is not None:
+                stop()
 

@@ -44,6 +44,9 @@ class BrokerConfig:
     broker_ip2: str = ""
     #: a slave serves pulls (``slaveReadEnable``), and a master then sends lagging consumers to it
     slave_read_enable: bool = False
+    #: beyond upstream (rmqstore's own key): a slave also serves pulls once its master has been
+    #: unreachable for ``haHousekeepingInterval``; false = RocketMQ 5's answer (SYSTEM_BUSY)
+    slave_read_when_master_gone: bool = True
     #: ms between registrations with the name servers (``registerNameServerPeriod``; kept within 10-60 s)
     register_name_server_period: int = 30000
     #: R|W bits ANDed into every registered topic's permission (``brokerPermission``; 6 = read-write)

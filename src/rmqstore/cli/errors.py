@@ -2,7 +2,7 @@
 
 Every failure ends the command with one line on stderr (what went wrong, where, how to fix it)
 and a distinct exit status; ``--debug`` (or ``RMQSTORE_DEBUG=1``) adds the Python traceback.
-:data:`EXIT_CODE_DOCS` is the one table of exit codes: the docs' table is made from it.
+The docs site generates its exit-code table from EXIT_CODE_DOCS (docs/hooks.py).
 """
 from __future__ import annotations
 
@@ -32,7 +32,7 @@ class ExitCode(enum.IntEnum):
     INTERRUPTED = 130       # Ctrl-C
 
 
-#: (exit code, what it means, how to fix): the one source of the documented table.
+#: (exit code, what it means, how to fix) -- the docs site's exit-code table is generated from it (docs/hooks.py).
 EXIT_CODE_DOCS: list[tuple[ExitCode, str, str]] = [
     (ExitCode.OK, "success", "-"),
     (ExitCode.INTERNAL, "unexpected error (a bug)", "rerun with --debug and report the traceback"),

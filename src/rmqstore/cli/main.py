@@ -1,6 +1,6 @@
 """``rmqstore``: the offline toolbox for RocketMQ stores (rmqstore's own and copies of a broker's).
 
-Command reference, exit codes and --json shapes: the "CLI reference" section of README.md.
+Command reference and --json shapes: docs/cli.md; exit codes: docs/exit-codes.md (generated from errors.py).
 """
 from __future__ import annotations
 

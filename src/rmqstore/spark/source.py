@@ -412,7 +412,7 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
 
 class RocketMQDataSource(DataSource):
-    """``format("rocketmq")``: a RocketMQ store directory as a DataFrame (see "Spark pipeline" in README.md)."""
+    """``format("rocketmq")``: a RocketMQ store directory as a DataFrame (docs/spark.md)."""
 
     @classmethod
     def name(cls) -> str:
