@@ -93,6 +93,9 @@ def test_two_groups_behind_one_name_server(cluster, tmp_path):
 
 def test_failover_then_the_old_master_rejoins_as_slave(cluster, tmp_path):
     old, new = cluster.group("f")
+    # (topics created first: with auto-creation, the C++ client's threads race the topic's creation
+    # and one may send to a queue id the new topic does not have, which RocketMQ refuses too)
+    K.create_topic(old.addr, TOPIC, queues=4)
     first = K.produce(cluster, old.addr, TOPIC, threads=2, seconds=30, run="one", extra=("--count", "150"))
     assert first.wait(60)["ok"] == 300
     end1 = K.valid_end(old.store)
@@ -109,6 +112,7 @@ def test_failover_then_the_old_master_rejoins_as_slave(cluster, tmp_path):
     new.conf.update(brokerRole="ASYNC_MASTER", brokerId=0)
     new.conf.pop("haMasterAddress")
     new.start()
+    K.create_topic(new.addr, TOPIC, queues=4)
     third = K.produce(cluster, new.addr, TOPIC, threads=2, seconds=30, run="three", extra=("--count", "100"))
     assert third.wait(60)["ok"] == 200
     # the old master rejoins as the new master's slave
