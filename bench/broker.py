@@ -29,8 +29,14 @@ import tempfile
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+#: a server of another tree (the "old" variant): its src first, before the harness puts this tree's
+TREE = os.environ.get("RMQSTORE_BENCH_TREE")
 sys.path.insert(0, os.path.join(ROOT, "bench"))
 import harness as H  # noqa: E402
+if TREE:
+    for name in [m for m in sys.modules if m == "rmqstore" or m.startswith("rmqstore.")]:
+        del sys.modules[name]
+    sys.path.insert(0, TREE)
 OUT = os.path.join(ROOT, "bench", "out", "broker")
 CPP_PY = os.path.join(ROOT, ".clients", "remoting-py", "bin", "python")
 DRIVER = os.path.join(ROOT, "tests", "broker", "clients", "cpp_client.py")
@@ -52,15 +58,20 @@ def null_put(b) -> None:
     b.put = put
 
 
-def server_main(kind: str, store: str, port: int, read_only: bool) -> None:
-    from rmqstore import MessageStore
+def server_main(kind: str, store: str, port: int, read_only: bool, grpc: bool = False, sync: bool = False) -> None:
+    from rmqstore import MessageStore, MessageStoreConfig
     from rmqstore.broker import Broker, BrokerConfig
-    st = MessageStore.open(store, read_only=read_only)  # sizes from the files (the harness's store) or embedded
-    b = Broker(st, BrokerConfig(broker_name="bench"), listen=f"127.0.0.1:{port}")
+    cfg = MessageStoreConfig(flush_disk_type="SYNC_FLUSH") if sync else None
+    st = MessageStore.open(store, cfg, read_only=read_only)  # sizes from the files (the harness's store) or embedded
+    b = Broker(st, BrokerConfig(broker_name="bench"), listen=f"127.0.0.1:{port}",
+               grpc_listen="127.0.0.1:0" if grpc else None)
     if kind == "null":
         null_put(b)
     b.start()
-    print("READY", flush=True)
+    import rmqstore
+    if TREE and not rmqstore.__file__.startswith(TREE):
+        raise RuntimeError(f"the server runs {rmqstore.__file__}, not the tree {TREE}")
+    print("READY", b.grpc_address, flush=True)
     signal.sigwait([signal.SIGTERM, signal.SIGINT])
     b.stop()
     st.close()
@@ -73,16 +84,26 @@ def _free_port() -> int:
 
 
 class Server:
-    def __init__(self, kind: str, store: str, read_only: bool = False):
+    """A broker in its own process: ``kind`` "serve" or "null"; ``tree`` a ``src`` directory to run
+    instead of this tree's (the "old" variant); ``grpc`` also starts the gRPC endpoint."""
+
+    def __init__(self, kind: str, store: str, read_only: bool = False, *, tree: str | None = None,
+                 grpc: bool = False, sync: bool = False):
         self.port = _free_port()
         self.address = f"127.0.0.1:{self.port}"
         argv = [sys.executable, os.path.abspath(__file__), "--server", kind, "--store", store, "--port", str(self.port)]
         if read_only:
             argv.append("--read-only")
-        self.proc = subprocess.Popen(argv, stdout=subprocess.PIPE, text=True)
+        if grpc:
+            argv.append("--grpc")
+        if sync:
+            argv.append("--sync")
+        env = dict(os.environ, RMQSTORE_BENCH_TREE=tree) if tree else None
+        self.proc = subprocess.Popen(argv, stdout=subprocess.PIPE, text=True, env=env)
         line = self.proc.stdout.readline()
         if not line.startswith("READY"):
             raise RuntimeError(f"server {kind} did not start: {line!r}")
+        self.grpc_address = line.split()[1] if grpc else ""
 
     def peak_rss_mb(self) -> float:
         with open(f"/proc/{self.proc.pid}/status") as fh:
@@ -142,6 +163,93 @@ def sends_round(kind: str, producers: int, total: int) -> tuple[float, float]:
         raise RuntimeError(f"{kind}: {ok} of {total} sends acknowledged")
     span = max(d["end"] for d in done) - min(d["start"] for d in done)
     return ok / span, rss
+
+
+# --- 1b. the paired rows: C++ x1/x8, gRPC, raw batches; the server's CPU -------------------------
+def row_round(variant: str, row: str, a, trees: dict) -> tuple[float, float, float]:
+    """One row against one server variant: (messages/s, server CPU seconds per 100k messages, peak RSS MB)."""
+    import broker_loads as L
+
+    store = os.path.join(OUT, f"row-{variant}")
+    shutil.rmtree(store, ignore_errors=True)
+    srv = Server("null" if variant == "null" else "serve", store, tree=trees.get(variant), grpc=row == "grpc",
+                 sync=row == "cpp8sync")
+    try:
+        if row.startswith("cpp"):
+            producers = 1 if row == "cpp1" else 8
+            last_line(cpp("produce", "--namesrv", srv.address, "--group", "P", "--topic", "Bench", "--count", 50,
+                          "--quiet"))
+            c0 = L.cpu_seconds(srv.proc.pid)
+            procs = [cpp("produce", "--namesrv", srv.address, "--group", "P", "--topic", "Bench", "--count",
+                         a.sends // producers, "--quiet", "--body-prefix", "x" * 100) for _ in range(producers)]
+            done = [last_line(p) for p in procs]
+            cpu = L.cpu_seconds(srv.proc.pid) - c0
+            n = sum(d["ok"] for d in done)
+            if n != a.sends // producers * producers:
+                raise RuntimeError(f"{variant} {row}: {n} of {a.sends} sends acknowledged")
+            secs = max(d["end"] for d in done) - min(d["start"] for d in done)
+        elif row == "grpc":
+            home = os.path.join(OUT, "home")
+            os.makedirs(home, exist_ok=True)
+            g = L.GrpcProducer(srv.grpc_address, "BenchG", home)
+            try:
+                g.call({"op": "send_many", "topic": "BenchG", "n": 50, "prefix": "w"})
+                c0, t0 = L.cpu_seconds(srv.proc.pid), time.perf_counter()
+                n = len(g.call({"op": "send_many", "topic": "BenchG", "n": a.grpc_sends, "prefix": "x" * 100})["ids"])
+                secs, cpu = time.perf_counter() - t0, L.cpu_seconds(srv.proc.pid) - c0
+            finally:
+                g.close()
+        else:
+            L.warm_batch(srv.port)
+            c0 = L.cpu_seconds(srv.proc.pid)
+            n, secs = L.batch_load(srv.port, a.batches)
+            cpu = L.cpu_seconds(srv.proc.pid) - c0
+            if n != a.batches * 32:
+                raise RuntimeError(f"{variant} batch: {n} of {a.batches * 32} messages acknowledged")
+    finally:
+        rss = srv.stop()
+    return n / secs, cpu / n * 100_000, rss
+
+
+def paired_rows(a) -> dict:
+    """``{(variant, row): [(rate, cpu per 100k, rss) per round]}``, variants in alternating order."""
+    import broker_loads as L
+
+    trees = {"old": L.export_tree(a.old, OUT)} if a.old else {}
+    variants = ["null", "serve"] + (["old"] if a.old else [])
+    rows = [r for r in a.rows.split(",") if r]
+    res: dict[tuple, list] = {}
+    for r in range(a.rounds):
+        for i, row in enumerate(rows):
+            order = variants if (r + i) % 2 == 0 else variants[::-1]
+            for v in order:
+                rate, cpu, rss = row_round(v, row, a, trees)
+                res.setdefault((v, row), []).append((rate, cpu, rss))
+                print(f"round {r} {row:5} {v:5}: {rate:,.0f} msgs/s, server CPU {cpu:.2f} s per 100k, "
+                      f"peak RSS {rss:.0f} MB", flush=True)
+    return res
+
+
+def paired_table(a, res: dict) -> list[str]:
+    """The rows as a markdown table: rates, serve/null and (with ``--old``) new/old, CPU per 100k."""
+    import broker_loads as L
+
+    med = statistics.median
+    rows = [r for r in a.rows.split(",") if r]
+    old = bool(a.old)
+    head = ("| row | null msgs/s | serve msgs/s | serve / null | null CPU s per 100k | serve CPU s per 100k msgs |"
+            + (" old msgs/s | new / old | old CPU s per 100k | CPU old / new |" if old else ""))
+    lines = [head, "|---|---:|---:|---:|---:|---:|" + ("---:|---:|---:|---:|" if old else "")]
+    for row in rows:
+        s, n = res[("serve", row)], res[("null", row)]
+        line = (f"| {L.ROW_TITLES[row]} | {med(x[0] for x in n):,.0f} | {med(x[0] for x in s):,.0f} | "
+                f"{med(x[0] / y[0] for x, y in zip(s, n)):.2f} | {med(x[1] for x in n):.2f} | {med(x[1] for x in s):.2f} |")
+        if old:
+            o = res[("old", row)]
+            line += (f" {med(x[0] for x in o):,.0f} | {med(x[0] / y[0] for x, y in zip(s, o)):.2f} | "
+                     f"{med(x[1] for x in o):.2f} | {med(y[1] / x[1] for x, y in zip(s, o)):.2f} |")
+        lines.append(line)
+    return lines
 
 
 # --- 2. latency ------------------------------------------------------------------------------------
@@ -244,9 +352,36 @@ def main() -> None:
     ap.add_argument("--catchup-rounds", type=int, default=3)
     ap.add_argument("--out", default=os.path.join(ROOT, "bench", "results", "broker.md"))
     ap.add_argument("--sends-only", action="store_true", help="only the sends rows (no report file)")
+    ap.add_argument("--grpc", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--sync", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--paired", action="store_true",
+                    help="only the paired rows (C++ x1/x8, gRPC, raw batches; server CPU), written to --out")
+    ap.add_argument("--rows", default="cpp1,cpp8,cpp8sync,grpc,batch")
+    ap.add_argument("--latency-only", action="store_true", help="only the send-to-delivery latency row")
+    ap.add_argument("--grpc-sends", type=int, default=1000)
+    ap.add_argument("--batches", type=int, default=1000, help="raw batches of 32 x 1 KiB per round")
+    ap.add_argument("--old", default=None, help="also run the broker of this git revision (paired, old vs new)")
     a = ap.parse_args()
     if a.server:
-        server_main(a.server, a.store, a.port, a.read_only)
+        server_main(a.server, a.store, a.port, a.read_only, a.grpc, a.sync)
+        return
+    if a.latency_only:
+        os.makedirs(OUT, exist_ok=True)
+        lat = latency(a.latency_messages)
+        print(f"latency: p50 {lat['p50']:.2f} ms, p99 {lat['p99']:.2f} ms, max {lat['max']:.2f} ms", flush=True)
+        return
+    if a.paired:
+        os.makedirs(OUT, exist_ok=True)
+        t0 = time.time()
+        table = paired_table(a, paired_rows(a))
+        text = "\n".join([f"Command: `.venv/bin/python bench/broker.py --paired --rounds {a.rounds} --sends {a.sends} "
+                          f"--grpc-sends {a.grpc_sends} --batches {a.batches}" + (f" --old {a.old}" if a.old else "")
+                          + f"`, run {dt.datetime.now(dt.timezone.utc):%Y-%m-%d %H:%M} UTC, {time.time() - t0:.0f} s; "
+                          f"medians of {a.rounds} rounds, ratios the medians of the paired rounds.", ""] + table) + "\n"
+        os.makedirs(os.path.dirname(a.out), exist_ok=True)
+        with open(a.out, "w") as fh:
+            fh.write(text)
+        print(text)
         return
     os.makedirs(OUT, exist_ok=True)
     t_start = time.time()

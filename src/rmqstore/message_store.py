@@ -36,6 +36,7 @@ from .engine.derived_files import INDEX_STATS_FILE, QUEUE_EXTENTS_FILE, DerivedF
 from .engine.flush_service import FlushService
 from .engine.index import IndexService
 from .engine.lifecycle import RETIRE_GRACE_S, ServiceChain, StoreLifecycle, as_store_io_error, lock_holder
+from .engine.group_commit import put_group
 from .engine.reput import ReputMessageService
 from .errors import ReadOnlyStoreError, RmqStoreError, StoreIOError, StoreNotFoundError
 from .io import paths
@@ -288,6 +289,16 @@ class MessageStore(StoreReads):
     def _replicated(self, result: PutMessageResult) -> PutMessageResult:
         """HA: wake the senders; SYNC_MASTER waits for the slaves unless the broker awaits it."""
         return result if self.ha is None else self.ha.settle(result, wait=self.ha_wait_in_put)
+
+    def put_group(self, items: list) -> list[PutMessageResult]:
+        """Append puts that arrived together (a broker's group commit), one result per item in
+        order: one message is a :meth:`put_message`, more a :meth:`put_messages` batch, an
+        ``engine.put_batch.RawBatch`` a batch as its producer sent it (the same records and answer).
+        One hold of the append lock, one dispatcher wake-up, one flush wait (:mod:`.engine.group_commit`)."""
+        self._check_writable()
+        if self.disk_full or self.cfg.broker_role == "SLAVE":
+            return [_refused(self.cfg) for _ in items]
+        return [self._replicated(r) for r in put_group(self.commit_log, items)]  # HA
 
     def dispatch(self) -> None:
         """Dispatch everything appended so far in the calling thread (consume queues, index,

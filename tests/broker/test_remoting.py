@@ -61,6 +61,22 @@ def test_json_ext_fields_numbers_become_strings():
     assert cmd.ext == {"queueId": "3", "commitOffset": "12", "x": "true"} and cmd.is_oneway
 
 
+@pytest.mark.parametrize("ext, expected", [
+    ({"topic": "T", "queueId": "3"}, {"topic": "T", "queueId": "3"}),  # all strings: taken as decoded
+    ({"topic": "T", "gone": None}, {"topic": "T"}),                    # a null value is left out
+    ({"topic": "T", "q": 1.5, "o": {"a": 1}}, {"topic": "T", "q": "1.5", "o": '{"a":1}'}),
+])
+def test_json_ext_fields_as_fastjson_reads_them(ext, expected):
+    header = json.dumps({"code": 10, "opaque": 7, "extFields": ext}).encode()
+    cmd = R.decode((len(header)).to_bytes(4, "big") + header)
+    assert cmd.ext == expected and all(type(v) is str for v in cmd.ext.values())
+
+
+def test_a_json_header_with_a_lone_surrogate_decodes_as_json_loads_does():
+    header = b'{"code":10,"extFields":{"k":"' + "\ud800".encode("utf-8", "surrogatepass") + b'"}}'
+    assert R.decode((len(header)).to_bytes(4, "big") + header).ext == {"k": "\ud800"}
+
+
 @pytest.mark.parametrize("frame, message", [
     (b"\x00\x00", "shorter than"),
     ((100).to_bytes(4, "big") + b"{}", "bad header length 100"),

@@ -25,6 +25,7 @@ EXCEPTIONS: dict[str, str] = {
     "rmqstore.cli.commands_read:export": CLICK_COMMANDS,
     "rmqstore.cli.commands_serve:serve": CLICK_COMMANDS,
     "rmqstore.cli.commands_write:send": CLICK_COMMANDS,
+    "rmqstore.broker.broker:__init__": PUBLIC_API,     # Broker(store, config, listen=, grpc_listen=, ...) keywords
     "rmqstore.consumer:__init__": PUBLIC_API,          # MessageStore.consumer(...)'s keywords
     "rmqstore.export:export": PUBLIC_API,
     "rmqstore.spark.jobs.rebuild_job:rebuild": PUBLIC_API,

@@ -8,7 +8,6 @@ store's public API and its dispatch notification.
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import logging
 import os
 import threading
@@ -26,8 +25,10 @@ from .pull import PullProcessor
 from .remoting import RequestCode
 from .schedule import ScheduleService
 from .send import SendProcessor
+from .group_commit import PutGroups
 from .server import RemotingServer, parse_listen  # noqa: F401 - parse_listen: the CLI's name for it
 from .timer import TimerService
+from .traffic import Traffic
 from .transaction import TransactionProcessor
 from ..io import paths
 
@@ -36,6 +37,8 @@ log = logging.getLogger("rmqstore.broker")
 #: ms between writes of the broker's state files that change often (delay offsets)
 PERSIST_INTERVAL_S = 5.0
 RATE_INTERVAL_S = 5.0
+#: the least time between two dispatch rounds after group commits on the event loop
+DISPATCH_COALESCE_S = 0.001
 
 
 class Stats:
@@ -81,11 +84,12 @@ class Broker:
 
     def __init__(self, store: MessageStore, config: BrokerConfig | None = None, *, listen: str = "127.0.0.1:9876",
                  grpc_listen: str | None = None, grpc_tls: tuple[str, str] | None = None,
-                 namesrv_addr: str | None = None):
+                 namesrv_addr: str | None = None, http=None):
         """``grpc_listen`` (``HOST:PORT``) also starts the gRPC ``MessagingService`` of RocketMQ 5's
         clients; ``grpc_tls`` is ``(certificate chain PEM path, private key PEM path)`` for TLS.
         ``namesrv_addr`` (``a:9876;b:9876``, default broker.conf's ``namesrvAddr``) registers with
-        those name servers; without any, the broker is its own name server."""
+        those name servers; without any, the broker is its own name server. ``http``
+        (:class:`~rmqstore.broker.http.HttpOptions`) starts metrics, JSON API and console."""
         self.store = store
         store.ha_wait_in_put = False  # HA: put() awaits the slaves' acknowledgement (replication_wait)
         self.cfg = config or BrokerConfig()
@@ -106,6 +110,8 @@ class Broker:
         self.clients = ClientManager()
         self.locks = RebalanceLocks()
         self.stats = Stats()
+        self.traffic = Traffic()
+        self.http_options, self.http = http, None
         self.advertised = ""
         self.server_port = 0
         self.advertised_host = ""
@@ -128,13 +134,14 @@ class Broker:
         self.server = RemotingServer(self.cluster.guard(handlers), on_disconnect=self._on_disconnect)
         self.loop: asyncio.AbstractEventLoop | None = None
         self.stopping = False
-        self._executor: concurrent.futures.ThreadPoolExecutor | None = None
         self._thread: threading.Thread | None = None
         self._started = threading.Event()
         self._stop_event: asyncio.Event | None = None
         self._start_error: BaseException | None = None
         self._inline_dispatch = False
         self._dispatch_scheduled = False
+        self._last_dispatch = 0.0
+        self.put_groups: PutGroups | None = None
         self._loop_thread = 0
 
     # --- addresses ----------------------------------------------------------------------------------
@@ -157,8 +164,7 @@ class Broker:
         self.advertised = f"{shown}:{self.cfg.listen_port or port}"
         if self.store.cfg.store_host == "127.0.0.1:10911" and not self.read_only:
             self.store_host = self.advertised  # what offsetMsgIds name: where this broker answers
-        if self.store.cfg.sync_flush:
-            self._executor = concurrent.futures.ThreadPoolExecutor(8, thread_name_prefix="rmqstore-put")
+        self.put_groups = PutGroups(self, sync=self.store.cfg.sync_flush)
         self.store.add_dispatch_listener(self._on_dispatched)
         self._loop_thread = threading.get_ident()
         self._inline_dispatch = not self.read_only and not self.store.cfg.sync_flush and not self.cluster.is_slave
@@ -176,6 +182,9 @@ class Broker:
                             asyncio.ensure_future(self._revive())]
         if self.grpc_listen is not None:
             await self._start_grpc(shown)
+        if self.http_options is not None:
+            from .http import start_http
+            self.http = await start_http(self, self.http_options)
         log.info("listening on %s:%d (broker %s, cluster %s, advertised %s%s)", host, port, self.cfg.broker_name,
                  self.cfg.broker_cluster_name, self.advertised, ", read-only" if self.read_only else "")
 
@@ -228,6 +237,10 @@ class Broker:
         if self._grpc_server is not None:
             await self._grpc_server.stop(min(drain_s, 1.0))
             self._grpc_server = None
+        if self.http is not None:
+            await self.http.stop()
+        if self.put_groups is not None:
+            await self.put_groups.drain(drain_s)
         await self.server.drain(drain_s)
         for t in getattr(self, "_tasks", []):
             t.cancel()
@@ -236,8 +249,8 @@ class Broker:
         if self._inline_dispatch:
             self.store.set_background_dispatch(True)
             self.store.dispatch()
-        if self._executor is not None:
-            self._executor.shutdown(wait=True)
+        if self.put_groups is not None:
+            self.put_groups.stop()
         self.persist()
 
     def persist(self) -> None:
@@ -298,41 +311,55 @@ class Broker:
 
     # --- used by the processors -------------------------------------------------------------------
     def put(self, msgs, answer):
-        """Store ``msgs`` (one message, or a batch for one queue) and return ``answer(result)``;
-        under SYNC_FLUSH the put (which waits for the disk) runs on a worker thread and this
-        returns an awaitable, so the event loop keeps serving."""
-        store = self.store
-
-        def do():
-            return store.put_message(msgs[0]) if len(msgs) == 1 else store.put_messages(msgs)
-
-        if self._executor is None:
-            result = do()
+        """Store ``msgs`` (one message, or a batch for one queue) and answer ``answer(result)``. On
+        the event loop the puts of one pass are appended as one group after the pass
+        (:class:`~.group_commit.PutGroups`), and this returns a :class:`~.server.Deferred` of the
+        answer (awaitable); elsewhere it puts at once and returns the answer."""
+        if self.loop is None or threading.get_ident() != self._loop_thread or self.put_groups is None:
+            result = self.put_items([msgs])[0]
             self.schedule_dispatch()
-            waiting = replication_wait(store, result)  # HA: SYNC_MASTER answers once a slave has it
+            waiting = replication_wait(self.store, result)  # HA: SYNC_MASTER answers once a slave has it
             return answer(result) if waiting is None else _answer_when(waiting, result, answer)
+        return self.put_groups.submit(msgs, answer)
 
-        async def later():
-            result = await asyncio.get_running_loop().run_in_executor(self._executor, do)
-            waiting = replication_wait(store, result)  # HA
-            if waiting is not None:
-                result.status = await waiting
-            return answer(result)
-
-        return later()
+    def put_items(self, items: list[list]) -> list:
+        """The put of a group (on the event loop, or on the group-commit thread under SYNC_FLUSH): one
+        ``PutMessageResult`` per item, from which each answer is then produced (under SYNC_MASTER once
+        a slave has acknowledged it: :meth:`PutGroups.answer <.group_commit.PutGroups.answer>`)."""
+        return self.store.put_group(items)
 
     def schedule_dispatch(self) -> None:
         """After puts on the event loop: dispatch once the loop has handled what is ready."""
-        if self._inline_dispatch and not self._dispatch_scheduled:
+        if self._inline_dispatch and not self._dispatch_scheduled and self.loop is not None:
             self._dispatch_scheduled = True
-            self.loop.call_soon(self._dispatch_now)
+            self.loop.call_soon(self.dispatch_now)
 
-    def _dispatch_now(self) -> None:
+    def dispatch_after_puts(self, group_size: int) -> None:
+        """After a group's answers: dispatch in this callback, or, when the group came from several
+        sends at once and the last round was less than ``DISPATCH_COALESCE_S`` ago, once that much
+        time has passed: under concurrent load a round then takes the groups of that time
+        (upstream's reput runs a round every millisecond). A lone send is dispatched at once: its
+        producer prepares the next one meanwhile, where a timer would delay that one instead."""
+        if not self._inline_dispatch or self._dispatch_scheduled:
+            return
+        wait = self._last_dispatch + DISPATCH_COALESCE_S - time.monotonic() if group_size > 1 else 0
+        if wait <= 0:
+            self.dispatch_now()
+        else:
+            self._dispatch_scheduled = True
+            self.loop.call_later(wait, self.dispatch_now)
+
+    def dispatch_now(self) -> None:
+        """Dispatch what the puts on the event loop appended (ASYNC_FLUSH; under SYNC_FLUSH the
+        background dispatcher follows the flushes)."""
         self._dispatch_scheduled = False
+        if not self._inline_dispatch:
+            return
         try:
             self.store.dispatch()
         except Exception:  # noqa: BLE001 - the background dispatcher retries within 50 ms
             log.exception("dispatch failed")
+        self._last_dispatch = time.monotonic()
 
     def commit_offset(self, group: str, topic: str, queue_id: int, offset: int) -> None:
         self.store.consumer_offsets.commit_offset(group, topic, queue_id, offset)

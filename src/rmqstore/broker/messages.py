@@ -8,6 +8,8 @@ SCHEDULE_TOPIC_XXXX). The stored order is therefore the map's iteration order, w
 """
 from __future__ import annotations
 
+import struct
+
 from ..format import properties as P
 from ..format.javalang import hashmap_order, parse_int
 from ..types import SCHEDULE_TOPIC, Message, MessageRecord
@@ -94,24 +96,35 @@ def decode_batch(body: bytes) -> list[tuple[int, bytes, str]]:
     """The messages of a SEND_BATCH_MESSAGE body (``MessageDecoder.encodeMessages``): per message
     totalSize i32, magic i32, bodyCRC i32, flag i32, bodyLen i32, body, propertiesLen i16, properties.
     Returns ``(flag, body, properties)``; ValueError when the bytes do not hold whole messages."""
-    out = []
+    flags, bodies, props = batch_columns(body)
+    return [(f, b, p.decode("utf-8", "replace")) for f, b, p in zip(flags, bodies, props)]
+
+
+_I32 = struct.Struct(">i")
+_FLAG_BLEN = struct.Struct(">ii")
+_I16 = struct.Struct(">h")
+
+
+def batch_columns(body: bytes) -> tuple[list[int], list[bytes], list[bytes]]:
+    """:func:`decode_batch` as columns, in one pass: the flags, the bodies and the encoded properties
+    (bytes, as sent); ValueError when the bytes do not hold whole messages."""
+    flags, bodies, props = [], [], []
     pos, n = 0, len(body)
     while pos < n:
         if n - pos < 22:
             raise ValueError(f"batch message at byte {pos}: {n - pos} bytes left, a message needs at least 22")
-        total = int.from_bytes(body[pos:pos + 4], "big", signed=True)
-        flag = int.from_bytes(body[pos + 12:pos + 16], "big", signed=True)
-        blen = int.from_bytes(body[pos + 16:pos + 20], "big", signed=True)
+        total = _I32.unpack_from(body, pos)[0]
+        flag, blen = _FLAG_BLEN.unpack_from(body, pos + 12)
         if blen < 0 or pos + 22 + blen > n:
             raise ValueError(f"batch message at byte {pos}: body length {blen} runs past the batch")
-        b = body[pos + 20:pos + 20 + blen]
         p = pos + 20 + blen
-        plen = int.from_bytes(body[p:p + 2], "big", signed=True)
+        plen = _I16.unpack_from(body, p)[0]
         if plen < 0 or p + 2 + plen > n:
             raise ValueError(f"batch message at byte {pos}: properties length {plen} runs past the batch")
-        props = body[p + 2:p + 2 + plen].decode("utf-8", "replace")
         if total != 22 + blen + plen:
             raise ValueError(f"batch message at byte {pos}: totalSize {total}, its fields take {22 + blen + plen}")
-        out.append((flag, b, props))
+        flags.append(flag)
+        bodies.append(body[pos + 20:p])
+        props.append(body[p + 2:p + 2 + plen])
         pos = p + 2 + plen
-    return out
+    return flags, bodies, props

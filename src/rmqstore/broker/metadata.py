@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import threading
 import time
 
@@ -39,13 +40,16 @@ NOT_ALLOWED_SEND = frozenset({SCHEDULE_TOPIC, TRANS_HALF_TOPIC, TRANS_OP_HALF_TO
                               "RMQ_SYS_SELF_TEST_TOPIC", "RMQ_SYS_BENCHMARK_TOPIC", "RMQ_SYS_TRACE_TOPIC"})
 
 
+_TOPIC_CHARS = re.compile(r"[%|a-zA-Z0-9_-]+").fullmatch
+
+
 def validate_topic(topic: str) -> str | None:
     """``TopicValidator.validateTopic``: None when valid, else the remark upstream answers."""
     if not topic:
         return "The specified topic is blank."
     if len(topic) > 127:
         return "The specified topic is longer than topic max length."
-    if not all(c.isascii() and (c.isalnum() or c in "%|_-") for c in topic):
+    if not _TOPIC_CHARS(topic):
         return f"The specified topic[{topic}] contains illegal characters, allowing only ^[%|a-zA-Z0-9_-]+$"
     return None
 

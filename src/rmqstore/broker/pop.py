@@ -287,6 +287,7 @@ class PopService:
             raise PopError("internal", f"dead-lettering {uniq} failed: {result.status.value}")
         b.schedule_dispatch()
         self.dead_lettered += 1
+        b.traffic.to_dlq(group, origin)
         log.info("message %s of %s delivered the max attempts for group %s: moved to %s", uniq, origin, group, dlq)
 
     # --- ack / change invisible time / DLQ ------------------------------------------------------------

@@ -118,6 +118,7 @@ class PullProcessor:
             body = store.records_bytes(r.messages)
             code = ResponseCode.SUCCESS
             b.stats.got(len(r.messages))
+            b.traffic.out(req.topic, req.group, len(r.messages), len(body))
         elif status is GetMessageStatus.FOUND or status in _RETRY:
             code = ResponseCode.PULL_RETRY_IMMEDIATELY
         elif status in (GetMessageStatus.NO_MATCHED_LOGIC_QUEUE, GetMessageStatus.NO_MESSAGE_IN_QUEUE):

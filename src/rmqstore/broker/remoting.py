@@ -156,12 +156,17 @@ def encode(cmd: RemotingCommand) -> bytes:
                      header, cmd.body))
 
 
+#: one encoder for every header (``json.dumps`` with options builds a new one per call)
+_JSON_ENCODE = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
+_JSON_DECODE = json.JSONDecoder().decode
+
+
 def _encode_json(cmd: RemotingCommand) -> bytes:
     doc: dict[str, object] = {"code": cmd.code, "extFields": cmd.ext, "flag": cmd.flag, "language": cmd.language,
                               "opaque": cmd.opaque, "serializeTypeCurrentRPC": "JSON", "version": cmd.version}
     if cmd.remark is not None:
         doc["remark"] = cmd.remark
-    return json.dumps(doc, ensure_ascii=False, separators=(",", ":")).encode()
+    return _JSON_ENCODE(doc).encode()
 
 
 def _encode_binary(cmd: RemotingCommand) -> bytes:
@@ -205,7 +210,7 @@ def decode(frame: bytes | memoryview) -> RemotingCommand:
 
 def _decode_json(header: bytes) -> RemotingCommand:
     try:
-        doc = json.loads(header)
+        doc = json.loads(header) if header[:1] != b"{" else _JSON_DECODE(header.decode("utf-8", "surrogatepass"))
     except (ValueError, UnicodeDecodeError) as e:
         raise FrameError(f"header is not JSON: {e}") from None
     if not isinstance(doc, dict):
@@ -214,17 +219,23 @@ def _decode_json(header: bytes) -> RemotingCommand:
         ext = doc.get("extFields") or {}
         if not isinstance(ext, dict):
             raise TypeError("extFields is not an object")
+        if set(map(type, ext.values())) - _STR:  # (usually every value is a string: taken as it is)
+            ext = {k: _json_text(v) for k, v in ext.items() if v is not None}
         remark = doc.get("remark")
         return RemotingCommand(code=_json_int(doc.get("code", 0)), opaque=_json_int(doc.get("opaque", 0)),
                                flag=_json_int(doc.get("flag", 0)), remark=None if remark is None else str(remark),
-                               ext={str(k): _json_text(v) for k, v in ext.items() if v is not None},
-                               language=str(doc.get("language") or "JAVA"),
+                               ext=ext, language=str(doc.get("language") or "JAVA"),
                                version=_json_int(doc.get("version", 0)), serialize=JSON)
     except (TypeError, ValueError) as e:
         raise FrameError(f"bad JSON header: {e}") from None
 
 
+_STR = {str}
+
+
 def _json_int(v: object) -> int:
+    if type(v) is int:
+        return v
     if isinstance(v, bool) or not isinstance(v, (int, str)):
         raise TypeError(f"{v!r} is not an int")
     return int(v)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import random
 import time
 
+from ..engine.put_batch import RawBatch
 from ..format import properties as P
 from ..types import Message, PutMessageStatus
 from . import messages as M
@@ -148,16 +149,16 @@ class SendProcessor:
         if qid < 0:
             qid = self.random.randrange(max(1, tc["writeQueueNums"]))
         try:
-            inner = M.decode_batch(cmd.body)
+            flags, bodies, props = M.batch_columns(cmd.body)
         except ValueError as e:
             return cmd.response(ResponseCode.MESSAGE_ILLEGAL, f"batch body: {e}")
-        if not inner:
+        if not bodies:
             return cmd.response(ResponseCode.MESSAGE_ILLEGAL, "batch body holds no message")
         born, sys_flag, reconsume = h.long("bornTimestamp"), h.int("sysFlag"), h.int("reconsumeTimes", 0)
-        msgs = [Message(topic=topic, body=body, queue_id=qid, flag=flag, sys_flag=sys_flag,
-                        properties=list(P.parse_properties(props).items()), born_timestamp=born, born_host=conn.peer,
-                        store_host=b.store_host, reconsume_times=reconsume) for flag, body, props in inner]
-        return self._put_and_answer(cmd, msgs, qid, None)
+        template = Message(topic=topic, body=b"", queue_id=qid, sys_flag=sys_flag, born_timestamp=born,
+                           born_host=conn.peer, store_host=b.store_host, reconsume_times=reconsume)
+        # one pass, no Message per message: the store copies the bytes through where it can
+        return self._put_and_answer(cmd, RawBatch(template, flags, bodies, props), qid, None)
 
     def _retry_or_dlq(self, cmd, h: Header, topic: str, reconsume: int, props: dict):
         """``handleRetryAndDLQ``: a retry message past its group's max reconsume times (or of a group
@@ -172,12 +173,13 @@ class SendProcessor:
             max_times = h.int("maxReconsumeTimes")
         if reconsume > max_times or not b.locks.all_expired(group):
             props[P.DELAY] = "-1"
+            b.traffic.to_dlq(group, props.get(M.RETRY_TOPIC, topic))
             dlq = DLQ_PREFIX + group
             b.topics.create_if_absent(dlq, DLQ_NUMS_PER_GROUP, PERM_WRITE | PERM_READ)
             return dlq, self.random.randrange(DLQ_NUMS_PER_GROUP)
         return None
 
-    def _put_and_answer(self, cmd: RemotingCommand, msgs: list[Message], qid: int, uniq: str | None):
+    def _put_and_answer(self, cmd: RemotingCommand, msgs: "list[Message] | RawBatch", qid: int, uniq: str | None):
         b = self.broker
         ext = {"MSG_REGION": b.cfg.region_id, "TRACE_ON": b.cfg.trace_on}
 
@@ -185,6 +187,7 @@ class SendProcessor:
             code = _STATUS_CODES.get(result.status, ResponseCode.SYSTEM_ERROR)
             if result.status in (PutMessageStatus.PUT_OK, PutMessageStatus.FLUSH_DISK_TIMEOUT):
                 b.stats.put(len(msgs))
+                b.traffic.put(msgs[0], len(msgs), result.wrote_bytes)
                 ext.update(msgId=result.msg_id, queueId=qid, queueOffset=result.queue_offset, transactionId=uniq)
                 return cmd.response(code, None, ext)
             remark = result.error or result.status.value
@@ -223,6 +226,7 @@ class SendProcessor:
         if cmd.version >= V3_4_9 and h.str("maxReconsumeTimes", None) is not None:
             max_times = h.int("maxReconsumeTimes")
         if rec.reconsume_times >= max_times or level < 0:
+            b.traffic.to_dlq(group, h.str("originTopic", None) or rec.topic)
             topic = DLQ_PREFIX + group
             qid = self.random.randrange(DLQ_NUMS_PER_GROUP)
             b.topics.create_if_absent(topic, DLQ_NUMS_PER_GROUP, PERM_WRITE | PERM_READ)

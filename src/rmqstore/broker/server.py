@@ -142,6 +142,54 @@ def format_address(peer) -> str:
     return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
+class Deferred:
+    """An answer given later without a task or a thread: a handler returns it, the server says where
+    the answer goes, and whoever computes it (the broker's group commit, on the event loop) calls
+    :meth:`resolve` or :meth:`fail`. Awaitable as well, for callers that await (the gRPC front)."""
+
+    __slots__ = ("_deliver", "_future", "_outcome")
+
+    def __init__(self) -> None:
+        self._deliver: Callable | None = None
+        self._future: asyncio.Future | None = None
+        self._outcome: tuple | None = None
+
+    def deliver_to(self, fn: Callable[[object, BaseException | None], None]) -> None:
+        """``fn(value, exception)`` gets the outcome (at once when it is already known)."""
+        if self._outcome is not None:
+            fn(*self._outcome)
+        else:
+            self._deliver = fn
+
+    def resolve(self, value) -> None:
+        self._settle(value, None)
+
+    def fail(self, exc: BaseException) -> None:
+        self._settle(None, exc)
+
+    def _settle(self, value, exc) -> None:
+        if self._outcome is not None:
+            return
+        self._outcome = (value, exc)
+        if self._deliver is not None:
+            self._deliver(value, exc)
+        elif self._future is not None and not self._future.done():
+            if exc is None:
+                self._future.set_result(value)
+            else:
+                self._future.set_exception(exc)
+
+    def __await__(self):
+        if self._outcome is None and self._future is None:
+            self._future = asyncio.get_running_loop().create_future()
+        if self._outcome is not None:
+            value, exc = self._outcome
+            if exc is not None:
+                raise exc
+            return value
+        return (yield from self._future.__await__())
+
+
 class RemotingServer:
     """Accepts connections and routes each request to the handler registered for its code."""
 
@@ -198,7 +246,10 @@ class RemotingServer:
             self.errors += 1
             log.exception("request code %d from %s failed", cmd.code, conn.peer)
             result = cmd.response(R.ResponseCode.SYSTEM_ERROR, f"{type(e).__name__}: {e}")
-        if inspect.isawaitable(result):
+        if type(result) is Deferred:
+            conn.started()
+            result.deliver_to(lambda value, exc: self._finish_deferred(conn, cmd, value, exc))
+        elif inspect.isawaitable(result):
             conn.started()
             task = asyncio.ensure_future(result)
             self._tasks.add(task)
@@ -208,18 +259,20 @@ class RemotingServer:
 
     def _finish(self, conn: Connection, cmd: R.RemotingCommand, task: asyncio.Task) -> None:
         self._tasks.discard(task)
-        conn.finished()
         if task.cancelled():
+            conn.finished()
             return
         exc = task.exception()
+        self._finish_deferred(conn, cmd, None if exc is not None else task.result(), exc)
+
+    def _finish_deferred(self, conn: Connection, cmd: R.RemotingCommand, result, exc: BaseException | None) -> None:
+        conn.finished()
         if isinstance(exc, R.HeaderError):
             result = cmd.response(R.ResponseCode.SYSTEM_ERROR, str(exc))
         elif exc is not None:
             self.errors += 1
             log.error("request code %d from %s failed: %r", cmd.code, conn.peer, exc, exc_info=exc)
             result = cmd.response(R.ResponseCode.SYSTEM_ERROR, f"{type(exc).__name__}: {exc}")
-        else:
-            result = task.result()
         if result is not None:
             self._reply(conn, cmd, result)
 

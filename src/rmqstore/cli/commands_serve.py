@@ -51,12 +51,21 @@ class _LineHandler(logging.Handler):
               help="Register with these name servers ('a:9876;b:9876', every 30 s, unregistering at shutdown) "
                    "instead of being the name server. Default: $NAMESRV_ADDR, else namesrvAddr from --config, "
                    "else none (one process is broker and name server).")
+@click.option("--http-listen", default=None, metavar="HOST:PORT",
+              help="Also serve HTTP here: Prometheus /metrics (RocketMQ 5's metric names), the JSON admin API under "
+                   "/api/ and the web console at /. Needs the `http` extra. Default: off.")
+@click.option("--http-admin", is_flag=True,
+              help="Allow the API's writes (create/delete topic, reset offsets, resend a DLQ message, verify) to "
+                   "callers sending `Authorization: Bearer $RMQSTORE_HTTP_TOKEN`. Default: read-only.")
+@click.option("--http-token", default=None, envvar="RMQSTORE_HTTP_TOKEN", metavar="TOKEN",
+              help="The bearer token of --http-admin (better given as $RMQSTORE_HTTP_TOKEN: not in `ps`).")
 @click.option("--read-only", is_flag=True, help="Serve reads only: routes are read-only, sends get NO_PERMISSION, "
                                                 "nothing in the store changes.")
 @json_option
 @debug_option
 def serve(store: str | None, config: str | None, listen: str, grpc_listen: str | None, grpc_tls_cert: str | None,
-          grpc_tls_key: str | None, namesrv_addr: str | None, read_only: bool, json_mode: bool) -> None:
+          grpc_tls_key: str | None, namesrv_addr: str | None, http_listen: str | None, http_admin: bool,
+          http_token: str | None, read_only: bool, json_mode: bool) -> None:
     """Run a RocketMQ broker and name server on the store (WRITES, unless --read-only): unmodified
     RocketMQ clients (remoting protocol; with --grpc-listen also the 5.x gRPC clients) produce, consume
     and query against it. Stops cleanly on
@@ -69,6 +78,7 @@ def serve(store: str | None, config: str | None, listen: str, grpc_listen: str |
     bcfg = BrokerConfig.from_properties(cmd.broker_properties())
     _check_grpc_options(grpc_listen, grpc_tls_cert, grpc_tls_key)
     _check_namesrv_addr(namesrv_addr)
+    http = _http_options(http_listen, http_admin, http_token)
     if read_only and not is_store_dir(cmd.store_path):
         raise click.UsageError(f"--read-only needs an existing store (path={cmd.store_path})")
     _check_store_dir(cmd, read_only)
@@ -83,7 +93,8 @@ def serve(store: str | None, config: str | None, listen: str, grpc_listen: str |
     try:
         tls = (grpc_tls_cert, grpc_tls_key) if grpc_tls_cert and grpc_tls_key else None
         try:
-            broker = Broker(st, bcfg, listen=listen, grpc_listen=grpc_listen, grpc_tls=tls, namesrv_addr=namesrv_addr)
+            broker = Broker(st, bcfg, listen=listen, grpc_listen=grpc_listen, grpc_tls=tls, namesrv_addr=namesrv_addr,
+                            http=http)
         except ValueError as e:  # a role the config does not allow (a SLAVE with brokerId 0)
             raise click.UsageError(str(e)) from None
 
@@ -168,6 +179,27 @@ def _check_namesrv_addr(namesrv_addr: str | None) -> None:
             raise click.UsageError(f"--namesrv-addr: {e}") from None
 
 
+def _http_options(listen: str | None, admin: bool, token: str | None):
+    if not listen:
+        if admin:
+            raise click.UsageError("--http-admin needs --http-listen")
+        return None
+    from ..broker.broker import parse_listen
+    try:
+        parse_listen(listen)
+    except ValueError as e:
+        raise click.UsageError(f"--http-listen: {e}") from None
+    try:
+        from ..broker.http import HttpOptions
+        import aiohttp  # noqa: F401
+        import prometheus_client  # noqa: F401
+    except ImportError as e:
+        raise click.UsageError(f"--http-listen needs the `http` extra (pip install 'rmqstore[http]'): {e}") from None
+    if admin and not token:
+        raise click.UsageError("--http-admin needs a token: set RMQSTORE_HTTP_TOKEN (or --http-token)")
+    return HttpOptions(listen, token if admin else None)
+
+
 def log_handler() -> logging.Handler:
     if sys.stderr.isatty():  # a terminal: rich's log lines (time, level, message)
         from rich.console import Console
@@ -185,7 +217,8 @@ def _announce(broker, bcfg, store_path: str, read_only: bool, tls: bool, json_mo
                                "read_only": read_only, "grpc": broker.grpc_address or None,
                                "role": broker.cluster.role, "broker_id": broker.cluster.broker_id,
                                "ha": broker.cluster.ha_addr or None,
-                               "namesrv": None if broker.cluster.embedded else broker.cluster.namesrv_addrs}))
+                               "namesrv": None if broker.cluster.embedded else broker.cluster.namesrv_addrs,
+                               "http": broker.http.address if broker.http else None}))
         return
     if broker.cluster.embedded:
         click.echo(f"listening on {broker.listen_host}:{broker.server_port} (name server and broker "
@@ -201,6 +234,9 @@ def _announce(broker, bcfg, store_path: str, read_only: bool, tls: bool, json_mo
                    f"{' (TLS)' if tls else ''}: RocketMQ 5 clients use endpoints={broker.grpc_address}")
     if broker.cluster.ha_addr:
         click.echo(f"HA (replication) on {broker.cluster.ha_addr}")
+    if broker.http:
+        click.echo(f"HTTP on {broker.http.address}: metrics at http://{broker.http.address}/metrics, "
+                   f"console at http://{broker.http.address}/")
 
 
 COMMANDS = [serve]

@@ -108,9 +108,9 @@ class CommitLog:
         self.flushed_offset = 0
         self.flushed_store_timestamp = 0
         self._plans: dict = {}
-        self._max_body = cfg.max_message_size
+        self.max_body = cfg.max_message_size
         # a record must fit the segment with room for the 8-byte blank, and the upstream total limit
-        self._max_record = min(cfg.max_message_size + MAX_TOTAL_EXTRA, cfg.mapped_file_size_commit_log - 8)
+        self.max_record = min(cfg.max_message_size + MAX_TOTAL_EXTRA, cfg.mapped_file_size_commit_log - 8)
         self._sync = cfg.sync_flush
         #: ``(first phy, end phy, record starts relative to the first)`` of each batch the fast
         #: path appended, in commitlog order: the dispatcher takes these instead of following
@@ -119,9 +119,6 @@ class CommitLog:
         #: pauses while ``START_HINTS_MAX`` wait, and the dispatcher walks until it meets one again.
         self.batch_starts: collections.deque = collections.deque()
 
-    # ------------------------------------------------------------------------------------------
-    # Encoding and validation (outside the lock)
-    # ------------------------------------------------------------------------------------------
     # ------------------------------------------------------------------------------------------
     # Appending (under the lock)
     # ------------------------------------------------------------------------------------------
@@ -140,7 +137,7 @@ class CommitLog:
         if self.cfg.enabled_append_prop_crc:
             M.fill_prop_crc(rec, pos, e.total)
 
-    def _fast_plan(self, msg: Message):
+    def fast_plan(self, msg: Message):
         """Per (topic, born host, store host) constants of the common record shape (V1 or V2,
         IPv4 hosts, no properties CRC), or None when the message needs the general path."""
         key = (msg.topic, msg.born_host, msg.store_host)
@@ -164,40 +161,54 @@ class CommitLog:
                 self._plans[key] = plan
         return plan
 
-    @range_checked
-    def put_message(self, msg: Message) -> PutMessageResult:
-        """Append one message. The common shape (IPv4 hosts, V1 topic, no properties CRC, not
-        transactional) takes a fast path: everything but the header is encoded outside the lock,
-        the header is packed under it with the stamp (offsets and time), and both go straight into
-        the mapped segment. Anything else goes through :meth:`_put_general` (same bytes, more checks)."""
-        plan = self._plans.get((msg.topic, msg.born_host, msg.store_host)) or self._fast_plan(msg)
+    def fast_parts(self, msg: Message):
+        """Outside the lock, the fast path's parts of ``msg`` (the common shape: IPv4 hosts, V1 topic,
+        no properties CRC, not transactional): ``(shape, store host hex, properties, total, prepared)``;
+        None when it needs the general path."""
+        plan = self._plans.get((msg.topic, msg.born_host, msg.store_host)) or self.fast_plan(msg)
         body = msg.body
         if plan is None or msg.sys_flag & SLOW_SYSFLAGS or type(body) is not bytes or msg.queue_id < 0:
-            return self._put_general(msg)
+            return None
         props = props_bytes(msg)
         shape, store_hex = plan
         blen, plen = len(body), len(props)
         total = shape.overhead + blen + plen
-        if plen > _MAX_PROPS or blen > self._max_body or total > self._max_record or b"INNER_NUM\x01" in props:
+        if plen > _MAX_PROPS or blen > self.max_body or total > self.max_record or b"INNER_NUM\x01" in props:
+            return None
+        return shape, store_hex, props, total, shape.prepare(msg, body, props)
+
+    @range_checked
+    def put_message(self, msg: Message) -> PutMessageResult:
+        """Append one message. The common shape takes a fast path (:meth:`fast_parts`): everything but
+        the header is encoded outside the lock, the header is packed under it with the stamp (offsets
+        and time), and both go straight into the mapped segment. Anything else goes through
+        :meth:`_put_general` (same bytes, more checks)."""
+        parts = self.fast_parts(msg)
+        if parts is None:
             return self._put_general(msg)
-        prepared = shape.prepare(msg, body, props)
-        key = (msg.topic, msg.queue_id)
-        fixed_ts = msg.store_timestamp
+        shape, store_hex, props, total, prepared = parts
         try:
             with self.put_lock:
-                store_ts = fixed_ts if fixed_ts is not None else _time_ns() // 1_000_000
-                qoff = self.topic_queue_table.get(key, 0)
-                mf = self.queue.last
-                if mf is None or total + _BLANK_MIN > mf.file_size - mf.wrote_position:
-                    mf = self._segment_for(total)
-                pos = mf.wrote_position
-                phy = mf.file_from_offset + pos
-                shape.write_stamped(mf.mm, pos, msg, prepared, (qoff, phy, store_ts))  # all or nothing
-                end = self._publish(mf, pos + total, store_ts, key, qoff + 1)
+                phy, qoff, store_ts, end = self.append_fast(msg, shape, total, prepared)
         except (OSError, StoreIOError) as ex:
             return _append_failed(ex)
-        status = self._after_append(end, props)
+        status = self.after_append(end, props)
         return PutMessageResult(status, f"{store_hex}{phy:016X}", phy, total, qoff, store_ts, 1)
+
+    def append_fast(self, msg: Message, shape, total: int, prepared) -> tuple[int, int, int, int]:
+        """Under the lock: stamp and write one record of the fast path; ``(phy, queue offset, store
+        time, end offset)``."""
+        fixed_ts = msg.store_timestamp
+        store_ts = fixed_ts if fixed_ts is not None else _time_ns() // 1_000_000
+        key = (msg.topic, msg.queue_id)
+        qoff = self.topic_queue_table.get(key, 0)
+        mf = self.queue.last
+        if mf is None or total + _BLANK_MIN > mf.file_size - mf.wrote_position:
+            mf = self._segment_for(total)
+        pos = mf.wrote_position
+        phy = mf.file_from_offset + pos
+        shape.write_stamped(mf.mm, pos, msg, prepared, (qoff, phy, store_ts))  # all or nothing
+        return phy, qoff, store_ts, self._publish(mf, pos + total, store_ts, key, qoff + 1)
 
     def _put_general(self, msg: Message) -> PutMessageResult:
         e = encode_message(msg, self.cfg, self._store_host_raw)
@@ -229,7 +240,7 @@ class CommitLog:
                 end = self._publish(mf, pos0 + total, store_ts, key, qoff0 + len(enc) if counts else None)
         except (OSError, StoreIOError) as ex:
             return _append_failed(ex)
-        status = self._after_append(end, None if enc[0].wait else b"WAIT\x01false\x02")
+        status = self.after_append(end, None if enc[0].wait else b"WAIT\x01false\x02")
         ids, pos = [], 0
         for e in enc:
             ids.append(encode_offset_msg_id(e.store_host_raw, phy0 + pos))
@@ -248,7 +259,7 @@ class CommitLog:
         self.last_store_timestamp = store_ts
         return end
 
-    def _after_append(self, end: int, props: bytes | None) -> PutMessageStatus:
+    def after_append(self, end: int, props: bytes | None) -> PutMessageStatus:
         """Outside the lock: wake the dispatcher and, under SYNC_FLUSH, wait for the group commit
         unless the message says ``WAIT=false``."""
         on_append = self.on_append
@@ -295,7 +306,7 @@ class CommitLog:
         ``map``, ``set``), headers are filled column-wise in numpy; None sends the batch to the
         general path (same bytes, more checks, per-message messages for what is wrong)."""
         first = msgs[0]
-        plan = self._plans.get((first.topic, first.born_host, first.store_host)) or self._fast_plan(first)
+        plan = self._plans.get((first.topic, first.born_host, first.store_host)) or self.fast_plan(first)
         if plan is None or type(first.queue_id) is not int or first.queue_id < 0:
             return None
         shared = shared_columns(msgs)
@@ -307,7 +318,7 @@ class CommitLog:
         pbytes = batch_properties(props)
         if pbytes is None:
             return None
-        if sum(map(len, bodies)) > self._max_body:
+        if sum(map(len, bodies)) > self.max_body:
             return illegal("message body size exceeded")
         shape = plan[0]
         born_ts, born_unset = born_columns(born)
@@ -316,13 +327,13 @@ class CommitLog:
             shape.topic_tail, bodies, pbytes, queue_id=first.queue_id, flags=flags, sys_flags=sys_flags,
             born_timestamps=born_ts, born_host=shape.born_host, store_host=shape.store_host,
             reconsume_times=reconsume, prepared_offsets=prepared))
-        if batch.props_max > _MAX_PROPS or int(batch.totals.max()) > self._max_record:
+        if batch.props_max > _MAX_PROPS or int(batch.totals.max()) > self.max_record:
             return None
         if batch.size + M.END_FILE_MIN_BLANK_LENGTH > self.cfg.mapped_file_size_commit_log:
             return illegal(f"batch of {batch.size} bytes cannot fit one commitlog segment")
-        return self._append_batch(first, batch, born_unset, pbytes[0], shape.store_host)
+        return self.append_batch(first, batch, born_unset, pbytes[0], shape.store_host)
 
-    def _append_batch(self, first: Message, batch, born_unset, props0: bytes, store_host: bytes) -> PutMessageResult:
+    def append_batch(self, first: Message, batch, born_unset, props0: bytes, store_host: bytes) -> PutMessageResult:
         """Under the lock: stamp and write a batch encoded by :meth:`_put_batch_fast`."""
         total, n = batch.size, len(batch.totals)
         key = (first.topic, first.queue_id)
@@ -340,7 +351,7 @@ class CommitLog:
                     self.batch_starts.append((phy0, end, batch.starts))
         except (OSError, StoreIOError) as ex:
             return _append_failed(ex)
-        status = self._after_append(end, props0)
+        status = self.after_append(end, props0)
         ids = functools.partial(encode_offset_msg_ids, store_host, batch.starts + phy0)
         return PutMessageResult(status, ids, phy0, total, qoff0, store_ts, n)  # ids formatted when read
 

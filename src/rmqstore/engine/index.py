@@ -144,13 +144,16 @@ class IndexService:
             if cur.is_write_full and int(rec_of[-1]) < n - 1:
                 self._new_file()
 
-    def build_index_one(self, phy: int, ts: int, sys_flag: int, hashes: list[int]) -> None:
-        """:meth:`build_index_hashed` for one record, with plain ints (``hashes``: its items)."""
+    def build_index_lists(self, phys: list[int], ts: list[int], sys_flags: list[int], item_rec: list[int],
+                          item_hash: list[int]) -> None:
+        """:meth:`build_index_hashed` with plain lists (a few records: no numpy round trips)."""
+        if not phys:
+            return
         with self.lock:
             cur = self._current()
             end0 = cur.end_phy
-            ok = indexed([phy], [sys_flag], end0, cur.index_count > 1 or end0 > 0)
-            self._build_small(cur, ok, [phy], [ts], [0] * len(hashes), hashes)
+            ok = indexed(phys, sys_flags, end0, cur.index_count > 1 or end0 > 0)
+            self._build_small(cur, ok, phys, ts, item_rec, item_hash)
 
     def _build_small(self, cur: IndexFile, ok: list, phys: list, ts: list, item_rec: list, item_hash: list) -> None:
         """:meth:`build_index_hashed` of a few records, without numpy (same items, same files); ``ok``:

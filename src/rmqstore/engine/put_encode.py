@@ -86,7 +86,7 @@ _I32_FIELDS = ("queue_id", "flag", "sys_flag", "reconsume_times")
 _I64_FIELDS = ("born_timestamp", "store_timestamp", "prepared_transaction_offset")
 
 
-def _out_of_range(msgs) -> str | None:
+def out_of_range(msgs) -> str | None:
     for m in msgs:
         for names, bits in ((_I32_FIELDS, 31), (_I64_FIELDS, 63)):
             for name in names:
@@ -104,7 +104,7 @@ def range_checked(put):
         try:
             return put(self, arg)
         except (struct.error, OverflowError):
-            reason = _out_of_range(arg if isinstance(arg, list) else [arg])
+            reason = out_of_range(arg if isinstance(arg, list) else [arg])
             if reason is None:
                 raise
             return illegal(reason)

@@ -19,6 +19,10 @@ from .recovery import find_resync
 
 log = logging.getLogger("rmqstore.engine.dispatch")
 
+#: rounds up to this many records are dispatched record by record (:meth:`ReputMessageService._dispatch_small`):
+#: numpy's fixed cost per call is most of a small round (a broker's rounds hold a few sends each)
+SMALL_ROUND = 32
+
 
 def _contiguous(batch: M.RecordBatch, end_pos: int) -> bool:
     """Each record of ``batch`` ends where the next starts and the last at ``end_pos`` (record
@@ -148,37 +152,53 @@ class ReputMessageService:
         new = min(end, mf.file_from_offset + mf.wrote_position)
         return new if new > self.reput_from else cl.roll_next_file(self.reput_from)
 
-    def _dispatch_one(self, mf, st: int):
-        """Dispatch the one record at ``st`` of ``mf`` with plain ints (what ``decode_batch`` and
-        ``dispatch_batch`` do for it, the same bytes written). Returns ``(end offset, touched
-        queues)``, ``(None, set())`` when the record is invalid, or None for a record this path
-        does not take (IPv6 hosts, a header past the segment): the batch path then decides."""
+    def _dispatch_small(self, mf, starts: list[int], limit: int, whole: bool = False):
+        """Dispatch a small round record by record with plain ints (what ``decode_batch`` and
+        ``dispatch_batch`` do for it, the same bytes written, without numpy's fixed cost per call):
+        the records at ``starts`` while each is an intact IPv4 record ending where the next starts
+        and before ``limit``. Returns ``(end offset, touched queues)``, or None when the first record
+        is not one this path takes (IPv6 hosts, invalid framing), or with ``whole`` (starts handed
+        over by the producer) when not all of them are records ending at ``limit``: the batch path
+        then decides."""
         store = self.store
-        mm = mf.mm
-        scanned = M.scan_v4(mm, st, mf.file_size)
-        if scanned is None:
+        mm, cache, levels = mf.mm, self._topic_cache, store.delay_levels_ms
+        index = store.index_service if store.cfg.message_index_enable else None
+        units: dict[tuple[str, int], list] = {}
+        phys, tss, flags, item_rec, item_hash = [], [], [], [], []
+        at = starts[0]
+        for st in starts:
+            scanned = M.scan_v4(mm, st, limit) if st == at else None
+            if scanned is None or not scanned[5]:
+                break
+            f, topic_pos, topic_len, props_pos, props_len, _ = scanned
+            at = st + f[0]
+            tb = mm[topic_pos:topic_pos + topic_len]
+            topic = cache.get(tb)
+            if topic is None:
+                topic = cache[tb] = tb.decode("utf-8", "replace")
+            props = dispatch_properties(mm[props_pos:props_pos + props_len]) if props_len > 0 else {}
+            sys_flag, store_ts = f[7], f[11]
+            tx = sys_flag & M.SYSFLAG_TX_MASK
+            if tx != M.TX_PREPARED and tx != M.TX_ROLLBACK:
+                tags_code = tags_code_of(topic, props, store_ts, levels) if props_len > 0 else 0
+                units.setdefault((topic, f[3]), []).append((f[5], f[6], f[0], tags_code))
+            if index is not None and props:
+                for k in index_keys(topic, props):
+                    item_rec.append(len(phys))
+                    item_hash.append(H.abs_key_hash(H.java_hash(k)))
+            phys.append(f[6])
+            tss.append(store_ts)
+            flags.append(sys_flag)
+        if not phys or (whole and (len(phys) < len(starts) or at != limit)):
             return None
-        f, topic_pos, topic_len, props_pos, props_len, valid = scanned
-        if not valid:
-            return None, set()
-        total, sys_flag = f[0], f[7]
-        tb = mm[topic_pos:topic_pos + topic_len]
-        topic = self._topic_cache.get(tb)
-        if topic is None:
-            topic = self._topic_cache[tb] = tb.decode("utf-8", "replace")
-        props = dispatch_properties(mm[props_pos:props_pos + props_len]) if props_len > 0 else {}
-        queue_id, queue_offset, phy, store_ts = f[3], f[5], f[6], f[11]
-        touched: set[tuple[str, int]] = set()
-        tx = sys_flag & M.SYSFLAG_TX_MASK
-        if tx != M.TX_PREPARED and tx != M.TX_ROLLBACK:
-            tags_code = tags_code_of(topic, props, store_ts, store.delay_levels_ms) if props_len > 0 else 0
-            store.find_consume_queue(topic, queue_id).put_unit(queue_offset, phy, total, tags_code)
-            touched.add((topic, queue_id))
-        if store.cfg.message_index_enable and store.index_service is not None:
-            store.index_service.build_index_one(phy, store_ts, sys_flag,
-                                                [H.abs_key_hash(H.java_hash(k)) for k in index_keys(topic, props)])
-        store.on_dispatched(store_ts)
-        return mf.file_from_offset + st + total, touched
+        for (topic, qid), us in units.items():
+            cq = store.find_consume_queue(topic, qid)
+            for u in us:
+                cq.put_unit(*u)
+        if index is not None:
+            index.build_index_lists(phys, tss, flags, item_rec, item_hash)
+        store.on_dispatched(tss[-1])
+        return mf.file_from_offset + at, set(units)
 
     def do_reput(self, end: int | None = None) -> None:
         """Dispatch everything in ``[reput_from, end)`` (default: the store's dispatch end)."""
@@ -218,13 +238,10 @@ class ReputMessageService:
         pos = self.reput_from - base
         seg_end = min(mf.file_size, end - base)
         starts, halt, hinted = self._walk_from(mf, pos, seg_end)
-        if not hinted and len(starts) == 1:  # a broker's usual round: one record, no numpy
-            one = self._dispatch_one(mf, int(starts[0]))
-            if one is not None:
-                new, touched = one
-                if new is None:  # invalid: resync as the batch path does
-                    new = self._resync(mf, base + int(starts[0]), end)
-                return new, touched
+        if 0 < len(starts) <= SMALL_ROUND:  # a broker's usual round: a few records, no numpy
+            small = self._dispatch_small(mf, starts.tolist(), halt.pos if hinted else seg_end, hinted)
+            if small is not None:
+                return small
         batch = M.decode_batch(mf.u8, starts)
         if hinted and not _contiguous(batch, halt.pos):
             log.warning("dispatch: record starts handed over for [%d, %d) do not match the records; walking them",

@@ -7,6 +7,7 @@ the record as invalid and truncate the store there, so the write path parses as 
 """
 from __future__ import annotations
 
+import functools
 import unicodedata
 
 INT_MIN, INT_MAX = -(1 << 31), (1 << 31) - 1
@@ -54,6 +55,12 @@ def hashmap_order(keys: list[str], initial_capacity: int = 16) -> list[str]:
     keeping their order). RocketMQ's broker re-serializes message properties from such a map, so
     this order is the order a Java broker stores them in. (Buckets of 8+ keys become trees upstream;
     message properties never get near that.)"""
+    return list(_hashmap_order(tuple(keys), initial_capacity))
+
+
+@functools.lru_cache(maxsize=4096)
+def _hashmap_order(keys: tuple[str, ...], initial_capacity: int) -> tuple[str, ...]:
+    """:func:`hashmap_order`, memoised: a producer sends the same property names again and again."""
     from .hashes import java_hash_cached as java_hash
     cap = 1
     while cap < initial_capacity:
@@ -65,7 +72,7 @@ def hashmap_order(keys: list[str], initial_capacity: int = 16) -> list[str]:
         h = java_hash(k) & 0xFFFFFFFF
         return (h ^ (h >> 16)) & (cap - 1)
 
-    return sorted(keys, key=bucket)
+    return tuple(sorted(keys, key=bucket))
 
 
 def parse_port(text: str) -> int:

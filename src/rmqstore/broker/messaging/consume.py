@@ -97,6 +97,7 @@ class ConsumeRpcs:
                                                                    attempt=p.attempt, invisible_ms=p.invisible_ms))
                 sent += 1
             b.stats.got(sent)
+            b.traffic.out(req.topic, req.group, sent, sum(p.record.store_size for p in found[:sent]))
             yield _done()
         finally:
             if sent < len(found):  # the client went away: receive them again soon
@@ -264,6 +265,7 @@ class ConsumeRpcs:
             for rec in r.messages:
                 yield pb.PullMessageResponse(message=to_message(rec, topic))
             b.stats.got(len(r.messages))
+            b.traffic.out(topic, request.group.name, len(r.messages), sum(rec.store_size for rec in r.messages))
         else:
             yield pb.PullMessageResponse(status=status(pb.MESSAGE_NOT_FOUND, "no new message"))
         yield pb.PullMessageResponse(next_offset=r.next_begin_offset)

@@ -9,6 +9,7 @@ and the server keeps serving.
 from __future__ import annotations
 
 import asyncio
+import inspect
 import logging
 import time
 from dataclasses import dataclass, field
@@ -145,8 +146,10 @@ class MessagingService(ConsumeRpcs, services.MessagingServiceServicer):
 
     async def _put(self, msgs: list[Message]):
         result = self.b.put(msgs, lambda r: r)
-        if asyncio.iscoroutine(result):
+        if inspect.isawaitable(result):  # a group commit's Deferred (or a put worker's coroutine)
             result = await result
+        if result.ok:
+            self.b.traffic.put(msgs[0], len(msgs), result.wrote_bytes)
         return result
 
     # --- route, heartbeat, settings ------------------------------------------------------------------

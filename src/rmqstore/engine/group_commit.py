@@ -1,0 +1,96 @@
+"""Group commit: puts that arrived together (a broker's sends from many connections in one pass of
+its event loop) appended as one group, each answered with its own result.
+
+RocketMQ's broker groups the *flush* of concurrent puts (``GroupCommitService``); here the append
+is grouped too: the single messages of a group are encoded outside the lock as
+:meth:`~.commit_log.CommitLog.put_message` encodes them, then appended one after the other under
+one hold of the append lock, and the group gets one dispatcher wake-up and, under SYNC_FLUSH, one
+flush wait. Batches (``put_messages``) and messages the fast path does not take keep their own
+put, in their turn, so a connection's messages keep their order. The bytes written are those of
+the one-by-one puts.
+"""
+from __future__ import annotations
+
+import logging
+import struct
+
+from ..errors import StoreIOError
+from ..types import Message, PutMessageResult, PutMessageStatus
+from .put_batch import RawBatch, put_raw_batch
+from .put_encode import illegal, out_of_range
+
+log = logging.getLogger(__name__)
+
+_PUT_OK = PutMessageStatus.PUT_OK
+_NO_WAIT = b"WAIT\x01false\x02"
+
+
+def put_group(cl, items: list) -> list[PutMessageResult]:
+    """One result per item of ``items``, in order: a list of one message is a single put
+    (``put_message``), a longer one a batch for one topic and queue (``put_messages``), a
+    :class:`~.put_batch.RawBatch` a batch as its producer sent it. Consecutive single messages
+    are appended as one group (:func:`put_run`)."""
+    out: list[PutMessageResult] = []
+    singles: list[Message] = []
+    for msgs in items:
+        if type(msgs) is list and len(msgs) == 1:
+            singles.append(msgs[0])
+            continue
+        if singles:
+            out += put_run(cl, singles)
+            singles = []
+        out.append(put_raw_batch(cl, msgs) if isinstance(msgs, RawBatch) else cl.put_messages(msgs))
+    if singles:
+        out += put_run(cl, singles)
+    return out
+
+
+def put_run(cl, msgs: list[Message]) -> list[PutMessageResult]:
+    """Single messages appended as one group, one result each in order: the fast-path ones
+    (:meth:`~.commit_log.CommitLog.fast_parts`) under one hold of the lock; any other goes through
+    ``put_message`` in its turn."""
+    out: list = [None] * len(msgs)
+    run: list = []
+    for i, msg in enumerate(msgs):
+        parts = cl.fast_parts(msg)
+        if parts is None:
+            _append_run(cl, run, out)
+            run = []
+            out[i] = cl.put_message(msg)
+        else:
+            run.append((i, msg, parts))
+    _append_run(cl, run, out)
+    return out
+
+
+def _append_run(cl, run: list, out: list) -> None:
+    """Append ``run`` (``(index, message, fast parts)``) under one hold of the lock and fill ``out``.
+    A message whose fields do not fit is refused alone (nothing of it is written); an I/O error
+    (no segment could be created) fails the messages not yet written."""
+    if not run:
+        return
+    done, end, failed = [], 0, None
+    try:
+        with cl.put_lock:
+            for i, msg, (shape, store_hex, props, total, prepared) in run:
+                try:
+                    phy, qoff, store_ts, end = cl.append_fast(msg, shape, total, prepared)
+                except (struct.error, OverflowError):
+                    out[i] = illegal(out_of_range([msg]) or "a field does not fit its width")
+                    continue
+                done.append((i, props, PutMessageResult(_PUT_OK, f"{store_hex}{phy:016X}", phy, total, qoff,
+                                                        store_ts, 1)))
+    except (OSError, StoreIOError) as ex:
+        log.error("append failed: %s", ex)
+        failed = PutMessageResult(PutMessageStatus.CREATE_MAPPED_FILE_FAILED, error=str(ex))
+    for i, _, _ in run:
+        if out[i] is None:
+            out[i] = failed
+    if not done:
+        return
+    waits = any(_NO_WAIT not in props for _, props, _ in done)
+    status = cl.after_append(end, None if waits else _NO_WAIT)  # one wake-up, one flush wait
+    for i, props, result in done:
+        if status is not _PUT_OK and _NO_WAIT not in props:
+            result.status = status
+        out[i] = result

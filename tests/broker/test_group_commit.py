@@ -1,0 +1,74 @@
+"""The broker's group commit (broker/group_commit.py): sends arriving together on many connections are
+put as one group and each answered with its own result; under SYNC_FLUSH the group-commit thread
+puts them with one flush wait per group; a failing group put answers SYSTEM_ERROR and the broker
+keeps serving."""
+from __future__ import annotations
+
+import socket
+
+from rmqstore.broker import remoting as R
+from rmqstore.broker.remoting import RequestCode as C
+
+SEND_EXT = {"producerGroup": "P", "topic": "G", "defaultTopic": "TBW102", "defaultTopicQueueNums": 4, "queueId": 0,
+            "sysFlag": 0, "bornTimestamp": 1_700_000_000_000, "flag": 0, "reconsumeTimes": 0}
+
+
+def _burst(address: str, conns: int, per_conn: int) -> list[R.RemotingCommand]:
+    """Every connection writes all its sends before any answer is read (they reach the broker together)."""
+    host, _, port = address.rpartition(":")
+    socks = [socket.create_connection((host, int(port)), timeout=20) for _ in range(conns)]
+    frames = [b"".join(R.encode(R.request(C.SEND_MESSAGE, dict(SEND_EXT, properties=f"KEYS\x01k{c}-{i}\x02"),
+                                          f"{c}-{i}".encode(), opaque=i)) for i in range(per_conn))
+              for c in range(conns)]
+    for s, f in zip(socks, frames):
+        s.sendall(f)
+    out = []
+    for s in socks:
+        reader, got = R.FrameReader(), []
+        while len(got) < per_conn:
+            got += reader.feed(s.recv(1 << 16))
+        out += [R.decode(f) for f in got]
+        s.close()
+    return out
+
+
+def _check_answers(answers, n):
+    assert len(answers) == n and all(a.code == R.ResponseCode.SUCCESS for a in answers)
+    offsets = sorted(int(a.ext["queueOffset"]) for a in answers)
+    assert offsets == list(range(n))  # each answer its own queue offset
+    assert len({a.ext["msgId"] for a in answers}) == n
+
+
+def test_sends_from_many_connections_are_put_as_groups(start_broker, connect):
+    b = start_broker()
+    _check_answers(_burst(b.address, 6, 20), 120)
+    g = b.put_groups
+    assert g.puts == 120 and g.groups < g.puts  # several sends per group
+    b.store.wait_dispatched(10)
+    r = connect(b.address).call(C.PULL_MESSAGE, {"consumerGroup": "CG", "topic": "G", "queueId": 0, "queueOffset": 0,
+                                                 "maxMsgNums": 32, "sysFlag": 4, "commitOffset": 0,
+                                                 "suspendTimeoutMillis": 0, "subscription": "*"})
+    assert r.code == R.ResponseCode.SUCCESS and int(r.ext["nextBeginOffset"]) == 32
+
+
+def test_sync_flush_puts_groups_on_the_group_commit_thread(start_broker, monkeypatch):
+    b = start_broker(flush_disk_type="SYNC_FLUSH")
+    cl = b.store.commit_log
+    waits = []
+    sync_to = cl.sync_to
+    monkeypatch.setattr(cl, "sync_to", lambda end: waits.append(end) or sync_to(end))
+    _check_answers(_burst(b.address, 6, 20), 120)
+    assert 0 < len(waits) <= b.put_groups.groups < 120  # one flush wait per group (or fewer: queued groups merge)
+    assert cl.flushed_offset >= max(waits)
+
+
+def test_a_failing_group_put_answers_system_error_and_serving_goes_on(start_broker, connect, monkeypatch):
+    b = start_broker()
+    real = b.put_items
+    monkeypatch.setattr(b, "put_items", lambda items: (_ for _ in ()).throw(OSError("disk gone")))
+    c = connect(b.address)
+    r = c.call(C.SEND_MESSAGE, dict(SEND_EXT, properties=""), b"x")
+    assert r.code == R.ResponseCode.SYSTEM_ERROR and "disk gone" in r.remark
+    monkeypatch.setattr(b, "put_items", real)
+    r = c.call(C.SEND_MESSAGE, dict(SEND_EXT, properties=""), b"y")
+    assert r.code == R.ResponseCode.SUCCESS and r.ext["queueOffset"] == "0"

@@ -1,0 +1,77 @@
+"""engine/put_batch.py: a batch appended from its producer's columns writes the records and answers
+of ``put_messages`` for the same messages, copying the properties through only when they are
+canonical (parsing and encoding them again gives the same bytes)."""
+from __future__ import annotations
+
+import pytest
+
+from rmqstore import Message, PutMessageStatus
+from rmqstore.engine.put_batch import RawBatch, canonical_properties, put_raw_batch
+from tests import kit
+
+T0 = 1_700_000_000_000
+JAVA_LIKE = [b"WAIT\x01true\x02TAGS\x01TagA\x02UNIQ_KEY\x01AC1%03d\x02" % i for i in range(4)]
+
+
+@pytest.mark.parametrize("props, ok", [
+    (JAVA_LIKE, True),
+    ([b"", b"K\x01v\x02"], True),
+    ([b"K\x01v\x02K\x01w\x02"], False),      # a name twice: the map keeps one
+    ([b"\x01v\x02"], False),                  # an empty name is dropped
+    ([b"K\x01\x02"], False),                  # an empty value is dropped
+    ([b"K\x01v"], False),                     # no closing separator: the encoder adds one
+    ([b"Kv\x02"], False),                     # no name/value separator
+    ([b"K\x01v\x01w\x02"], False),            # a second 0x01 (kept by the parser, not taken here)
+    (["K\x01v\u00e9\x02".encode()], False),   # not ASCII
+    ([b"A\x01x\x02", b"B\x01y"], False),
+])
+def test_canonical_properties(props, ok):
+    assert canonical_properties(props) is ok
+
+
+def _template(**kw):
+    fields = dict(topic="TB", body=b"", queue_id=1, born_timestamp=T0, born_host="10.0.0.7:4000",
+                  store_timestamp=T0 + 5)
+    fields.update(kw)
+    return Message(**fields)
+
+
+def _records(store, result):
+    mf = store.commit_log.queue.find(result.phy_offset)
+    return bytes(mf.read(result.phy_offset - mf.file_from_offset, result.wrote_bytes))
+
+
+@pytest.mark.parametrize("props", [JAVA_LIKE, [b"K\x01a\x02K\x01b\x02", b"\x01x\x02", b"", b"K\x01v"]],
+                         ids=["copied-through", "parsed"])
+def test_a_raw_batch_writes_what_put_messages_writes(open_store, tmp_path, props):
+    batch = RawBatch(_template(), [0, 7, 0, 0], [b"a" * 30, b"bb", b"", b"d" * 5], props)
+    a = open_store(tmp_path / "a")
+    b = open_store(tmp_path / "b")
+    ra = put_raw_batch(a.commit_log, batch)
+    rb = b.put_messages(batch.messages())
+    assert ra.status is PutMessageStatus.PUT_OK
+    assert (ra.msg_id, ra.queue_offset, ra.wrote_bytes, ra.msg_num) == (rb.msg_id, rb.queue_offset, rb.wrote_bytes, 4)
+    assert _records(a, ra) == _records(b, rb)
+
+
+def test_canonical_properties_skip_the_messages(open_store, monkeypatch):
+    st = open_store()
+    monkeypatch.setattr(RawBatch, "messages", lambda self: pytest.fail("built Message objects"))
+    r = put_raw_batch(st.commit_log, RawBatch(_template(born_timestamp=None), [0] * 4, [b"x"] * 4, JAVA_LIKE))
+    assert r.status is PutMessageStatus.PUT_OK and r.store_timestamp == T0 + 5
+    rec = st.commit_log.read_record(r.phy_offset)
+    assert rec.born_timestamp == T0 + 5 and rec.properties["UNIQ_KEY"] == "AC1000"  # born time unset: the store's
+
+
+@pytest.mark.parametrize("props, sys_flag", [([b"DELAY\x013\x02"], 0), ([b"K\x01v\x02"], 4)])
+def test_what_needs_the_general_checks_gets_them(open_store, props, sys_flag):
+    st = open_store()
+    r = put_raw_batch(st.commit_log, RawBatch(_template(sys_flag=sys_flag), [0], [b"x"], props))
+    assert r.status is PutMessageStatus.MESSAGE_ILLEGAL  # delayed / transactional messages cannot be batched
+
+
+def test_a_group_takes_a_raw_batch_in_its_turn(open_store):
+    st = open_store(cfg=kit.cfg(mapped_file_size_commit_log=1 << 16))
+    single = Message(topic="TB", body=b"s", queue_id=1)
+    got = st.put_group([[single], RawBatch(_template(), [0, 0], [b"a", b"b"], JAVA_LIKE[:2]), [single]])
+    assert [r.queue_offset for r in got] == [0, 1, 3]
