@@ -213,5 +213,5 @@ class AdminProcessor:
     def consumed_by(self, conn, cmd: RemotingCommand) -> RemotingCommand:
         topic = Header(cmd).str("topic")
         groups = self.broker.store.consumer_offsets.groups_of_topic(topic) | self.broker.clients.groups_of_topic(topic)
-        return cmd.response(ResponseCode.SUCCESS, None, None, to_json({"groupSet": sorted(groups)}))
+        return cmd.response(ResponseCode.SUCCESS, None, None, to_json({"groupList": sorted(groups)}))
 

@@ -1,0 +1,128 @@
+"""Operator requests ``mqadmin`` sends beyond the client protocol: the broker's runtime info (28,
+``brokerStatus`` / ``clusterList``), a producer group's connections (204), and deleting a
+subscription group (207) or a topic (215). Bodies are fastjson as ``AdminBrokerProcessor`` writes
+them (``KVTable``, ``ProducerConnection``)."""
+from __future__ import annotations
+
+import shutil
+import time
+
+from .remoting import Header, RemotingCommand, ResponseCode
+from .routes import encode_fastjson
+from .traffic import is_system_topic
+
+GET_BROKER_RUNTIME_INFO = 28
+GET_PRODUCER_CONNECTION_LIST = 204
+DELETE_SUBSCRIPTIONGROUP = 207
+DELETE_TOPIC_IN_BROKER = 215
+
+#: ``MQVersion.getVersionDesc(CURRENT_VERSION)`` of the RocketMQ release whose protocol we speak
+BROKER_VERSION_DESC = "V5_3_0"
+
+
+def human_bytes(n: int) -> str:
+    """``MixAll.humanReadableByteCount(bytes, false)``: binary units, one decimal (``1.5 GiB``)."""
+    if n < 1024:
+        return f"{n} B"
+    exp = 0
+    v = float(n)
+    while v >= 1024 and exp < 6:
+        v /= 1024
+        exp += 1
+    return f"{v:.1f} {'KMGTPE'[exp - 1]}iB"
+
+
+def _tps(n: int, seconds: float) -> str:
+    return f"{n / max(seconds, 1e-3):.2f}"
+
+
+class AdminOps:
+    def __init__(self, broker):
+        self.broker = broker
+        self.boot_ms = int(time.time() * 1000)
+
+    def handlers(self) -> dict:
+        return {GET_BROKER_RUNTIME_INFO: self.runtime_info, GET_PRODUCER_CONNECTION_LIST: self.producer_connections,
+                DELETE_SUBSCRIPTIONGROUP: self.delete_group, DELETE_TOPIC_IN_BROKER: self.delete_topic}
+
+    def runtime_table(self) -> dict[str, str]:
+        """The keys ``mqadmin brokerStatus`` prints and ``clusterList`` parses, under RocketMQ's names.
+        Message totals count from the broker's start (``...YesterdayMorning`` / ``...TodayMorning``
+        stay 0, as upstream's before its first midnight roll); tps are averages since the start."""
+        b = self.broker
+        store, cl = b.store, b.store.commit_log
+        now_ms = int(time.time() * 1000)
+        up_s = (now_ms - self.boot_ms) / 1000
+        usage = shutil.disk_usage(store.path)
+        puts, gets = b.stats.puts, b.stats.gets
+        put_tps, get_tps = _tps(puts, up_s), _tps(gets, up_s)
+        reput = getattr(store, "reput", None)
+        t = {"brokerActive": "true", "brokerVersionDesc": BROKER_VERSION_DESC, "bootTimestamp": str(self.boot_ms),
+             "runtime": _runtime(up_s),
+             "msgPutTotalYesterdayMorning": "0", "msgPutTotalTodayMorning": "0", "msgPutTotalTodayNow": str(puts),
+             "msgGetTotalYesterdayMorning": "0", "msgGetTotalTodayMorning": "0", "msgGetTotalTodayNow": str(gets),
+             "putMessageTimesTotal": str(puts), "putTps": f"{put_tps} {put_tps} {put_tps}",
+             "getTransferredTps": f"{get_tps} {get_tps} {get_tps}",
+             "dispatchBehindBytes": str(reput.behind_bytes() if reput is not None else 0),
+             "pageCacheLockTimeMills": "0",
+             "earliestMessageTimeStamp": str(store.get_earliest_message_time()),
+             "startAcceptSendRequestTimeStamp": "0",
+             "commitLogMinOffset": str(store.min_phy_offset), "commitLogMaxOffset": str(store.max_phy_offset),
+             "commitLogDiskRatio": str((usage.total - usage.free) / usage.total if usage.total else 0.0),
+             "commitLogDirCapacity": f"Total : {human_bytes(usage.total)}, Free : {human_bytes(usage.free)}.",
+             "remainTransientStoreBufferNumbs": "2147483647",
+             "remainHowManyDataToFlush": human_bytes(max(0, cl.confirm_offset - cl.flushed_offset)),
+             "timerReadBehind": "0", "timerOffsetBehind": "0", "timerCongestNum": "0",
+             "timerEnqueueTps": "0.0", "timerDequeueTps": "0.0"}
+        for pool in ("send", "pull", "litePull", "query", "ack"):
+            t[f"{pool}ThreadPoolQueueSize"] = "0"
+            t[f"{pool}ThreadPoolQueueHeadWaitTimeMills"] = "0"
+        return t
+
+    def runtime_info(self, conn, cmd: RemotingCommand) -> RemotingCommand:
+        return cmd.response(ResponseCode.SUCCESS, None, None, encode_fastjson({"table": self.runtime_table()}))
+
+    def producer_connections(self, conn, cmd: RemotingCommand) -> RemotingCommand:
+        group = Header(cmd).str("producerGroup")
+        chans = self.broker.clients.producers.get(group)
+        if chans is None:
+            return cmd.response(ResponseCode.SYSTEM_ERROR, f"the producer group[{group}] not exist")
+        conns = [{"clientAddr": c.peer, "clientId": c.client_id, "language": c.language, "version": c.version}
+                 for c in list(chans)]
+        return cmd.response(ResponseCode.SUCCESS, None, None, encode_fastjson({"connectionSet": conns}))
+
+    def delete_group(self, conn, cmd: RemotingCommand) -> RemotingCommand:
+        """The group's config, and with ``cleanOffset`` its committed offsets."""
+        b = self.broker
+        h = Header(cmd)
+        group = h.str("groupName")
+        if b.read_only:
+            return cmd.response(ResponseCode.NO_PERMISSION, "the broker is read-only: groups cannot be changed")
+        with b.groups.file.lock:
+            if b.groups.table.pop(group, None) is not None:
+                b.groups.file.write({"subscriptionGroupTable": b.groups.table})
+        if h.bool("cleanOffset"):
+            b.store.consumer_offsets.remove_group(group)
+        return cmd.response(ResponseCode.SUCCESS)
+
+    def delete_topic(self, conn, cmd: RemotingCommand) -> RemotingCommand:
+        """The topic's config; its messages stay in the commit log until retention removes them."""
+        b = self.broker
+        topic = Header(cmd).str("topic", "") or ""
+        if not topic.strip():
+            return cmd.response(ResponseCode.INVALID_PARAMETER, "The specified topic is blank.")
+        if is_system_topic(topic):
+            return cmd.response(ResponseCode.INVALID_PARAMETER, f"The topic[{topic}] is conflict with system topic.")
+        if b.read_only:
+            return cmd.response(ResponseCode.NO_PERMISSION, "the broker is read-only: topics cannot be deleted")
+        with b.topics.file.lock:
+            existed = b.topics.table.pop(topic, None) is not None
+        if existed:
+            b.topics.persist()
+        return cmd.response(ResponseCode.SUCCESS)
+
+
+def _runtime(seconds: float) -> str:
+    """``StoreStatsService.getFormatRuntime``: ``[ d days, h hours, m minutes, s seconds ]``."""
+    s = int(seconds)
+    return f"[ {s // 86400} days, {s // 3600 % 24} hours, {s // 60 % 60} minutes, {s % 60} seconds ]"

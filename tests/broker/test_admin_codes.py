@@ -1,0 +1,112 @@
+"""The admin request codes ``mqadmin`` sends, framed as ``MQClientAPIImpl`` frames them, and the answers
+checked against what RocketMQ's ``AdminBrokerProcessor`` and its fastjson bodies give
+(``GroupList``, ``KVTable``, ``ProducerConnection``), including what ``mqadmin`` parses out of them."""
+from __future__ import annotations
+
+import json
+
+from rmqstore.broker import remoting as R
+
+C, RC = R.RequestCode, R.ResponseCode
+GET_BROKER_RUNTIME_INFO, GET_PRODUCER_CONNECTION_LIST = 28, 204
+DELETE_SUBSCRIPTIONGROUP, DELETE_TOPIC_IN_BROKER = 207, 215
+
+#: what ``ClusterListSubCommand`` reads from GET_BROKER_RUNTIME_INFO (missing ones print as null or fail to parse)
+CLUSTER_LIST_KEYS = {"msgPutTotalYesterdayMorning", "msgPutTotalTodayMorning", "msgPutTotalTodayNow",
+                     "msgGetTotalYesterdayMorning", "msgGetTotalTodayMorning", "msgGetTotalTodayNow", "brokerActive",
+                     "putTps", "getTransferredTps", "sendThreadPoolQueueSize", "pullThreadPoolQueueSize",
+                     "sendThreadPoolQueueHeadWaitTimeMills", "pullThreadPoolQueueHeadWaitTimeMills",
+                     "pageCacheLockTimeMills", "earliestMessageTimeStamp", "commitLogDiskRatio", "timerReadBehind",
+                     "timerOffsetBehind", "timerCongestNum", "timerEnqueueTps", "timerDequeueTps", "brokerVersionDesc"}
+
+
+def _create_topic(c, topic: str, queues: int = 2):
+    return c.call(C.UPDATE_AND_CREATE_TOPIC, {"topic": topic, "readQueueNums": queues, "writeQueueNums": queues,
+                                              "perm": 6, "topicFilterType": "SINGLE_TAG", "topicSysFlag": 0,
+                                              "order": "false"})
+
+
+def test_consumed_by_answers_a_group_list(start_broker, connect, send_v2):
+    """QUERY_TOPIC_CONSUME_BY_WHO: ``GroupList`` has one field, ``groupList`` (queryMsgById's
+    "No Consumer" otherwise)."""
+    b = start_broker()
+    c = connect(b.address)
+    assert _create_topic(c, "T").code == RC.SUCCESS
+    for g in ("GB", "GA"):
+        c.call(C.UPDATE_CONSUMER_OFFSET, {"consumerGroup": g, "topic": "T", "queueId": 0, "commitOffset": 0})
+    r = c.call(C.QUERY_TOPIC_CONSUME_BY_WHO, {"topic": "T"})
+    assert r.code == RC.SUCCESS and r.body == b'{"groupList":["GA","GB"]}'
+    assert c.call(C.QUERY_TOPIC_CONSUME_BY_WHO, {"topic": "Nobody"}).body == b'{"groupList":[]}'
+
+
+def test_runtime_info_has_the_keys_mqadmin_parses(start_broker, connect, send_v2):
+    b = start_broker()
+    c = connect(b.address)
+    for i in range(3):
+        assert send_v2(c, "Orders", b"m%d" % i).code == RC.SUCCESS
+    r = c.call(GET_BROKER_RUNTIME_INFO)
+    assert r.code == RC.SUCCESS
+    doc = json.loads(r.body)
+    assert list(doc) == ["table"]
+    table = doc["table"]
+    assert CLUSTER_LIST_KEYS <= set(table), CLUSTER_LIST_KEYS - set(table)
+    assert all(isinstance(v, str) for v in table.values())  # a HashMap<String, String>
+    assert list(table) == sorted(table)  # fastjson writes map keys sorted
+    assert table["msgPutTotalTodayNow"] == "3" and int(table["msgPutTotalTodayMorning"]) == 0
+    assert int(table["msgGetTotalTodayNow"]) >= 0 and table["brokerActive"] == "true"
+    # what ClusterListSubCommand does with them
+    assert float(table["putTps"].split(" ")[0]) > 0 and len(table["putTps"].split(" ")) == 3
+    float(table["getTransferredTps"].split(" ")[0])
+    assert 0.0 <= float(table["commitLogDiskRatio"]) <= 1.0
+    assert int(table["earliestMessageTimeStamp"]) > 0
+    assert int(table["commitLogMaxOffset"]) == b.store.max_phy_offset > 0
+    assert table["commitLogDirCapacity"].startswith("Total : ") and "iB, Free : " in table["commitLogDirCapacity"]
+    assert table["brokerVersionDesc"].startswith("V5_")
+    assert table["runtime"].startswith("[ 0 days, 0 hours, ")
+
+
+def test_producer_connection_list(start_broker, connect):
+    b = start_broker()
+    c = connect(b.address)
+    hb = {"clientID": "127.0.0.1@p1", "producerDataSet": [{"groupName": "PG"}], "consumerDataSet": []}
+    assert c.json_call(C.HEART_BEAT, None, hb)[0].code == RC.SUCCESS
+    r = c.call(GET_PRODUCER_CONNECTION_LIST, {"producerGroup": "PG"})
+    assert r.code == RC.SUCCESS
+    (conn,) = json.loads(r.body)["connectionSet"]
+    assert list(conn) == ["clientAddr", "clientId", "language", "version"]  # Connection's fields, sorted
+    assert conn["clientId"] == "127.0.0.1@p1" and conn["language"] == "JAVA" and conn["clientAddr"].startswith("127.")
+    r = c.call(GET_PRODUCER_CONNECTION_LIST, {"producerGroup": "Other"})
+    assert (r.code, r.remark) == (RC.SYSTEM_ERROR, "the producer group[Other] not exist")
+
+
+def test_delete_subscription_group_and_its_offsets(start_broker, connect):
+    b = start_broker()
+    c = connect(b.address)
+    assert _create_topic(c, "T").code == RC.SUCCESS
+    for g in ("Keep", "Drop"):
+        assert c.json_call(C.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, None, {"groupName": g})[0].code == RC.SUCCESS
+        c.call(C.UPDATE_CONSUMER_OFFSET, {"consumerGroup": g, "topic": "T", "queueId": 1, "commitOffset": 0})
+    r = c.call(DELETE_SUBSCRIPTIONGROUP, {"groupName": "Drop", "cleanOffset": "false"})
+    assert r.code == RC.SUCCESS
+    groups = json.loads(c.call(C.GET_ALL_SUBSCRIPTIONGROUP_CONFIG).body)["subscriptionGroupTable"]
+    assert "Keep" in groups and "Drop" not in groups
+    assert b.store.consumer_offsets.groups_of_topic("T") == {"Keep", "Drop"}  # offsets kept without cleanOffset
+    assert c.call(DELETE_SUBSCRIPTIONGROUP, {"groupName": "Drop", "cleanOffset": "true"}).code == RC.SUCCESS
+    assert b.store.consumer_offsets.groups_of_topic("T") == {"Keep"}
+    assert c.call(DELETE_SUBSCRIPTIONGROUP, {"cleanOffset": "true"}).code == RC.SYSTEM_ERROR  # groupName is @CFNotNull
+
+
+def test_delete_topic_in_broker(start_broker, connect, send_v2):
+    b = start_broker()
+    c = connect(b.address)
+    assert _create_topic(c, "Gone").code == RC.SUCCESS and _create_topic(c, "Stays").code == RC.SUCCESS
+    assert send_v2(c, "Gone", b"x", queue_id=0).code == RC.SUCCESS
+    assert c.call(DELETE_TOPIC_IN_BROKER, {"topic": "Gone"}).code == RC.SUCCESS
+    topics = json.loads(c.call(C.GET_ALL_TOPIC_CONFIG).body)["topicConfigTable"]
+    assert "Gone" not in topics and "Stays" in topics
+    assert c.call(C.GET_TOPIC_STATS_INFO, {"topic": "Gone"}).code == RC.TOPIC_NOT_EXIST
+    r = c.call(DELETE_TOPIC_IN_BROKER, {"topic": " "})
+    assert (r.code, r.remark) == (RC.INVALID_PARAMETER, "The specified topic is blank.")
+    r = c.call(DELETE_TOPIC_IN_BROKER, {"topic": "TBW102"})
+    assert (r.code, r.remark) == (RC.INVALID_PARAMETER, "The topic[TBW102] is conflict with system topic.")
+    assert "TBW102" in json.loads(c.call(C.GET_ALL_TOPIC_CONFIG).body)["topicConfigTable"]
