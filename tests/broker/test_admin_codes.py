@@ -110,3 +110,18 @@ def test_delete_topic_in_broker(start_broker, connect, send_v2):
     r = c.call(DELETE_TOPIC_IN_BROKER, {"topic": "TBW102"})
     assert (r.code, r.remark) == (RC.INVALID_PARAMETER, "The topic[TBW102] is conflict with system topic.")
     assert "TBW102" in json.loads(c.call(C.GET_ALL_TOPIC_CONFIG).body)["topicConfigTable"]
+
+
+def test_delete_topic_as_mqadmin_does_on_the_one_process_broker(start_broker, connect):
+    """``deleteTopic``: DELETE_TOPIC_IN_BROKER to the master, then DELETE_TOPIC_IN_NAMESRV (216) to the
+    name server, which ``rmqstore serve`` embeds; the topic then leaves GET_ALL_TOPIC_LIST_FROM_NAMESERVER
+    (206) and its route."""
+    b = start_broker()
+    c = connect(b.address)
+    assert _create_topic(c, "Gone").code == RC.SUCCESS
+    assert "Gone" in json.loads(c.call(206).body)["topicList"]
+    assert c.call(C.GET_ROUTEINFO_BY_TOPIC, {"topic": "Gone"}).code == RC.SUCCESS
+    assert c.call(DELETE_TOPIC_IN_BROKER, {"topic": "Gone"}).code == RC.SUCCESS
+    assert c.call(216, {"topic": "Gone", "clusterName": "DefaultCluster"}).code == RC.SUCCESS
+    assert "Gone" not in json.loads(c.call(206).body)["topicList"]
+    assert c.call(C.GET_ROUTEINFO_BY_TOPIC, {"topic": "Gone"}).code == RC.TOPIC_NOT_EXIST
