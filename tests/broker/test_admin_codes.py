@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 
+import javaproperties
+
 from rmqstore.broker import remoting as R
 
 C, RC = R.RequestCode, R.ResponseCode
@@ -125,3 +127,37 @@ def test_delete_topic_as_mqadmin_does_on_the_one_process_broker(start_broker, co
     assert c.call(216, {"topic": "Gone", "clusterName": "DefaultCluster"}).code == RC.SUCCESS
     assert "Gone" not in json.loads(c.call(206).body)["topicList"]
     assert c.call(C.GET_ROUTEINFO_BY_TOPIC, {"topic": "Gone"}).code == RC.TOPIC_NOT_EXIST
+
+
+def _properties(text: str) -> dict[str, str]:
+    """``MixAll.string2Properties``, as ``mqadmin getBrokerConfig`` reads the body."""
+    return javaproperties.loads(text)
+
+
+def test_get_and_update_broker_config(start_broker, connect):
+    b = start_broker()
+    c = connect(b.address)
+    r = c.call(26)
+    assert r.code == RC.SUCCESS
+    text = r.body.decode()
+    lines = text.splitlines()
+    assert text.endswith("\n") and lines == sorted(lines) and all("=" in ln for ln in lines)  # properties2String(sorted)
+    props = _properties(text)
+    assert props["brokerName"] == "broker-a" and props["longPollingEnable"] == "true"
+    assert props["brokerIP1"] == "" and props["transactionTimeOut"] == "6000"
+    assert int(props["mappedFileSizeCommitLog"]) == b.store.cfg.mapped_file_size_commit_log
+    version = json.loads(r.ext["version"])
+    assert list(version) == ["counter", "stateVersion", "timestamp"] and version["counter"] == 0
+    # UPDATE_BROKER_CONFIG: mqadmin's body is properties2String of the one key=value
+    r = c.call(25, None, b"longPollingEnable=false\nshortPollingTimeMills=200\nnoSuchKey=1\n")
+    assert r.code == RC.SUCCESS, r.remark
+    assert b.cfg.long_polling_enable is False and b.cfg.short_polling_time_mills == 200
+    props = _properties(c.call(26).body.decode())
+    assert props["longPollingEnable"] == "false" and "noSuchKey" not in props
+    assert json.loads(c.call(26).ext["version"])["counter"] == 1
+    r = c.call(25, None, b"rocketmqHome=/tmp\n")
+    assert (r.code, r.remark) == (RC.NO_PERMISSION, "Can not update config in black list.")
+    r = c.call(25, None, b"brokerName=other\n")  # read once at start: refused, not silently ignored
+    assert r.code == RC.NO_PERMISSION and "brokerName" in r.remark and b.cfg.broker_name == "broker-a"
+    r = c.call(25, None, b"transactionCheckMax=lots\n")
+    assert r.code == RC.SYSTEM_ERROR and "transactionCheckMax" in r.remark and b.cfg.transaction_check_max == 15

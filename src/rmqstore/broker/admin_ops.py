@@ -1,12 +1,19 @@
 """Operator requests ``mqadmin`` sends beyond the client protocol: the broker's runtime info (28,
-``brokerStatus`` / ``clusterList``), a producer group's connections (204), and deleting a
-subscription group (207) or a topic (215). Bodies are fastjson as ``AdminBrokerProcessor`` writes
-them (``KVTable``, ``ProducerConnection``)."""
+``brokerStatus`` / ``clusterList``), a producer group's connections (204), deleting a subscription
+group (207) or a topic (215), and reading (26) or changing (25) the broker's configuration. Bodies
+are fastjson as ``AdminBrokerProcessor`` writes them (``KVTable``, ``ProducerConnection``), or
+properties text for the configuration."""
 from __future__ import annotations
 
+import dataclasses
 import shutil
 import time
 
+import javaproperties
+
+from ..config import camel_name, coerce_value
+from ..errors import RmqStoreError
+from .config import java_key
 from .remoting import Header, RemotingCommand, ResponseCode
 from .routes import encode_fastjson
 from .traffic import is_system_topic
@@ -15,6 +22,16 @@ GET_BROKER_RUNTIME_INFO = 28
 GET_PRODUCER_CONNECTION_LIST = 204
 DELETE_SUBSCRIPTIONGROUP = 207
 DELETE_TOPIC_IN_BROKER = 215
+UPDATE_BROKER_CONFIG = 25
+GET_BROKER_CONFIG = 26
+
+#: ``BrokerConfig`` keys an UPDATE_BROKER_CONFIG takes effect with at once (the broker reads them at
+#: each use); others are refused, naming the key, instead of being accepted without effect
+RUNTIME_KEYS = frozenset({"longPollingEnable", "shortPollingTimeMills", "rejectTransactionMessage",
+                          "transactionTimeOut", "transactionCheckMax", "transactionCheckInterval",
+                          "channelExpiredTimeout", "traceOn", "autoCreateSubscriptionGroup"})
+#: ``validateBlackListConfigExist``'s default ``configBlackList`` and the keys always in it
+BLACK_LIST = frozenset({"brokerConfigPath", "rocketmqHome", "configBlackList"})
 
 #: ``MQVersion.getVersionDesc(CURRENT_VERSION)`` of the RocketMQ release whose protocol we speak
 BROKER_VERSION_DESC = "V5_3_0"
@@ -40,10 +57,12 @@ class AdminOps:
     def __init__(self, broker):
         self.broker = broker
         self.boot_ms = int(time.time() * 1000)
+        self.config_version = 0
 
     def handlers(self) -> dict:
         return {GET_BROKER_RUNTIME_INFO: self.runtime_info, GET_PRODUCER_CONNECTION_LIST: self.producer_connections,
-                DELETE_SUBSCRIPTIONGROUP: self.delete_group, DELETE_TOPIC_IN_BROKER: self.delete_topic}
+                DELETE_SUBSCRIPTIONGROUP: self.delete_group, DELETE_TOPIC_IN_BROKER: self.delete_topic,
+                GET_BROKER_CONFIG: self.get_config, UPDATE_BROKER_CONFIG: self.update_config}
 
     def runtime_table(self) -> dict[str, str]:
         """The keys ``mqadmin brokerStatus`` prints and ``clusterList`` parses, under RocketMQ's names.
@@ -119,6 +138,59 @@ class AdminOps:
             existed = b.topics.table.pop(topic, None) is not None
         if existed:
             b.topics.persist()
+        return cmd.response(ResponseCode.SUCCESS)
+
+    # --- configuration ------------------------------------------------------------------------------
+    def config_properties(self) -> dict[str, str]:
+        """The broker's and the store's settings under their broker.conf keys, values as Java's
+        ``toString`` writes them."""
+        out = {}
+        for cfg, name in ((self.broker.store.cfg, camel_name), (self.broker.cfg, java_key)):
+            for f in dataclasses.fields(cfg):
+                v = getattr(cfg, f.name)
+                if isinstance(v, bool):
+                    out[name(f.name)] = "true" if v else "false"
+                elif isinstance(v, (int, float, str)):
+                    out[name(f.name)] = str(v)
+                elif isinstance(v, tuple):
+                    out[name(f.name)] = ",".join(map(str, v))
+        return out
+
+    def get_config(self, conn, cmd: RemotingCommand) -> RemotingCommand:
+        """``Configuration.getAllConfigsFormatString``: sorted ``key=value`` lines; the response header's
+        ``version`` is the configuration's ``DataVersion``."""
+        text = "".join(f"{k}={v}\n" for k, v in sorted(self.config_properties().items()))
+        version = encode_fastjson({"counter": self.config_version, "stateVersion": 0, "timestamp": self.boot_ms})
+        return cmd.response(ResponseCode.SUCCESS, None, {"version": version.decode()}, text.encode())
+
+    def update_config(self, conn, cmd: RemotingCommand) -> RemotingCommand:
+        """The body is properties text; keys this broker does not have are ignored (upstream's
+        ``mergeIfExist``), keys in the black list refused as upstream refuses them."""
+        b = self.broker
+        try:
+            props = javaproperties.loads(cmd.body.decode("utf-8")) if cmd.body else {}
+        except (ValueError, UnicodeDecodeError) as e:
+            return cmd.response(ResponseCode.SYSTEM_ERROR, f"string2Properties error: {e}")
+        if BLACK_LIST & set(props):
+            return cmd.response(ResponseCode.NO_PERMISSION, "Can not update config in black list.")
+        by_key = {java_key(f.name): f for f in dataclasses.fields(b.cfg)}
+        fixed = sorted(k for k in props if k in by_key and k not in RUNTIME_KEYS)
+        if fixed:
+            return cmd.response(ResponseCode.NO_PERMISSION,
+                                f"cannot change {', '.join(fixed)} while the broker runs: set it in broker.conf and "
+                                f"restart (run-time keys: {', '.join(sorted(RUNTIME_KEYS))})")
+        changes = {}
+        try:
+            for k, v in props.items():
+                if k in by_key:
+                    changes[by_key[k].name] = coerce_value(by_key[k], v)
+            if changes:
+                b.cfg = b.cfg.replace(**changes)
+        except RmqStoreError as e:
+            return cmd.response(ResponseCode.SYSTEM_ERROR, str(e))
+        if "auto_create_subscription_group" in changes:
+            b.groups.auto_create = b.cfg.auto_create_subscription_group
+        self.config_version += 1
         return cmd.response(ResponseCode.SUCCESS)
 
 
