@@ -161,3 +161,51 @@ def test_get_and_update_broker_config(start_broker, connect):
     assert r.code == RC.NO_PERMISSION and "brokerName" in r.remark and b.cfg.broker_name == "broker-a"
     r = c.call(25, None, b"transactionCheckMax=lots\n")
     assert r.code == RC.SYSTEM_ERROR and "transactionCheckMax" in r.remark and b.cfg.transaction_check_max == 15
+
+
+def _consumer_heartbeat(client_id: str, group: str, topic: str) -> dict:
+    return {"clientID": client_id, "producerDataSet": [], "consumerDataSet": [{
+        "groupName": group, "consumeType": "CONSUME_PASSIVELY", "messageModel": "CLUSTERING",
+        "consumeFromWhere": "CONSUME_FROM_LAST_OFFSET", "unitMode": False,
+        "subscriptionDataSet": [{"topic": topic, "subString": "*", "tagsSet": [], "codeSet": [], "subVersion": 1,
+                                 "classFilterMode": False, "expressionType": "TAG"}]}]}
+
+
+def _next_request(c, code: int):
+    for _ in range(20):  # a few stray frames at most (notices of member changes)
+        cmd = c.read()
+        if cmd.code == code:
+            return cmd
+    raise AssertionError(f"no request {code} from the broker")
+
+
+def test_reset_offset_by_time_commits_and_tells_live_consumers(start_broker, connect, send_v2):
+    """``mqadmin resetOffsetByTime``: INVOKE_BROKER_TO_RESET_OFFSET (222) with ResetOffsetRequestHeader."""
+    b = start_broker()
+    c, consumer = connect(b.address), connect(b.address)
+    assert _create_topic(c, "T").code == RC.SUCCESS
+    for i in range(4):
+        assert send_v2(c, "T", b"m%d" % i, queue_id=i % 2).code == RC.SUCCESS
+    b.store.wait_dispatched(10)
+    assert consumer.json_call(C.HEART_BEAT, None, _consumer_heartbeat("c1@1", "G", "T"))[0].code == RC.SUCCESS
+    for q in (0, 1):
+        c.call(C.UPDATE_CONSUMER_OFFSET, {"consumerGroup": "G", "topic": "T", "queueId": q, "commitOffset": 2})
+    r = c.call(222, {"topic": "T", "group": "G", "timestamp": 0, "isForce": "true", "queueId": -1})
+    assert r.code == RC.SUCCESS, r.remark
+    assert r.body == (b'{"offsetTable":{{"brokerName":"broker-a","queueId":0,"topic":"T"}:0,'
+                      b'{"brokerName":"broker-a","queueId":1,"topic":"T"}:0}}')
+    assert b.store.consumer_offsets.query_offsets("G", "T") == {0: 0, 1: 0}
+    told = _next_request(consumer, 220)  # RESET_CONSUMER_CLIENT_OFFSET, one way
+    assert told.ext == {"topic": "T", "group": "G", "timestamp": "0", "isForce": "true"} and told.body == r.body
+    # one queue to an explicit offset, range-checked as upstream
+    r = c.call(222, {"topic": "T", "group": "G", "timestamp": 0, "isForce": "true", "queueId": 1, "offset": 1})
+    assert r.code == RC.SUCCESS and b.store.consumer_offsets.query_offsets("G", "T") == {0: 0, 1: 1}
+    r = c.call(222, {"topic": "T", "group": "G", "timestamp": 0, "isForce": "true", "queueId": 1, "offset": 9})
+    assert (r.code, r.remark) == (RC.SYSTEM_ERROR, "Target offset 9 not in consume queue range [0-2]")
+    # to the end (timestamp -1)
+    assert c.call(222, {"topic": "T", "group": "G", "timestamp": -1, "isForce": "true"}).code == RC.SUCCESS
+    assert b.store.consumer_offsets.query_offsets("G", "T") == {0: 2, 1: 2}
+    r = c.call(222, {"topic": "Nope", "group": "G", "timestamp": 0, "isForce": "true"})
+    assert (r.code, r.remark) == (RC.TOPIC_NOT_EXIST, "Topic Nope does not exist")
+    r = c.call(222, {"topic": "T", "group": "NoGroup", "timestamp": 0, "isForce": "true"})
+    assert (r.code, r.remark) == (RC.SUBSCRIPTION_GROUP_NOT_EXIST, "Group NoGroup does not exist")

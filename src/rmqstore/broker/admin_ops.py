@@ -6,6 +6,7 @@ properties text for the configuration."""
 from __future__ import annotations
 
 import dataclasses
+import json
 import shutil
 import time
 
@@ -24,6 +25,9 @@ DELETE_SUBSCRIPTIONGROUP = 207
 DELETE_TOPIC_IN_BROKER = 215
 UPDATE_BROKER_CONFIG = 25
 GET_BROKER_CONFIG = 26
+INVOKE_BROKER_TO_RESET_OFFSET = 222
+#: ``RequestCode.RESET_CONSUMER_CLIENT_OFFSET``: the broker tells a consumer its new offsets
+RESET_CONSUMER_CLIENT_OFFSET = 220
 
 #: ``BrokerConfig`` keys an UPDATE_BROKER_CONFIG takes effect with at once (the broker reads them at
 #: each use); others are refused, naming the key, instead of being accepted without effect
@@ -62,7 +66,8 @@ class AdminOps:
     def handlers(self) -> dict:
         return {GET_BROKER_RUNTIME_INFO: self.runtime_info, GET_PRODUCER_CONNECTION_LIST: self.producer_connections,
                 DELETE_SUBSCRIPTIONGROUP: self.delete_group, DELETE_TOPIC_IN_BROKER: self.delete_topic,
-                GET_BROKER_CONFIG: self.get_config, UPDATE_BROKER_CONFIG: self.update_config}
+                GET_BROKER_CONFIG: self.get_config, UPDATE_BROKER_CONFIG: self.update_config,
+                INVOKE_BROKER_TO_RESET_OFFSET: self.reset_offset}
 
     def runtime_table(self) -> dict[str, str]:
         """The keys ``mqadmin brokerStatus`` prints and ``clusterList`` parses, under RocketMQ's names.
@@ -192,6 +197,70 @@ class AdminOps:
             b.groups.auto_create = b.cfg.auto_create_subscription_group
         self.config_version += 1
         return cmd.response(ResponseCode.SUCCESS)
+
+    # --- offsets ------------------------------------------------------------------------------------
+    def reset_offset(self, conn, cmd: RemotingCommand) -> RemotingCommand:
+        """INVOKE_BROKER_TO_RESET_OFFSET as RocketMQ 5 answers it (``useServerSideResetOffset``): every
+        read queue (or ``queueId`` alone, to ``offset`` if given) to the first message stored at or
+        after ``timestamp`` (< 0: the queue's end), committed here; the group's live consumers are
+        told (RESET_CONSUMER_CLIENT_OFFSET) so they drop what they hold. Answers ``ResetOffsetBody``."""
+        b = self.broker
+        h = Header(cmd)
+        topic, group, ts = h.str("topic"), h.str("group"), h.long("timestamp")
+        qid, offset = h.int("queueId", -1), h.long("offset", None)
+        if b.cluster.is_slave:
+            return cmd.response(ResponseCode.SYSTEM_ERROR, "Can not reset offset in slave broker")
+        tc = b.topics.get(topic)
+        if tc is None:
+            return cmd.response(ResponseCode.TOPIC_NOT_EXIST, f"Topic {topic} does not exist")
+        if group not in b.groups.table:
+            return cmd.response(ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST, f"Group {group} does not exist")
+        store = b.store
+
+        def by_time(q: int) -> int:
+            if ts < 0:
+                return store.get_max_offset_in_queue(topic, q)
+            return store.get_offset_in_queue_by_time(topic, q, ts)
+
+        if qid >= 0 and offset is not None and offset != -1:
+            lo, hi = store.get_min_offset_in_queue(topic, qid), store.get_max_offset_in_queue(topic, qid)
+            if (lo >= 0 and offset < lo) or offset > hi + 1:
+                return cmd.response(ResponseCode.SYSTEM_ERROR,
+                                    f"Target offset {offset} not in consume queue range [{lo}-{hi}]")
+            offsets = {qid: offset}
+        else:
+            offsets = {q: by_time(q) for q in ([qid] if qid >= 0 else range(int(tc["readQueueNums"])))}
+        for q, o in offsets.items():
+            b.commit_offset(group, topic, q, o)
+        tell_consumers_to_reset(b, group, topic, ts, offsets)
+        return cmd.response(ResponseCode.SUCCESS, None, None, reset_offset_body(b.cfg.broker_name, topic, offsets))
+
+
+def reset_offset_body(broker_name: str, topic: str, offsets: dict[int, int], *, cpp: bool = False) -> bytes:
+    """``ResetOffsetBody`` as the Java broker writes it (fastjson: ``MessageQueue`` objects as map keys),
+    or with ``cpp`` as RocketMQ's C++ client 1.x reads it (``ResetOffsetBodyForC``: a list of queues
+    with their offsets; it cannot parse object keys)."""
+    if cpp:
+        rows = [{"brokerName": broker_name, "queueId": q, "topic": topic, "offset": o}
+                for q, o in sorted(offsets.items())]
+        return json.dumps({"offsetTable": rows}, separators=(",", ":")).encode()
+
+    def key(q: int) -> str:
+        return json.dumps({"brokerName": broker_name, "queueId": q, "topic": topic}, separators=(",", ":"))
+    return ('{"offsetTable":{' + ",".join(f"{key(q)}:{o}" for q, o in sorted(offsets.items())) + "}}").encode()
+
+
+def tell_consumers_to_reset(b, group: str, topic: str, timestamp: int, offsets: dict[int, int]) -> int:
+    """RESET_CONSUMER_CLIENT_OFFSET to each live consumer of the group, one way, in the body its
+    language reads; the number told."""
+    live = b.clients.consumers.get(group)
+    ext = {"topic": topic, "group": group, "timestamp": str(timestamp), "isForce": "true"}
+    told = 0
+    for conn in list(live.channels) if live else []:
+        body = reset_offset_body(b.cfg.broker_name, topic, offsets, cpp=conn.language == "CPP")
+        conn.send_request_oneway(RESET_CONSUMER_CLIENT_OFFSET, ext, body)
+        told += 1
+    return told
 
 
 def _runtime(seconds: float) -> str:
