@@ -11,7 +11,7 @@ from rmqstore.broker import remoting as R
 
 C, RC = R.RequestCode, R.ResponseCode
 GET_BROKER_RUNTIME_INFO, GET_PRODUCER_CONNECTION_LIST = 28, 204
-DELETE_SUBSCRIPTIONGROUP, DELETE_TOPIC_IN_BROKER = 207, 215
+DELETE_SUBSCRIPTIONGROUP, DELETE_TOPIC_IN_BROKER, GET_BROKER_CONSUME_STATS = 207, 215, 317
 
 #: what ``ClusterListSubCommand`` reads from GET_BROKER_RUNTIME_INFO (missing ones print as null or fail to parse)
 CLUSTER_LIST_KEYS = {"msgPutTotalYesterdayMorning", "msgPutTotalTodayMorning", "msgPutTotalTodayNow",
@@ -209,3 +209,29 @@ def test_reset_offset_by_time_commits_and_tells_live_consumers(start_broker, con
     assert (r.code, r.remark) == (RC.TOPIC_NOT_EXIST, "Topic Nope does not exist")
     r = c.call(222, {"topic": "T", "group": "NoGroup", "timestamp": 0, "isForce": "true"})
     assert (r.code, r.remark) == (RC.SUBSCRIPTION_GROUP_NOT_EXIST, "Group NoGroup does not exist")
+
+
+def test_broker_consume_stats(start_broker, connect, send_v2):
+    """GET_BROKER_CONSUME_STATS (317): ``ConsumeStatsList`` with fastjson's sorted fields and
+    ``MessageQueue`` keys; a group's lag per queue and the broker's totals."""
+    b = start_broker()
+    c = connect(b.address)
+    assert _create_topic(c, "T").code == RC.SUCCESS
+    for i in range(3):
+        assert send_v2(c, "T", b"m%d" % i, queue_id=0).code == RC.SUCCESS
+    b.store.wait_dispatched(10)
+    assert c.json_call(C.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, None, {"groupName": "G"})[0].code == RC.SUCCESS
+    c.call(C.UPDATE_CONSUMER_OFFSET, {"consumerGroup": "G", "topic": "T", "queueId": 0, "commitOffset": 1})
+    last = b.store.get_message_store_timestamp("T", 0, 0)
+    r = c.call(GET_BROKER_CONSUME_STATS, {"isOrder": "false"})
+    assert r.code == RC.SUCCESS
+    body = r.body.decode()
+    g = ('{"G":[{"consumeTps":0.0,"offsetTable":{'
+         '{"brokerName":"broker-a","queueId":0,"topic":"T"}:{"brokerOffset":3,"consumerOffset":1,'
+         f'"lastTimestamp":{last},"pullOffset":0}},'
+         '{"brokerName":"broker-a","queueId":1,"topic":"T"}:{"brokerOffset":0,"consumerOffset":0,'
+         '"lastTimestamp":0,"pullOffset":0}}}]}')
+    assert body.startswith('{"brokerAddr":"%s","consumeStatsList":[' % b.address)
+    assert g in body and body.endswith('],"totalDiff":2,"totalInflightDiff":-1}')
+    # only ordered topics: T is not one, so G's list is empty
+    assert '{"G":[]}' in c.call(GET_BROKER_CONSUME_STATS, {"isOrder": "true"}).body.decode()

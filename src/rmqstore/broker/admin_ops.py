@@ -26,6 +26,7 @@ DELETE_TOPIC_IN_BROKER = 215
 UPDATE_BROKER_CONFIG = 25
 GET_BROKER_CONFIG = 26
 INVOKE_BROKER_TO_RESET_OFFSET = 222
+GET_BROKER_CONSUME_STATS = 317
 #: ``RequestCode.RESET_CONSUMER_CLIENT_OFFSET``: the broker tells a consumer its new offsets
 RESET_CONSUMER_CLIENT_OFFSET = 220
 
@@ -67,7 +68,7 @@ class AdminOps:
         return {GET_BROKER_RUNTIME_INFO: self.runtime_info, GET_PRODUCER_CONNECTION_LIST: self.producer_connections,
                 DELETE_SUBSCRIPTIONGROUP: self.delete_group, DELETE_TOPIC_IN_BROKER: self.delete_topic,
                 GET_BROKER_CONFIG: self.get_config, UPDATE_BROKER_CONFIG: self.update_config,
-                INVOKE_BROKER_TO_RESET_OFFSET: self.reset_offset}
+                INVOKE_BROKER_TO_RESET_OFFSET: self.reset_offset, GET_BROKER_CONSUME_STATS: self.broker_consume_stats}
 
     def runtime_table(self) -> dict[str, str]:
         """The keys ``mqadmin brokerStatus`` prints and ``clusterList`` parses, under RocketMQ's names.
@@ -234,6 +235,48 @@ class AdminOps:
             b.commit_offset(group, topic, q, o)
         tell_consumers_to_reset(b, group, topic, ts, offsets)
         return cmd.response(ResponseCode.SUCCESS, None, None, reset_offset_body(b.cfg.broker_name, topic, offsets))
+
+    def broker_consume_stats(self, conn, cmd: RemotingCommand) -> RemotingCommand:
+        """GET_BROKER_CONSUME_STATS (``mqadmin brokerConsumeStats``): ``ConsumeStatsList``, one
+        ``{group: [ConsumeStats per topic]}`` per subscription group, as ``fetchAllConsumeStatsInBroker``
+        builds it (``pullOffset`` left 0, so ``totalInflightDiff`` is minus the committed offsets, as
+        upstream's arithmetic gives)."""
+        b = self.broker
+        only_order = Header(cmd).bool("isOrder")
+        groups, total_diff, inflight = [], 0, 0
+        for group in sorted(b.groups.table):
+            live = b.clients.consumers.get(group)
+            subs = live.subscriptions if live is not None else {}
+            stats = []
+            for topic in sorted(b.store.consumer_offsets.topics_of_group(group)):
+                tc = b.topics.get(topic)
+                if tc is None or (only_order and not tc.get("order")) or (subs and topic not in subs):
+                    continue
+                body, diff, committed = self._topic_consume_stats(group, topic, int(tc["writeQueueNums"]))
+                stats.append(body)
+                total_diff += diff
+                inflight -= committed
+            groups.append("{" + json.dumps(group, ensure_ascii=False) + ":[" + ",".join(stats) + "]}")
+        body = (f'{{"brokerAddr":{json.dumps(b.advertised)},"consumeStatsList":[{",".join(groups)}],'
+                f'"totalDiff":{total_diff},"totalInflightDiff":{inflight}}}')
+        return cmd.response(ResponseCode.SUCCESS, None, None, body.encode())
+
+    def _topic_consume_stats(self, group: str, topic: str, queues: int) -> tuple[str, int, int]:
+        """One ``ConsumeStats`` as fastjson writes it, its lag and the sum of its committed offsets."""
+        b = self.broker
+        store = b.store
+        committed = store.consumer_offsets.query_offsets(group, topic)
+        entries, diff, total = [], 0, 0
+        for q in range(queues):
+            mx = max(0, store.get_max_offset_in_queue(topic, q))
+            c = max(0, committed.get(q, 0))
+            last = store.get_message_store_timestamp(topic, q, c - 1) if c > 0 else 0
+            key = json.dumps({"brokerName": b.cfg.broker_name, "queueId": q, "topic": topic}, separators=(",", ":"))
+            entries.append(f'{key}:{{"brokerOffset":{mx},"consumerOffset":{c},"lastTimestamp":{max(0, last)},'
+                           f'"pullOffset":0}}')
+            diff += mx - c
+            total += c
+        return '{"consumeTps":0.0,"offsetTable":{' + ",".join(entries) + "}}", diff, total
 
 
 def reset_offset_body(broker_name: str, topic: str, offsets: dict[int, int], *, cpp: bool = False) -> bytes:
