@@ -141,7 +141,7 @@ def test_get_and_update_broker_config(start_broker, connect):
     assert r.code == RC.SUCCESS
     text = r.body.decode()
     lines = text.splitlines()
-    assert text.endswith("\n") and lines == sorted(lines) and all("=" in ln for ln in lines)  # properties2String(sorted)
+    assert text.endswith("\n") and lines == sorted(lines) and all("=" in ln for ln in lines)  # sorted key=value lines
     props = _properties(text)
     assert props["brokerName"] == "broker-a" and props["longPollingEnable"] == "true"
     assert props["brokerIP1"] == "" and props["transactionTimeOut"] == "6000"
@@ -235,3 +235,16 @@ def test_broker_consume_stats(start_broker, connect, send_v2):
     assert g in body and body.endswith('],"totalDiff":2,"totalInflightDiff":-1}')
     # only ordered topics: T is not one, so G's list is empty
     assert '{"G":[]}' in c.call(GET_BROKER_CONSUME_STATS, {"isOrder": "true"}).body.decode()
+
+
+def test_get_topic_config(start_broker, connect):
+    """GET_TOPIC_CONFIG (351): the ``TopicConfig`` as fastjson writes it (properties sorted)."""
+    b = start_broker()
+    c = connect(b.address)
+    assert _create_topic(c, "T", queues=3).code == RC.SUCCESS
+    r = c.call(351, {"topic": "T", "lo": "true"})
+    assert r.code == RC.SUCCESS
+    assert r.body == (b'{"attributes":{},"order":false,"perm":6,"readQueueNums":3,"topicFilterType":"SINGLE_TAG",'
+                      b'"topicName":"T","topicSysFlag":0,"writeQueueNums":3}')
+    r = c.call(351, {"topic": "Nope"})
+    assert (r.code, r.remark) == (RC.TOPIC_NOT_EXIST, "No topic in this broker. topic: Nope")

@@ -27,6 +27,10 @@ UPDATE_BROKER_CONFIG = 25
 GET_BROKER_CONFIG = 26
 INVOKE_BROKER_TO_RESET_OFFSET = 222
 GET_BROKER_CONSUME_STATS = 317
+GET_TOPIC_CONFIG = 351
+#: ``TopicConfig``'s serialized properties (what GET_TOPIC_CONFIG writes)
+TOPIC_CONFIG_FIELDS = ("attributes", "order", "perm", "readQueueNums", "topicFilterType", "topicName", "topicSysFlag",
+                       "writeQueueNums")
 #: ``RequestCode.RESET_CONSUMER_CLIENT_OFFSET``: the broker tells a consumer its new offsets
 RESET_CONSUMER_CLIENT_OFFSET = 220
 
@@ -68,7 +72,8 @@ class AdminOps:
         return {GET_BROKER_RUNTIME_INFO: self.runtime_info, GET_PRODUCER_CONNECTION_LIST: self.producer_connections,
                 DELETE_SUBSCRIPTIONGROUP: self.delete_group, DELETE_TOPIC_IN_BROKER: self.delete_topic,
                 GET_BROKER_CONFIG: self.get_config, UPDATE_BROKER_CONFIG: self.update_config,
-                INVOKE_BROKER_TO_RESET_OFFSET: self.reset_offset, GET_BROKER_CONSUME_STATS: self.broker_consume_stats}
+                INVOKE_BROKER_TO_RESET_OFFSET: self.reset_offset, GET_BROKER_CONSUME_STATS: self.broker_consume_stats,
+                GET_TOPIC_CONFIG: self.topic_config}
 
     def runtime_table(self) -> dict[str, str]:
         """The keys ``mqadmin brokerStatus`` prints and ``clusterList`` parses, under RocketMQ's names.
@@ -145,6 +150,16 @@ class AdminOps:
         if existed:
             b.topics.persist()
         return cmd.response(ResponseCode.SUCCESS)
+
+    def topic_config(self, conn, cmd: RemotingCommand) -> RemotingCommand:
+        """GET_TOPIC_CONFIG: ``TopicConfigAndQueueMapping`` (no static-topic mapping here, so only the
+        ``TopicConfig``)."""
+        topic = Header(cmd).str("topic")
+        tc = self.broker.topics.get(topic)
+        if tc is None:
+            return cmd.response(ResponseCode.TOPIC_NOT_EXIST, f"No topic in this broker. topic: {topic}")
+        doc = {k: tc[k] for k in TOPIC_CONFIG_FIELDS if k in tc}
+        return cmd.response(ResponseCode.SUCCESS, None, None, encode_fastjson(doc))
 
     # --- configuration ------------------------------------------------------------------------------
     def config_properties(self) -> dict[str, str]:
