@@ -8,6 +8,8 @@ import json
 import javaproperties
 
 from rmqstore.broker import remoting as R
+from rmqstore.broker.admin_ops import _runtime, human_bytes
+from rmqstore.broker.namesrv import NameServer
 
 C, RC = R.RequestCode, R.ResponseCode
 GET_BROKER_RUNTIME_INFO, GET_PRODUCER_CONNECTION_LIST = 28, 204
@@ -248,3 +250,29 @@ def test_get_topic_config(start_broker, connect):
                       b'"topicName":"T","topicSysFlag":0,"writeQueueNums":3}')
     r = c.call(351, {"topic": "Nope"})
     assert (r.code, r.remark) == (RC.TOPIC_NOT_EXIST, "No topic in this broker. topic: Nope")
+
+
+def test_namesrv_config_standalone_and_embedded(start_broker, connect):
+    """GET_NAMESRV_CONFIG (319) / UPDATE_NAMESRV_CONFIG (318), as ``mqadmin getNamesrvConfig`` and
+    ``updateNamesrvConfig`` send them, to ``rmqstore namesrv`` and to ``rmqstore serve``'s own name server."""
+    with NameServer("127.0.0.1:0", scan_interval_s=5.0) as ns:
+        c = connect(ns.address)
+        r = c.call(319)
+        assert r.code == RC.SUCCESS
+        assert r.body.decode() == ("bindAddress=127.0.0.1\nlistenPort=%s\nscanNotActiveBrokerInterval=5000\n"
+                                   % ns.address.rsplit(":", 1)[1])
+        r = c.call(318, None, b"kvConfigPath=/tmp/kv.json\n")
+        assert (r.code, r.remark) == (RC.NO_PERMISSION, "Can not update config in black list.")
+        r = c.call(318, None, b"listenPort=1\n")
+        assert r.code == RC.NO_PERMISSION and "listenPort" in r.remark
+        assert c.call(318, None, b"orderMessageEnable=true\n").code == RC.SUCCESS  # not ours: ignored
+    b = start_broker()
+    props = _properties(connect(b.address).call(319).body.decode())
+    assert props == {"bindAddress": "127.0.0.1", "listenPort": b.address.rsplit(":", 1)[1]}
+
+
+def test_human_bytes_and_runtime_as_upstream_formats_them():
+    """``MixAll.humanReadableByteCount(n, false)`` and ``StoreStatsService.getFormatRuntime``."""
+    assert [human_bytes(n) for n in (0, 1023, 1024, 1536, 10**9, 5 * 2**40)] == [
+        "0 B", "1023 B", "1.0 KiB", "1.5 KiB", "953.7 MiB", "5.0 TiB"]
+    assert _runtime(90061.5) == "[ 1 days, 1 hours, 1 minutes, 1 seconds ]"
