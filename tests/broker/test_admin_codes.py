@@ -276,3 +276,33 @@ def test_human_bytes_and_runtime_as_upstream_formats_them():
     assert [human_bytes(n) for n in (0, 1023, 1024, 1536, 10**9, 5 * 2**40)] == [
         "0 B", "1023 B", "1.0 KiB", "1.5 KiB", "953.7 MiB", "5.0 TiB"]
     assert _runtime(90061.5) == "[ 1 days, 1 hours, 1 minutes, 1 seconds ]"
+
+
+def test_consume_stats_as_upstream_collects_them(start_broker, connect, send_v2):
+    """GET_CONSUME_STATS (208): the group's topics, ``topic``, or ``topicList``; topics the group's
+    live consumers do not subscribe to left out; SUCCESS with an empty table for an unknown group."""
+    b = start_broker()
+    c, consumer = connect(b.address), connect(b.address)
+    for t in ("A", "B"):
+        assert _create_topic(c, t, queues=1).code == RC.SUCCESS
+        assert send_v2(c, t, b"x", queue_id=0).code == RC.SUCCESS
+    b.store.wait_dispatched(10)
+    for t in ("A", "B"):
+        c.call(C.UPDATE_CONSUMER_OFFSET, {"consumerGroup": "G", "topic": t, "queueId": 0, "commitOffset": 1})
+
+    def table(ext):
+        r = c.call(C.GET_CONSUME_STATS, ext)
+        assert r.code == RC.SUCCESS, r.remark
+        return r.body.decode()
+
+    both = table({"consumerGroup": "G"})
+    assert both.startswith('{"consumeTps":0.0,"offsetTable":{')
+    assert '"topic":"A"}:{"brokerOffset":1,"consumerOffset":1,"lastTimestamp":' in both and '"topic":"B"}' in both
+    assert '"pullOffset":1}' in both
+    assert '"topic":"B"}' not in table({"consumerGroup": "G", "topic": "A"})
+    assert table({"consumerGroup": "Nobody"}) == '{"consumeTps":0.0,"offsetTable":{}}'
+    # a live consumer of A only: B is left out, unless named in topicList
+    assert consumer.json_call(C.HEART_BEAT, None, _consumer_heartbeat("c1@1", "G", "A"))[0].code == RC.SUCCESS
+    only_a = table({"consumerGroup": "G"})
+    assert '"topic":"A"}' in only_a and '"topic":"B"}' not in only_a
+    assert '"topic":"B"}' in table({"consumerGroup": "G", "topicList": "A;B"})

@@ -27,6 +27,7 @@ UPDATE_BROKER_CONFIG = 25
 GET_BROKER_CONFIG = 26
 INVOKE_BROKER_TO_RESET_OFFSET = 222
 GET_BROKER_CONSUME_STATS = 317
+GET_CONSUME_STATS = 208
 GET_TOPIC_CONFIG = 351
 #: ``TopicConfig``'s serialized properties (what GET_TOPIC_CONFIG writes)
 TOPIC_CONFIG_FIELDS = ("attributes", "order", "perm", "readQueueNums", "topicFilterType", "topicName", "topicSysFlag",
@@ -73,7 +74,7 @@ class AdminOps:
                 DELETE_SUBSCRIPTIONGROUP: self.delete_group, DELETE_TOPIC_IN_BROKER: self.delete_topic,
                 GET_BROKER_CONFIG: self.get_config, UPDATE_BROKER_CONFIG: self.update_config,
                 INVOKE_BROKER_TO_RESET_OFFSET: self.reset_offset, GET_BROKER_CONSUME_STATS: self.broker_consume_stats,
-                GET_TOPIC_CONFIG: self.topic_config}
+                GET_TOPIC_CONFIG: self.topic_config, GET_CONSUME_STATS: self.consume_stats}
 
     def runtime_table(self) -> dict[str, str]:
         """The keys ``mqadmin brokerStatus`` prints and ``clusterList`` parses, under RocketMQ's names.
@@ -251,6 +252,33 @@ class AdminOps:
         tell_consumers_to_reset(b, group, topic, ts, offsets)
         return cmd.response(ResponseCode.SUCCESS, None, None, reset_offset_body(b.cfg.broker_name, topic, offsets))
 
+    def consume_stats(self, conn, cmd: RemotingCommand) -> RemotingCommand:
+        """GET_CONSUME_STATS (``consumerProgress``): one ``ConsumeStats`` over the group's topics (or
+        ``topic``, or the ``;``-separated ``topicList``), answered SUCCESS even when empty (mqadmin
+        itself then says the group has no consume stats)."""
+        b = self.broker
+        h = Header(cmd)
+        group, only = h.str("consumerGroup"), (h.str("topic", "") or "").strip()
+        listed = [t for t in (h.str("topicList", "") or "").split(";") if t.strip()]
+        if listed:
+            topics = set(listed)
+        else:
+            topics = {only} if only else set(b.store.consumer_offsets.topics_of_group(group))
+            topics = {t for t in topics if self._subscribed(group, t)}
+        entries = []
+        for topic in sorted(topics):
+            tc = b.topics.get(topic)
+            if tc is not None:
+                entries += self._offset_entries(group, topic, int(tc["readQueueNums"]))[0]
+        body = '{"consumeTps":0.0,"offsetTable":{' + ",".join(entries) + "}}"
+        return cmd.response(ResponseCode.SUCCESS, None, None, body.encode())
+
+    def _subscribed(self, group: str, topic: str) -> bool:
+        """Upstream's check: a topic the group's live consumers do not subscribe to is left out (a
+        group with no live subscriptions keeps all)."""
+        live = self.broker.clients.consumers.get(group)
+        return live is None or not live.subscriptions or topic in live.subscriptions
+
     def broker_consume_stats(self, conn, cmd: RemotingCommand) -> RemotingCommand:
         """GET_BROKER_CONSUME_STATS (``mqadmin brokerConsumeStats``): ``ConsumeStatsList``, one
         ``{group: [ConsumeStats per topic]}`` per subscription group, as ``fetchAllConsumeStatsInBroker``
@@ -260,15 +288,13 @@ class AdminOps:
         only_order = Header(cmd).bool("isOrder")
         groups, total_diff, inflight = [], 0, 0
         for group in sorted(b.groups.table):
-            live = b.clients.consumers.get(group)
-            subs = live.subscriptions if live is not None else {}
             stats = []
             for topic in sorted(b.store.consumer_offsets.topics_of_group(group)):
                 tc = b.topics.get(topic)
-                if tc is None or (only_order and not tc.get("order")) or (subs and topic not in subs):
+                if tc is None or (only_order and not tc.get("order")) or not self._subscribed(group, topic):
                     continue
-                body, diff, committed = self._topic_consume_stats(group, topic, int(tc["writeQueueNums"]))
-                stats.append(body)
+                entries, diff, committed = self._offset_entries(group, topic, int(tc["writeQueueNums"]), pull=False)
+                stats.append('{"consumeTps":0.0,"offsetTable":{' + ",".join(entries) + "}}")
                 total_diff += diff
                 inflight -= committed
             groups.append("{" + json.dumps(group, ensure_ascii=False) + ":[" + ",".join(stats) + "]}")
@@ -276,8 +302,11 @@ class AdminOps:
                 f'"totalDiff":{total_diff},"totalInflightDiff":{inflight}}}')
         return cmd.response(ResponseCode.SUCCESS, None, None, body.encode())
 
-    def _topic_consume_stats(self, group: str, topic: str, queues: int) -> tuple[str, int, int]:
-        """One ``ConsumeStats`` as fastjson writes it, its lag and the sum of its committed offsets."""
+    def _offset_entries(self, group: str, topic: str, queues: int, *, pull: bool = True
+                        ) -> tuple[list[str], int, int]:
+        """A ``ConsumeStats``'s ``MessageQueue`` -> ``OffsetWrapper`` entries as fastjson writes them,
+        their lag and the sum of the committed offsets; ``pullOffset`` is the committed offset
+        (``pull``, GET_CONSUME_STATS) or 0 (GET_BROKER_CONSUME_STATS leaves it unset)."""
         b = self.broker
         store = b.store
         committed = store.consumer_offsets.query_offsets(group, topic)
@@ -288,11 +317,10 @@ class AdminOps:
             last = store.get_message_store_timestamp(topic, q, c - 1) if c > 0 else 0
             key = json.dumps({"brokerName": b.cfg.broker_name, "queueId": q, "topic": topic}, separators=(",", ":"))
             entries.append(f'{key}:{{"brokerOffset":{mx},"consumerOffset":{c},"lastTimestamp":{max(0, last)},'
-                           f'"pullOffset":0}}')
+                           f'"pullOffset":{c if pull else 0}}}')
             diff += mx - c
             total += c
-        return '{"consumeTps":0.0,"offsetTable":{' + ",".join(entries) + "}}", diff, total
-
+        return entries, diff, total
 
 def reset_offset_body(broker_name: str, topic: str, offsets: dict[int, int], *, cpp: bool = False) -> bytes:
     """``ResetOffsetBody`` as the Java broker writes it (fastjson: ``MessageQueue`` objects as map keys),
