@@ -306,3 +306,23 @@ def test_consume_stats_as_upstream_collects_them(start_broker, connect, send_v2)
     only_a = table({"consumerGroup": "G"})
     assert '"topic":"A"}' in only_a and '"topic":"B"}' not in only_a
     assert '"topic":"B"}' in table({"consumerGroup": "G", "topicList": "A;B"})
+
+
+def test_read_only_broker_refuses_admin_writes(start_broker, connect, send_v2, stop_broker, vectors):
+    w = start_broker()
+    c = connect(w.address)
+    assert _create_topic(c, "T").code == RC.SUCCESS
+    assert c.json_call(C.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, None, {"groupName": "G"})[0].code == RC.SUCCESS
+    path = w.store.path
+    stop_broker(w)
+    before = vectors.tree_hashes(path)
+    b = start_broker(path=path, read_only=True)
+    r = connect(b.address)
+    for code, ext in ((DELETE_TOPIC_IN_BROKER, {"topic": "T"}), (DELETE_SUBSCRIPTIONGROUP, {"groupName": "G"}),
+                      (222, {"topic": "T", "group": "G", "timestamp": 0, "isForce": "true"})):
+        resp = r.call(code, ext)
+        assert resp.code == RC.NO_PERMISSION and "read-only" in resp.remark, (code, resp.remark)
+    assert "T" in b.topics.table and "G" in b.groups.table
+    assert r.call(GET_BROKER_RUNTIME_INFO).code == RC.SUCCESS  # reads still answered
+    stop_broker(b)
+    assert vectors.tree_hashes(path) == before

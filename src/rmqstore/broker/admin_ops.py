@@ -227,6 +227,8 @@ class AdminOps:
         qid, offset = h.int("queueId", -1), h.long("offset", None)
         if b.cluster.is_slave:
             return cmd.response(ResponseCode.SYSTEM_ERROR, "Can not reset offset in slave broker")
+        if b.read_only:
+            return cmd.response(ResponseCode.NO_PERMISSION, "the broker is read-only: offsets cannot be reset")
         tc = b.topics.get(topic)
         if tc is None:
             return cmd.response(ResponseCode.TOPIC_NOT_EXIST, f"Topic {topic} does not exist")
