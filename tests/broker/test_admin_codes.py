@@ -4,12 +4,14 @@ checked against what RocketMQ's ``AdminBrokerProcessor`` and its fastjson bodies
 from __future__ import annotations
 
 import json
+import time
 
 import javaproperties
 
 from rmqstore.broker import remoting as R
 from rmqstore.broker.admin_ops import _runtime, human_bytes
 from rmqstore.broker.namesrv import NameServer
+from rmqstore.broker.stats_windows import StatsWindows
 
 C, RC = R.RequestCode, R.ResponseCode
 GET_BROKER_RUNTIME_INFO, GET_PRODUCER_CONNECTION_LIST = 28, 204
@@ -326,3 +328,60 @@ def test_read_only_broker_refuses_admin_writes(start_broker, connect, send_v2, s
     assert r.call(GET_BROKER_RUNTIME_INFO).code == RC.SUCCESS  # reads still answered
     stop_broker(b)
     assert vectors.tree_hashes(path) == before
+
+
+class _Traffic:
+    def __init__(self):
+        self.inbound, self.outbound = {}, {}
+
+
+def test_stats_windows_sample_as_stats_item():
+    """Minute samples every 10 s (7 kept), hour every 600 s, day every 3600 s; sum = last - first."""
+    t = _Traffic()
+    w = StatsWindows(t)
+    t.inbound[("T", "normal")] = [5, 0, 0, 0, 0, 0, 0, 0, 0, 0, 2]  # 5 messages in 2 puts
+    t.inbound[("T", "delay")] = [1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1]
+    w.sample(1000.0)
+    assert w.broker_stats_data("TOPIC_PUT_NUMS", "T")["statsMinute"] == {"avgpt": 0.0, "sum": 0, "tps": 0.0}
+    assert w.broker_stats_data("TOPIC_PUT_NUMS", "Other") is None
+    t.inbound[("T", "normal")][0] += 20
+    t.inbound[("T", "normal")][-1] += 4
+    t.outbound[("T", "G")] = [7, 70]
+    w.sample(1005.0)  # not due: nothing sampled
+    w.sample(1010.0)
+    data = w.broker_stats_data("TOPIC_PUT_NUMS", "T")
+    assert data["statsMinute"] == {"avgpt": 5.0, "sum": 20, "tps": 2.0}
+    assert data["statsHour"]["sum"] == 0 and data["statsDay"]["sum"] == 0  # one sample each so far
+    assert w.broker_stats_data("GROUP_GET_NUMS", "T@G")["statsMinute"]["sum"] == 0  # first seen at 1010
+    for i in range(2, 12):
+        t.inbound[("T", "normal")][0] += 1
+        w.sample(1000.0 + 10 * i)
+    minute = w.broker_stats_data("TOPIC_PUT_NUMS", "T")["statsMinute"]
+    assert minute["sum"] == 6 and minute["tps"] == 0.1  # the last 7 samples: 60 s, 6 messages
+    w.sample(1600.0)
+    assert w.broker_stats_data("TOPIC_PUT_NUMS", "T")["statsHour"]["sum"] == 30
+
+
+def test_view_broker_stats_data(start_broker, connect, send_v2, pull):
+    """VIEW_BROKER_STATS_DATA (315) as ``statsAll`` sends it: ``BrokerStatsData``, fields sorted."""
+    b = start_broker()
+    c = connect(b.address)
+    assert _create_topic(c, "T", queues=1).code == RC.SUCCESS
+    r = c.call(315, {"statsName": "TOPIC_PUT_NUMS", "statsKey": "T"})
+    assert (r.code, r.remark) == (RC.SYSTEM_ERROR, "The stats <TOPIC_PUT_NUMS> <T> not exist")
+    now = time.time() + 100  # ahead of the broker's own sampling
+    b.admin_ops.windows.sample(now)
+    for i in range(4):
+        assert send_v2(c, "T", b"m%d" % i, queue_id=0).code == RC.SUCCESS
+    b.store.wait_dispatched(10)
+    assert pull(c, "G", "T", 0, 0).code == RC.SUCCESS
+    b.admin_ops.windows.sample(now + 10)  # T first seen here
+    b.admin_ops.windows.sample(now + 20)
+    assert send_v2(c, "T", b"late", queue_id=0).code == RC.SUCCESS
+    b.admin_ops.windows.sample(now + 30)
+    r = c.call(315, {"statsName": "TOPIC_PUT_NUMS", "statsKey": "T"})
+    assert r.code == RC.SUCCESS
+    assert r.body.startswith(b'{"statsDay":{"avgpt":0.0,"sum":0,"tps":0.0},"statsHour":')
+    assert json.loads(r.body)["statsMinute"] == {"avgpt": 1.0, "sum": 1, "tps": 0.05}
+    got = json.loads(c.call(315, {"statsName": "GROUP_GET_NUMS", "statsKey": "T@G"}).body)
+    assert got["statsMinute"]["sum"] == 0 and set(got) == {"statsDay", "statsHour", "statsMinute"}

@@ -17,6 +17,7 @@ from ..errors import RmqStoreError
 from .config import java_key
 from .remoting import Header, RemotingCommand, ResponseCode
 from .routes import encode_fastjson
+from .stats_windows import StatsWindows
 from .traffic import is_system_topic
 
 GET_BROKER_RUNTIME_INFO = 28
@@ -28,6 +29,7 @@ GET_BROKER_CONFIG = 26
 INVOKE_BROKER_TO_RESET_OFFSET = 222
 GET_BROKER_CONSUME_STATS = 317
 GET_CONSUME_STATS = 208
+VIEW_BROKER_STATS_DATA = 315
 GET_TOPIC_CONFIG = 351
 #: ``TopicConfig``'s serialized properties (what GET_TOPIC_CONFIG writes)
 TOPIC_CONFIG_FIELDS = ("attributes", "order", "perm", "readQueueNums", "topicFilterType", "topicName", "topicSysFlag",
@@ -68,13 +70,15 @@ class AdminOps:
         self.broker = broker
         self.boot_ms = int(time.time() * 1000)
         self.config_version = 0
+        self.windows = StatsWindows(broker.traffic)
 
     def handlers(self) -> dict:
         return {GET_BROKER_RUNTIME_INFO: self.runtime_info, GET_PRODUCER_CONNECTION_LIST: self.producer_connections,
                 DELETE_SUBSCRIPTIONGROUP: self.delete_group, DELETE_TOPIC_IN_BROKER: self.delete_topic,
                 GET_BROKER_CONFIG: self.get_config, UPDATE_BROKER_CONFIG: self.update_config,
                 INVOKE_BROKER_TO_RESET_OFFSET: self.reset_offset, GET_BROKER_CONSUME_STATS: self.broker_consume_stats,
-                GET_TOPIC_CONFIG: self.topic_config, GET_CONSUME_STATS: self.consume_stats}
+                GET_TOPIC_CONFIG: self.topic_config, GET_CONSUME_STATS: self.consume_stats,
+                VIEW_BROKER_STATS_DATA: self.broker_stats_data}
 
     def runtime_table(self) -> dict[str, str]:
         """The keys ``mqadmin brokerStatus`` prints and ``clusterList`` parses, under RocketMQ's names.
@@ -109,6 +113,16 @@ class AdminOps:
             t[f"{pool}ThreadPoolQueueSize"] = "0"
             t[f"{pool}ThreadPoolQueueHeadWaitTimeMills"] = "0"
         return t
+
+    def broker_stats_data(self, conn, cmd: RemotingCommand) -> RemotingCommand:
+        """VIEW_BROKER_STATS_DATA (``statsAll``): ``BrokerStatsData`` of ``TOPIC_PUT_NUMS`` (a topic) or
+        ``GROUP_GET_NUMS`` (``topic@group``)."""
+        h = Header(cmd)
+        name, key = h.str("statsName"), h.str("statsKey")
+        data = self.windows.broker_stats_data(name, key)
+        if data is None:
+            return cmd.response(ResponseCode.SYSTEM_ERROR, f"The stats <{name}> <{key}> not exist")
+        return cmd.response(ResponseCode.SUCCESS, None, None, encode_fastjson(data))
 
     def runtime_info(self, conn, cmd: RemotingCommand) -> RemotingCommand:
         return cmd.response(ResponseCode.SUCCESS, None, None, encode_fastjson({"table": self.runtime_table()}))
