@@ -34,6 +34,7 @@ import hashlib
 import json
 import os
 import socket
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -303,6 +304,39 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def wait_for(pred, timeout: float = 15.0, what: str | None = None):
+    """Poll ``pred()`` until it is truthy (every 20 ms, up to ``timeout`` s) and return its value; at
+    the timeout the last value, or with ``what`` an AssertionError naming what was awaited."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        v = pred()
+        if v:
+            return v
+        time.sleep(0.02)
+    v = pred()
+    if not v and what is not None:
+        raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+    return v
+
+
+def commitlog_bytes(st: MessageStore, start: int, end: int) -> bytes:
+    """The commitlog bytes ``[start, end)`` of an open store, across its segments."""
+    out, pos = bytearray(), start
+    while pos < end:
+        mf = st.commit_log.queue.find(pos)
+        k = min(end, mf.file_from_offset + mf.file_size) - pos
+        out += mf.mm[pos - mf.file_from_offset:pos - mf.file_from_offset + k]
+        pos += k
+    return bytes(out)
+
+
+def assert_commitlog_prefix(master: MessageStore, slave: MessageStore) -> None:
+    """A replica's commitlog is a byte-identical prefix of its master's (from the replica's first byte)."""
+    a, b = slave.commit_log.min_offset, slave.commit_log.confirm_offset
+    assert b <= master.commit_log.confirm_offset
+    assert commitlog_bytes(slave, a, b) == commitlog_bytes(master, a, b)
 
 
 def fill_queue(st: MessageStore, n: int, topic: str = "T", queue_id: int = 0, tags=None, keys=None, ts=None) -> list:

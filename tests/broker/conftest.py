@@ -26,6 +26,7 @@ import pytest
 from rmqstore import MessageStore, MessageStoreConfig
 from rmqstore.broker import Broker, BrokerConfig
 from rmqstore.broker import remoting as R
+from rmqstore.broker.namesrv import NameServer
 
 ROOT = Path(__file__).resolve().parents[2]
 CLIENTS = Path(__file__).resolve().parent / "clients"
@@ -367,3 +368,18 @@ def grpc_py(tmp_path):
     yield _start
     for c in started:
         c.close()
+
+
+@pytest.fixture
+def namesrv():
+    """Start standalone name servers on free loopback ports: ``namesrv(scan=5.0)``; all stopped after the test."""
+    servers = []
+
+    def _start(scan: float = 5.0) -> NameServer:
+        ns = NameServer("127.0.0.1:0", scan_interval_s=scan).start()
+        servers.append(ns)
+        return ns
+
+    yield _start
+    for ns in servers:
+        ns.stop()

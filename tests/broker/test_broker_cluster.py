@@ -15,38 +15,17 @@ import pytest
 from rmqstore import MessageStore, MessageStoreConfig
 from rmqstore.broker import Broker, BrokerConfig
 from rmqstore.broker import remoting as R
-from rmqstore.broker.namesrv import NameServer, NamesrvCode as N
+from rmqstore.broker.namesrv import NamesrvCode as N
 from rmqstore.engine.consumer_offsets import parse_broker_json
 
 from tests.kit import free_port
+from tests import kit
 
 RC = R.ResponseCode
 C = R.RequestCode
 RMQSTORE = [sys.executable, "-m", "rmqstore.cli.main"]
 
 
-@pytest.fixture
-def namesrv():
-    servers = []
-
-    def _start(scan: float = 5.0) -> NameServer:
-        ns = NameServer("127.0.0.1:0", scan_interval_s=scan).start()
-        servers.append(ns)
-        return ns
-
-    yield _start
-    for ns in servers:
-        ns.stop()
-
-
-def wait_for(pred, timeout: float = 10.0):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        v = pred()
-        if v:
-            return v
-        time.sleep(0.02)
-    return pred()
 
 
 def route(c, topic: str):
@@ -81,7 +60,7 @@ def test_a_new_topic_reaches_the_name_servers_at_the_next_registration(namesrv, 
     assert route(c, "Fresh") is None
     assert send_v2(connect(br.address), "Fresh", b"x").code == RC.SUCCESS  # auto-created from TBW102
     br.loop.call_soon_threadsafe(lambda: __import__("asyncio").ensure_future(br.cluster.register_all()))
-    assert wait_for(lambda: route(c, "Fresh"))["queueDatas"][0]["brokerName"] == "broker-a"
+    assert kit.wait_for(lambda: route(c, "Fresh"))["queueDatas"][0]["brokerName"] == "broker-a"
 
 
 def test_embedded_name_server_takes_other_brokers(start_broker, connect, tmp_path):
@@ -92,7 +71,7 @@ def test_embedded_name_server_takes_other_brokers(start_broker, connect, tmp_pat
     assert sorted((d["brokerName"], d["brokerAddrs"]["0"]) for d in doc["brokerDatas"]) == [
         ("broker-a", first.address), ("broker-b", second.address)]
     second.stop()
-    assert wait_for(lambda: len(route(c, "TBW102")["brokerDatas"]) == 1)
+    assert kit.wait_for(lambda: len(route(c, "TBW102")["brokerDatas"]) == 1)
 
 
 def test_bad_namesrv_addr(tmp_path):
@@ -215,7 +194,7 @@ def test_embedded_name_server_expires_registrations(start_broker, connect):
     assert route(c, "Other")["brokerDatas"][0]["brokerName"] == "java-b"
     time.sleep(0.4)  # past the registration's 300 ms; the scan runs every 5 s: run one now
     first.loop.call_soon_threadsafe(first.cluster.routes.expire)
-    assert wait_for(lambda: route(connect(first.address), "Other") is None)
+    assert kit.wait_for(lambda: route(connect(first.address), "Other") is None)
     assert [d["brokerName"] for d in route(connect(first.address), "TBW102")["brokerDatas"]] == ["broker-a"]
 
 

@@ -13,7 +13,7 @@ import zlib
 import pytest
 
 from rmqstore.broker import remoting as R
-from rmqstore.broker.namesrv import NameServer, NamesrvCode as N, body_crc32
+from rmqstore.broker.namesrv import NamesrvCode as N, body_crc32
 from rmqstore.engine.consumer_offsets import parse_broker_json
 
 RC = R.ResponseCode
@@ -46,20 +46,6 @@ def register(c, name: str, addr: str, bid: int, topics: list[dict], *, cluster: 
 
 
 TOPICS = [topic("T"), topic("c1", 16, 7), topic("broker-x", 1, 7)]
-
-
-@pytest.fixture
-def namesrv():
-    servers = []
-
-    def _start(scan: float = 5.0) -> NameServer:
-        ns = NameServer("127.0.0.1:0", scan_interval_s=scan).start()
-        servers.append(ns)
-        return ns
-
-    yield _start
-    for ns in servers:
-        ns.stop()
 
 
 def route(c, name: str, version: int = R.VERSION_V4_9_4):

@@ -281,7 +281,7 @@ def test_admin_requests_and_state_files(start_broker, connect, send_v2, stop_bro
     assert '{"brokerName":"broker-a","queueId":1,"topic":"Admin"}:{"minOffset":0,"maxOffset":1' in stats
     cs = c.call(C.GET_CONSUME_STATS, {"consumerGroup": "G", "topic": "Admin"}).body.decode()
     assert '"queueId":1,"topic":"Admin"}:{"brokerOffset":1,"consumerOffset":1' in cs
-    assert json.loads(c.call(C.QUERY_TOPIC_CONSUME_BY_WHO, {"topic": "Admin"}).body) == {"groupSet": ["G"]}
+    assert json.loads(c.call(C.QUERY_TOPIC_CONSUME_BY_WHO, {"topic": "Admin"}).body) == {"groupList": ["G"]}
     assert c.call(C.GET_CONSUMER_CONNECTION_LIST, {"consumerGroup": "G"}).code == RC.CONSUMER_NOT_ONLINE
     r, _ = c.json_call(C.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, None, {"groupName": "G2", "retryMaxTimes": 3})
     assert r.code == RC.SUCCESS

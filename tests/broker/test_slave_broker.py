@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import time
 
 import pytest
 
@@ -13,6 +12,8 @@ from rmqstore import MessageStore, MessageStoreConfig
 from rmqstore.broker import Broker, BrokerConfig
 from rmqstore.broker import remoting as R
 from rmqstore.broker.namesrv import NameServer, NamesrvCode as N
+
+from tests import kit
 
 RC = R.ResponseCode
 C = R.RequestCode
@@ -27,14 +28,6 @@ def ns():
     server.stop()
 
 
-def wait_for(pred, timeout: float = 15.0):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        v = pred()
-        if v:
-            return v
-        time.sleep(0.02)
-    return pred()
 
 
 def on_loop(broker, coro_fn):
@@ -54,7 +47,7 @@ def pair(start_broker, ns, tmp_path, *, slave_conf: dict | None = None, **slave_
 
 
 def replicated(master, slave, topic: str, n: int) -> bool:
-    return wait_for(lambda: slave.store.get_max_offset_in_queue(topic, 0) >= n
+    return kit.wait_for(lambda: slave.store.get_max_offset_in_queue(topic, 0) >= n
                     and slave.store.max_phy_offset == master.store.max_phy_offset)
 
 
@@ -108,7 +101,7 @@ def test_slave_serves_pulls_after_its_master_is_gone(start_broker, stop_broker, 
     assert cs.call(C.PULL_MESSAGE, pull_req("Drain")).code == RC.SYSTEM_BUSY
     stop_broker(master)  # broker and store (and so replication) gone
     seen = []
-    r = wait_for(lambda: (lambda r: seen.append((r.code, r.remark, slave.cluster.master_unreachable_ms())) or (
+    r = kit.wait_for(lambda: (lambda r: seen.append((r.code, r.remark, slave.cluster.master_unreachable_ms())) or (
         r if r.code == RC.SUCCESS else None))(cs.call(C.PULL_MESSAGE, pull_req("Drain"))))
     assert r is not None and r.ext["nextBeginOffset"] == "3", seen[-3:]  # beyond upstream: drained from the slave
     slave.cfg = slave.cfg.replace(slave_read_when_master_gone=False)  # upstream's answer stays reachable
@@ -173,5 +166,5 @@ def test_offsets_committed_while_the_master_was_down_reach_it_when_it_returns(st
     assert back.store.consumer_offsets.query_offset("g", "Away", 0) == 1
     on_loop(slave, slave.cluster.register_all)  # the next registration names the master again: sync at once
     assert slave.cluster.master_addr == back.address
-    assert wait_for(lambda: back.store.consumer_offsets.query_offset("g", "Away", 0) == 6)
+    assert kit.wait_for(lambda: back.store.consumer_offsets.query_offset("g", "Away", 0) == 6)
     assert slave.store.consumer_offsets.query_offset("g", "Away", 0) == 6

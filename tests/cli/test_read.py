@@ -332,6 +332,7 @@ def test_consumer_progress_explains_an_empty_answer_and_marks_system_groups(run,
         '"Orders@alpha":{0:0}}}')
     got = run.json("consumer-progress", "--store", path)
     assert [r["group"] for r in got["queues"]] == ["alpha", "zeta", "CID_RMQ_SYS_REVIVE_GROUP"]  # users first
+    assert [r["system"] for r in got["queues"]] == [False, False, True]
     lines = run.ok("consumer-progress", "--store", path, env={"COLUMNS": "200"}).stdout.splitlines()
     sys_line = next(line for line in lines if "CID_RMQ_SYS_REVIVE_GROUP" in line)
     assert "(system)" in sys_line and not any("(system)" in line for line in lines if "alpha" in line)

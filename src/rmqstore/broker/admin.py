@@ -1,5 +1,5 @@
 """Clients (34, 35, 38, 46, 41, 42), operator queries (12, 33)
-and admin requests (17, 21, 202, 203, 208, 300)."""
+and admin requests (17, 21, 202, 203, 300); more admin requests in :mod:`.admin_ops`."""
 from __future__ import annotations
 
 import json
@@ -43,7 +43,7 @@ class AdminProcessor:
                 C.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP: self.create_group,
                 C.GET_ALL_SUBSCRIPTIONGROUP_CONFIG: self.all_groups,
                 C.GET_TOPIC_STATS_INFO: self.topic_stats, C.GET_CONSUMER_CONNECTION_LIST: self.connection_list,
-                C.GET_CONSUME_STATS: self.consume_stats, C.QUERY_TOPIC_CONSUME_BY_WHO: self.consumed_by}
+                C.QUERY_TOPIC_CONSUME_BY_WHO: self.consumed_by}
 
     # --- clients ------------------------------------------------------------------------------------
     def heartbeat(self, conn, cmd: RemotingCommand) -> RemotingCommand:
@@ -176,29 +176,6 @@ class AdminProcessor:
         body = '{"offsetTable":' + _mq_map(entries) + "}"
         return cmd.response(ResponseCode.SUCCESS, None, None, body.encode())
 
-    def consume_stats(self, conn, cmd: RemotingCommand) -> RemotingCommand:
-        b = self.broker
-        h = Header(cmd)
-        group, only = h.str("consumerGroup"), h.str("topic", None)
-        topics = [only] if only else sorted(b.store.consumer_offsets.topics_of_group(group))
-        entries = []
-        for topic in topics:
-            tc = b.topics.get(topic)
-            if tc is None:
-                continue
-            committed = b.store.consumer_offsets.query_offsets(group, topic)
-            for qid in range(tc["readQueueNums"]):
-                mx = b.store.get_max_offset_in_queue(topic, qid)
-                c = committed.get(qid, 0)
-                last = b.store.get_message_store_timestamp(topic, qid, c - 1) if c > 0 else 0
-                entries.append((_mq_key(topic, b.cfg.broker_name, qid),
-                                {"brokerOffset": mx, "consumerOffset": c, "pullOffset": c,
-                                 "lastTimestamp": max(0, last)}))
-        if not entries:
-            return cmd.response(ResponseCode.CONSUMER_NOT_ONLINE, f"the consumer group[{group}] not online")
-        body = '{"consumeTps":0.0,"offsetTable":' + _mq_map(entries) + "}"
-        return cmd.response(ResponseCode.SUCCESS, None, None, body.encode())
-
     def connection_list(self, conn, cmd: RemotingCommand) -> RemotingCommand:
         group = Header(cmd).str("consumerGroup")
         g = self.broker.clients.consumers.get(group)
@@ -213,5 +190,5 @@ class AdminProcessor:
     def consumed_by(self, conn, cmd: RemotingCommand) -> RemotingCommand:
         topic = Header(cmd).str("topic")
         groups = self.broker.store.consumer_offsets.groups_of_topic(topic) | self.broker.clients.groups_of_topic(topic)
-        return cmd.response(ResponseCode.SUCCESS, None, None, to_json({"groupSet": sorted(groups)}))
+        return cmd.response(ResponseCode.SUCCESS, None, None, to_json({"groupList": sorted(groups)}))
 

@@ -16,6 +16,7 @@ import time
 from ..format.msgid import UniqKeyGenerator
 from ..message_store import MessageStore
 from .admin import AdminProcessor
+from .admin_ops import AdminOps
 from .clients import ClientManager, RebalanceLocks
 from .cluster import ClusterMember
 from .config import BrokerConfig
@@ -129,7 +130,9 @@ class Broker:
         self._grpc_server = None
         handlers: dict = {}
         self.cluster = ClusterMember(self, namesrv_addr)
-        for proc in (SendProcessor(self), self.pulls, AdminProcessor(self), self.transactions, self.cluster):
+        self.admin_ops = AdminOps(self)
+        for proc in (SendProcessor(self), self.pulls, AdminProcessor(self), self.admin_ops, self.transactions,
+                     self.cluster):
             handlers.update(proc.handlers())
         self.server = RemotingServer(self.cluster.guard(handlers), on_disconnect=self._on_disconnect)
         self.loop: asyncio.AbstractEventLoop | None = None
@@ -396,6 +399,7 @@ class Broker:
         while True:
             await asyncio.sleep(1.0)
             now = time.monotonic()
+            self.admin_ops.windows.sample()
             if self.messaging is not None:
                 self.messaging.expire_clients(self.cfg.channel_expired_timeout / 1000)
             for conn in self.clients.expire(self.cfg.channel_expired_timeout / 1000):

@@ -69,7 +69,8 @@ class ClusterMember:
         self.client = RemotingClient()
         self.outer = BrokerOuterAPI(self.namesrv_addrs, self.client)
         self.sync = SlaveSync(broker, self.client)
-        self.namesrv = NameServerProcessor(self.routes, refresh=self.register_locally) if self.embedded else None
+        self.namesrv = (NameServerProcessor(self.routes, refresh=self.register_locally, config=self.namesrv_config)
+                        if self.embedded else None)
         self.master_addr: str | None = None
         self.ha_master_addr: str | None = None
         self.ha = None
@@ -174,6 +175,11 @@ class ClusterMember:
 
     def _data_version(self) -> dict:
         return self.broker.topics.file.data_version()
+
+    def namesrv_config(self) -> dict[str, str]:
+        """The embedded name server's settings (GET_NAMESRV_CONFIG): it listens where the broker does."""
+        b = self.broker
+        return {"bindAddress": b.listen_host, "listenPort": str(b.server_port or b.listen_port)}
 
     def register_locally(self) -> None:
         """The embedded name server's entry for its own broker (refreshed when topics change)."""

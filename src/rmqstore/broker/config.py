@@ -91,7 +91,7 @@ class BrokerConfig:
     def from_properties(cls, source: str | os.PathLike | Mapping[str, Any], **overrides: Any) -> "BrokerConfig":
         """From a broker.conf path or a mapping (camelCase keys; a mapping may also use snake_case)."""
         mapping, from_file = read_source(source)
-        by_camel, by_snake = java_fields(cls, _java_name)
+        by_camel, by_snake = java_fields(cls, java_key)
         kwargs: dict[str, Any] = {}
         for key, value in mapping.items():
             f = by_camel.get(str(key)) or (None if from_file else by_snake.get(str(key)))
@@ -101,6 +101,6 @@ class BrokerConfig:
         return cls(**kwargs)
 
 
-def _java_name(name: str) -> str:
+def java_key(name: str) -> str:
     return {"broker_ip1": "brokerIP1", "broker_ip2": "brokerIP2",
             "transaction_time_out": "transactionTimeOut"}.get(name) or camel_name(name)

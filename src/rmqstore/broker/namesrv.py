@@ -7,7 +7,8 @@ names a slave's master), UNREGISTER_BROKER 104, GET_ROUTEINFO_BY_TOPIC 105 (quot
 keys for clients >= V4_9_4 or ``acceptStandardJsonOnly``, bare ones for older clients),
 GET_BROKER_CLUSTER_INFO 106 (bare keys), the topic lists mqadmin reads (206, 224, 304), topic
 deletion and registration (216, 217), write permission (205, 327), the KV config (100, 101, 102,
-219), BROKER_HEARTBEAT 904, QUERY_DATA_VERSION 322 and GET_BROKER_MEMBER_GROUP 901. The KV config
+219), BROKER_HEARTBEAT 904, QUERY_DATA_VERSION 322, GET_BROKER_MEMBER_GROUP 901, and the name server's
+configuration (GET_NAMESRV_CONFIG 319, UPDATE_NAMESRV_CONFIG 318). The KV config
 lives in memory (upstream keeps it in ``~/namesrv/kvConfig.json``).
 """
 from __future__ import annotations
@@ -17,6 +18,8 @@ import json
 import logging
 import threading
 import zlib
+
+import javaproperties
 
 from .remoting import Header, RemotingCommand, ResponseCode
 from .routes import MASTER_ID, RegisterBodyError, Registration, RouteTable, decode_register_body, encode_fastjson
@@ -29,6 +32,8 @@ _V4_9_4 = 401
 ORDER_TOPIC_NAMESPACE = "ORDER_TOPIC_CONFIG"
 #: seconds between expiry scans (``scanNotActiveBroker`` every 5 s upstream)
 SCAN_INTERVAL_S = 5.0
+#: ``DefaultRequestProcessor.configBlackList``'s defaults
+NAMESRV_CONFIG_BLACK_LIST = frozenset({"configBlackList", "configStorePath", "kvConfigPath", "rocketmqHome"})
 
 
 class NamesrvCode:
@@ -46,6 +51,8 @@ class NamesrvCode:
     GET_KVLIST_BY_NAMESPACE = 219
     GET_TOPICS_BY_CLUSTER = 224
     GET_SYSTEM_TOPIC_LIST_FROM_NS = 304
+    UPDATE_NAMESRV_CONFIG = 318
+    GET_NAMESRV_CONFIG = 319
     QUERY_DATA_VERSION = 322
     ADD_WRITE_PERM_OF_BROKER = 327
     GET_BROKER_MEMBER_GROUP = 901
@@ -61,9 +68,11 @@ class NameServerProcessor:
     """The name server's handlers. ``refresh`` (optional) runs before each route query: the embedded
     name server registers its own broker there."""
 
-    def __init__(self, routes: RouteTable, *, refresh=None):
+    def __init__(self, routes: RouteTable, *, refresh=None, config=None):
         self.routes = routes
         self.refresh = refresh
+        #: () -> the name server's settings under RocketMQ's keys (GET_NAMESRV_CONFIG)
+        self.config = config or dict
         self.kv: dict[str, dict[str, str]] = {}
 
     def handlers(self) -> dict:
@@ -76,7 +85,29 @@ class NameServerProcessor:
                 C.ADD_WRITE_PERM_OF_BROKER: self.add_perm, C.PUT_KV_CONFIG: self.put_kv, C.GET_KV_CONFIG: self.get_kv,
                 C.DELETE_KV_CONFIG: self.delete_kv, C.GET_KVLIST_BY_NAMESPACE: self.kv_list,
                 C.BROKER_HEARTBEAT: self.heartbeat, C.QUERY_DATA_VERSION: self.query_data_version,
-                C.GET_BROKER_MEMBER_GROUP: self.member_group}
+                C.GET_BROKER_MEMBER_GROUP: self.member_group, C.GET_NAMESRV_CONFIG: self.get_config,
+                C.UPDATE_NAMESRV_CONFIG: self.update_config}
+
+    def get_config(self, conn, cmd: RemotingCommand) -> RemotingCommand:
+        """``getAllConfigsFormatString``: sorted ``key=value`` lines (no body when there is none)."""
+        text = "".join(f"{k}={v}\n" for k, v in sorted(self.config().items()))
+        return cmd.response(ResponseCode.SUCCESS, None, None, text.encode())
+
+    def update_config(self, conn, cmd: RemotingCommand) -> RemotingCommand:
+        """Upstream's black list refused as upstream refuses it; this name server's own settings
+        (its listener) cannot change while it runs and are refused by name; other keys are
+        ignored (``mergeIfExist``)."""
+        try:
+            props = javaproperties.loads(cmd.body.decode("utf-8")) if cmd.body else {}
+        except (ValueError, UnicodeDecodeError) as e:
+            return cmd.response(ResponseCode.SYSTEM_ERROR, f"string2Properties error: {e}")
+        if NAMESRV_CONFIG_BLACK_LIST & set(props):
+            return cmd.response(ResponseCode.NO_PERMISSION, "Can not update config in black list.")
+        fixed = sorted(set(props) & set(self.config()))
+        if fixed:
+            return cmd.response(ResponseCode.NO_PERMISSION, f"cannot change {', '.join(fixed)} while the name "
+                                "server runs: restart it with the new setting")
+        return cmd.response(ResponseCode.SUCCESS)
 
     def _refresh(self) -> None:
         if self.refresh is not None:
@@ -238,7 +269,7 @@ class NameServer:
         self.listen_host, self.listen_port = parse_listen(listen)
         self.scan_interval_s = scan_interval_s
         self.routes = RouteTable()
-        self.processor = NameServerProcessor(self.routes)
+        self.processor = NameServerProcessor(self.routes, config=self._config)
         self.server = RemotingServer(self.processor.handlers(), on_disconnect=self.routes.on_channel_closed)
         self.address = ""
         self.loop: asyncio.AbstractEventLoop | None = None
@@ -247,6 +278,11 @@ class NameServer:
         self._thread: threading.Thread | None = None
         self._started = threading.Event()
         self._error: BaseException | None = None
+
+    def _config(self) -> dict[str, str]:
+        port = self.address.rpartition(":")[2] or str(self.listen_port)
+        return {"bindAddress": self.listen_host, "listenPort": port,
+                "scanNotActiveBrokerInterval": str(int(self.scan_interval_s * 1000))}
 
     async def start_async(self) -> None:
         self.loop = asyncio.get_running_loop()

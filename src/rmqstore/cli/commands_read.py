@@ -239,12 +239,12 @@ def consumer_progress(cmd: StoreCommand, group: str | None) -> None:
         return
     tb = Table(title=f"consumer progress in {st.path}",
                caption=tz_note() + ("; (system): the broker's own groups, CID_RMQ_SYS_*"
-                                    if any(is_system_group(r["group"]) for r in rows) else ""))
+                                    if any(r["system"] for r in rows) else ""))
     for c in ("group", "topic", "queue", "committed", "max offset", "lag", "last store time"):
         tb.add_column(c, justify="left" if c in ("group", "topic", "last store time") else "right",
                       min_width=TIME_MIN_WIDTH if "time" in c else None)
     for r in rows:
-        sys_group = is_system_group(r["group"])
+        sys_group = r["system"]
         tb.add_row(escape(r["group"]) + (" [dim](system)[/]" if sys_group else ""), escape(r["topic"]),
                    str(r["queue_id"]), str(r["committed_offset"]), str(r["max_offset"]), str(r["lag"]),
                    fmt_ts(r["last_store_timestamp"]), style="dim" if sys_group else None)
@@ -266,8 +266,8 @@ def _progress_rows(st, table: dict, group: str | None) -> list[dict]:
             else:
                 lo = hi = last = -1
             lag = max(0, hi - max(committed, lo)) if hi >= 0 else 0
-            rows.append({"group": g, "topic": topic, "queue_id": q, "committed_offset": committed,
-                         "max_offset": hi, "lag": lag, "last_store_timestamp": last})
+            rows.append({"group": g, "system": is_system_group(g), "topic": topic, "queue_id": q,
+                         "committed_offset": committed, "max_offset": hi, "lag": lag, "last_store_timestamp": last})
     return rows
 
 

@@ -18,7 +18,7 @@ from rmqstore.engine.ha import encode_report
 from rmqstore.message_store import MessageStore
 from rmqstore.rebuild import rebuild
 from rmqstore.types import Message, PutMessageStatus
-from tests import netkit
+from tests import kit, netkit
 from tests.kit import free_port, tree_bytes, tree_hashes
 
 SEG = 64 * 1024
@@ -40,30 +40,10 @@ def put_some(st: MessageStore, start: int, n: int, expect=PutMessageStatus.PUT_O
     return out
 
 
-def wait_for(cond, timeout: float = 10.0, what: str = "condition") -> None:
-    deadline = time.monotonic() + timeout
-    while not cond():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.02)
 
 
-def log_bytes(st: MessageStore, start: int, end: int) -> bytes:
-    out = bytearray()
-    pos = start
-    while pos < end:
-        mf = st.commit_log.queue.find(pos)
-        k = min(end, mf.file_from_offset + SEG) - pos
-        out += mf.mm[pos - mf.file_from_offset:pos - mf.file_from_offset + k]
-        pos += k
-    return bytes(out)
 
 
-def assert_prefix(master: MessageStore, slave: MessageStore) -> None:
-    """The slave's commitlog is a byte-identical prefix of the master's."""
-    s0, s1 = slave.commit_log.min_offset, slave.commit_log.confirm_offset
-    assert s1 <= master.commit_log.confirm_offset
-    assert log_bytes(slave, s0, s1) == log_bytes(master, s0, s1)
 
 
 def caught_up(master: MessageStore, slave: MessageStore) -> bool:
@@ -97,12 +77,12 @@ def test_slave_is_a_byte_identical_copy_from_the_masters_last_segment(pair, tmp_
     first = m.commit_log.confirm_offset - m.commit_log.confirm_offset % SEG
     assert first > 0
     s.start_ha()
-    wait_for(lambda: s.commit_log.confirm_offset > 0, what="the first frame")
+    kit.wait_for(lambda: s.commit_log.confirm_offset > 0, what="the first frame")
     put_some(m, 300, 600)                      # under replication, across several segments
-    wait_for(lambda: caught_up(m, s), what="the slave to catch up")
+    kit.wait_for(lambda: caught_up(m, s), what="the slave to catch up")
     assert s.commit_log.min_offset == first
     assert len(s.commit_log.queue.files) >= 3
-    assert_prefix(m, s)
+    kit.assert_commitlog_prefix(m, s)
     s.wait_dispatched(10)
     assert all(cq.min_offset > 0 for cq in s.consume_queues.values())  # CQs start past 0, as upstream
     for key, cq in s.consume_queues.items():
@@ -110,7 +90,7 @@ def test_slave_is_a_byte_identical_copy_from_the_masters_last_segment(pair, tmp_
     assert m.ha.push_to_slave_max_offset() == m.commit_log.confirm_offset
     assert [a for _, a, _ in m.ha.slaves()] == [m.commit_log.confirm_offset]
     put_some(m, 900, 5)                        # (the dispatched store time reaches the checkpoint)
-    wait_for(lambda: caught_up(m, s))
+    kit.wait_for(lambda: caught_up(m, s))
     s.close()
     cp = StoreCheckpoint.read_file(str(tmp_path / "s" / "checkpoint"))
     assert cp.physic_msg_timestamp > 0 and cp.logics_msg_timestamp > 0   # a crash recovery starts near the end
@@ -128,21 +108,21 @@ def test_slave_restart_and_master_restart(pair, tmp_path):
     s.start_ha()
     try:
         put_some(m, 0, 200)
-        wait_for(lambda: caught_up(m, s))
+        kit.wait_for(lambda: caught_up(m, s))
         s.close()
         put_some(m, 200, 200)
         s = MessageStore.open(str(tmp_path / "s"), conf(broker_role="SLAVE", ha_master_address=f"127.0.0.1:{port}"))
         s.start_ha()
-        wait_for(lambda: caught_up(m, s), what="the restarted slave")
-        assert_prefix(m, s)
+        kit.wait_for(lambda: caught_up(m, s), what="the restarted slave")
+        kit.assert_commitlog_prefix(m, s)
         m.close()
-        wait_for(lambda: s.ha.master_unreachable_ms() > 0, what="the slave to notice")
+        kit.wait_for(lambda: s.ha.master_unreachable_ms() > 0, what="the slave to notice")
         m = MessageStore.open(str(tmp_path / "m"), conf())
         m.start_ha("127.0.0.1", port)
         put_some(m, 400, 200)
-        wait_for(lambda: caught_up(m, s), what="the slave to follow the restarted master")
+        kit.wait_for(lambda: caught_up(m, s), what="the slave to follow the restarted master")
         assert s.ha.master_connected and s.ha.master_unreachable_ms() == 0
-        assert_prefix(m, s)
+        kit.assert_commitlog_prefix(m, s)
     finally:
         s.close()
         m.close()
@@ -152,7 +132,7 @@ def test_sync_master_acks_after_the_slave(pair):
     m, s, _ = pair(master_kw=dict(broker_role="SYNC_MASTER"))
     put_some(m, 0, 3, expect=PutMessageStatus.SLAVE_NOT_AVAILABLE)   # no slave: stored, not replicated
     s.start_ha()
-    wait_for(lambda: m.ha.slaves() and m.ha.slaves()[0][1] >= 0, what="the slave's first report")
+    kit.wait_for(lambda: m.ha.slaves() and m.ha.slaves()[0][1] >= 0, what="the slave's first report")
     rs = put_some(m, 3, 50)                                           # PUT_OK: each one acked
     last = rs[-1]
     assert m.ha.push_to_slave_max_offset() >= last.phy_offset + last.wrote_bytes
@@ -162,14 +142,14 @@ def test_sync_master_acks_after_the_slave(pair):
 def test_sync_master_times_out_with_a_stalled_slave(pair):
     m, s, proxy = pair(master_kw=dict(broker_role="SYNC_MASTER", slave_timeout=1000), via=True)
     s.start_ha()
-    wait_for(lambda: m.ha.slaves() and m.ha.slaves()[0][1] >= 0)
+    kit.wait_for(lambda: m.ha.slaves() and m.ha.slaves()[0][1] >= 0)
     put_some(m, 0, 5)
     proxy.stall()
     t0 = time.monotonic()
     put_some(m, 5, 1, expect=PutMessageStatus.FLUSH_SLAVE_TIMEOUT)
     assert time.monotonic() - t0 >= 0.9
     proxy.resume()
-    wait_for(lambda: caught_up(m, s))
+    kit.wait_for(lambda: caught_up(m, s))
     put_some(m, 6, 5)
 
 
@@ -211,14 +191,14 @@ def test_bad_input_closes_that_connection_only(pair, caplog, payload, says):
     m, s, _ = pair()
     s.start_ha()
     put_some(m, 0, 50)
-    wait_for(lambda: caught_up(m, s))
+    kit.wait_for(lambda: caught_up(m, s))
     with caplog.at_level(logging.WARNING, logger="rmqstore.ha"):
         got = raw_client(m.ha.address, payload)
     assert not got.endswith(b"<open>")
     assert any(says in r.getMessage() and "closed" in r.getMessage() for r in caplog.records)
     put_some(m, 50, 100)
-    wait_for(lambda: caught_up(m, s), what="the good slave to go on")
-    assert_prefix(m, s)
+    kit.wait_for(lambda: caught_up(m, s), what="the good slave to go on")
+    kit.assert_commitlog_prefix(m, s)
     assert len(m.ha.slaves()) == 1
 
 
@@ -230,18 +210,18 @@ def test_two_slaves_at_once_and_in_sync_replicas(tmp_path):
     s2 = MessageStore.open(str(tmp_path / "s2"), conf(broker_role="SLAVE", ha_master_address=proxy.addr))
     try:
         s1.start_ha()
-        wait_for(lambda: len(ha.slaves()) == 1 and ha.slaves()[0][1] >= 0)
+        kit.wait_for(lambda: len(ha.slaves()) == 1 and ha.slaves()[0][1] >= 0)
         put_some(m, 0, 2, expect=PutMessageStatus.SLAVE_NOT_AVAILABLE)   # inSyncReplicas=3: two slaves
         s2.start_ha()
-        wait_for(lambda: len(ha.slaves()) == 2 and min(a for _, a, _ in ha.slaves()) >= 0)
+        kit.wait_for(lambda: len(ha.slaves()) == 2 and min(a for _, a, _ in ha.slaves()) >= 0)
         put_some(m, 2, 200)                                                # both acknowledge each one
         assert caught_up(m, s1) and caught_up(m, s2)
         proxy.stall()                                                      # one of two is not enough
         put_some(m, 202, 1, expect=PutMessageStatus.FLUSH_SLAVE_TIMEOUT)
         proxy.resume()
-        wait_for(lambda: caught_up(m, s2))
-        assert_prefix(m, s1)
-        assert_prefix(m, s2)
+        kit.wait_for(lambda: caught_up(m, s2))
+        kit.assert_commitlog_prefix(m, s1)
+        kit.assert_commitlog_prefix(m, s2)
     finally:
         s1.close()
         s2.close()
@@ -254,7 +234,7 @@ def test_silent_connections_are_closed_on_both_sides(pair, caplog):
                        via=True)
     s.start_ha()
     put_some(m, 0, 20)
-    wait_for(lambda: caught_up(m, s))
+    kit.wait_for(lambda: caught_up(m, s))
     with caplog.at_level(logging.INFO, logger="rmqstore.ha"):
         with socket.create_connection(m.ha.address, timeout=3) as c:   # reports once, then nothing
             c.sendall(encode_report(0))
@@ -265,12 +245,12 @@ def test_silent_connections_are_closed_on_both_sides(pair, caplog):
             assert 0.5 < time.monotonic() - t0 < 9                       # closed by the master
         before = proxy.connections
         proxy.stall()                                                   # the slave hears nothing
-        wait_for(lambda: proxy.connections > before, what="the slave to reconnect")
+        kit.wait_for(lambda: proxy.connections > before, what="the slave to reconnect")
         proxy.resume()
     assert any("haHousekeepingInterval" in r.getMessage() for r in caplog.records)
     put_some(m, 20, 50)
-    wait_for(lambda: caught_up(m, s))
-    assert_prefix(m, s)
+    kit.wait_for(lambda: caught_up(m, s))
+    kit.assert_commitlog_prefix(m, s)
 
 
 def test_the_master_address_can_come_later(tmp_path):
@@ -284,7 +264,7 @@ def test_the_master_address_can_come_later(tmp_path):
         assert sh.master_address is None and not sh.master_connected and sh.master_unreachable_ms() >= 200
         assert s.commit_log.confirm_offset == 0
         sh.set_master_address("%s:%d" % ha.address)                   # e.g. from the name server's reply
-        wait_for(lambda: caught_up(m, s))
+        kit.wait_for(lambda: caught_up(m, s))
         assert sh.master_address == "%s:%d" % ha.address and sh.master_connected
         assert sh.master_unreachable_ms() == 0
     finally:
@@ -295,7 +275,7 @@ def test_the_master_address_can_come_later(tmp_path):
 def test_stopping_replication_answers_waiting_puts(pair):
     m, s, proxy = pair(master_kw=dict(broker_role="SYNC_MASTER", slave_timeout=30_000), via=True)
     s.start_ha()
-    wait_for(lambda: m.ha.slaves() and m.ha.slaves()[0][1] >= 0)
+    kit.wait_for(lambda: m.ha.slaves() and m.ha.slaves()[0][1] >= 0)
     proxy.stall()
     answers = []
     t = threading.Thread(target=lambda: answers.append(m.put_message(Message.create("T", b"w", queue_id=0))))
@@ -316,14 +296,14 @@ def test_connections_are_bounded(pair, monkeypatch):
     m, s, _ = pair()
     held = [socket.create_connection(m.ha.address, timeout=3) for _ in range(2)]
     try:
-        wait_for(lambda: len(m.ha.slaves()) == 2)
+        kit.wait_for(lambda: len(m.ha.slaves()) == 2)
         extra = socket.create_connection(m.ha.address, timeout=3)
         assert extra.recv(10) == b""                       # the third is closed at once
         extra.close()
     finally:
         for c in held:
             c.close()
-    wait_for(lambda: len(m.ha.slaves()) == 0)
+    kit.wait_for(lambda: len(m.ha.slaves()) == 0)
     s.start_ha()                                            # room again: a slave replicates
     put_some(m, 0, 10)
-    wait_for(lambda: caught_up(m, s))
+    kit.wait_for(lambda: caught_up(m, s))

@@ -18,7 +18,7 @@ from rmqstore.engine.ha.replica import cut_tail
 from rmqstore.engine.ha.slave import split_address
 from rmqstore.message_store import MessageStore
 from rmqstore.types import Message
-from tests import netkit
+from tests import kit, netkit
 from tests.kit import free_port
 
 SEG = 64 * 1024
@@ -36,19 +36,8 @@ def put_n(st: MessageStore, start: int, n: int) -> None:
         st.put_message(Message.create("T", b"p" * (60 + i % 500), keys=[f"k{i}"], queue_id=i % 3))
 
 
-def bytes_of(st: MessageStore, start: int, end: int) -> bytes:
-    out, pos = bytearray(), start
-    while pos < end:
-        mf = st.commit_log.queue.find(pos)
-        k = min(end, mf.file_from_offset + SEG) - pos
-        out += mf.mm[pos - mf.file_from_offset:pos - mf.file_from_offset + k]
-        pos += k
-    return bytes(out)
 
 
-def check_prefix(m: MessageStore, s: MessageStore) -> None:
-    a, b = s.commit_log.min_offset, s.commit_log.confirm_offset
-    assert b <= m.commit_log.confirm_offset and bytes_of(s, a, b) == bytes_of(m, a, b)
 
 
 def until(cond, timeout: float = 10.0, also=None) -> None:
@@ -86,15 +75,15 @@ def test_faults_between_master_and_slave_never_tear_the_slave(tmp_path):
             put_n(m, n, 80)
             n += 80
             for _ in range(20):
-                check_prefix(m, s)
+                kit.assert_commitlog_prefix(m, s)
                 time.sleep(0.01)
             if name == "stall":
                 proxy.resume()
             if name.startswith("cut"):
                 until(lambda: proxy.connections > before)
             proxy.delay, proxy.chunk = 0.0, 65536
-            until(lambda: s.commit_log.confirm_offset == m.commit_log.confirm_offset, also=lambda: check_prefix(m, s))
-            check_prefix(m, s)
+            until(lambda: s.commit_log.confirm_offset == m.commit_log.confirm_offset, also=lambda: kit.assert_commitlog_prefix(m, s))
+            kit.assert_commitlog_prefix(m, s)
         assert proxy.connections >= 3
         s.wait_dispatched(5)
         assert sum(cq.max_offset for cq in s.consume_queues.values()) == n
@@ -115,7 +104,7 @@ def test_an_old_master_rejoins_and_its_divergent_tail_is_cut(tmp_path):
     b.close()
     common = a.commit_log.confirm_offset
     put_n(a, 1000, 5)                                   # a's tail: never replicated
-    a_tail = bytes_of(a, common, a.commit_log.confirm_offset)
+    a_tail = kit.commitlog_bytes(a, common, a.commit_log.confirm_offset)
     a.close()
     b = MessageStore.open(str(tmp_path / "b"), conf(broker_role="ASYNC_MASTER"))
     hb = b.start_ha("127.0.0.1", 0)
@@ -125,7 +114,7 @@ def test_an_old_master_rejoins_and_its_divergent_tail_is_cut(tmp_path):
     try:
         a.start_ha()
         until(lambda: a.commit_log.confirm_offset == b.commit_log.confirm_offset)
-        check_prefix(b, a)
+        kit.assert_commitlog_prefix(b, a)
         rdir = tmp_path / "a" / "recovery"
         kept = b"".join((rdir / n).read_bytes() for n in sorted(os.listdir(rdir)))
         assert kept == a_tail
@@ -165,7 +154,7 @@ def test_a_slave_in_another_process(tmp_path):
         lo, hi = map(int, out.stdout.split())
         assert hi == end and lo == end - end % SEG
         with MessageStore.open(str(tmp_path / "s"), conf(), read_only=True) as s:
-            check_prefix(m, s)
+            kit.assert_commitlog_prefix(m, s)
 
 
 SLAVE_FOREVER = textwrap.dedent("""
@@ -199,10 +188,10 @@ def test_a_slave_killed_mid_stream_recovers_and_catches_up(tmp_path):
             p.kill()
             p.wait(10)
         with MessageStore.open(str(tmp_path / "s"), conf(broker_role="SLAVE", ha_master_address=addr)) as s:
-            check_prefix(m, s)                         # recovery left a prefix (torn tail cut)
+            kit.assert_commitlog_prefix(m, s)                         # recovery left a prefix (torn tail cut)
             s.start_ha()
             until(lambda: s.commit_log.confirm_offset == m.commit_log.confirm_offset)
-            check_prefix(m, s)
+            kit.assert_commitlog_prefix(m, s)
             s.wait_dispatched(5)
             for key, cq in s.consume_queues.items():
                 assert cq.max_offset == m.consume_queues[key].max_offset
@@ -247,7 +236,7 @@ def test_a_master_back_without_its_tail_is_followed(tmp_path):
         put_n(m, 500, 10)                            # and new ones where they were
         m.start_ha("127.0.0.1", port)
         until(lambda: s.commit_log.confirm_offset == m.commit_log.confirm_offset)
-        check_prefix(m, s)
+        kit.assert_commitlog_prefix(m, s)
         assert (tmp_path / "s" / "recovery").is_dir()   # the slave kept what it cut
     finally:
         s.close()

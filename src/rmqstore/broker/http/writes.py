@@ -4,34 +4,17 @@ dead-letter message to its original topic, run a store verify."""
 from __future__ import annotations
 
 import asyncio
-import json
 import time
 
 from aiohttp import web
 
 from .. import messages as M
+from ..admin_ops import RESET_CONSUMER_CLIENT_OFFSET, tell_consumers_to_reset
 from ..metadata import PERM_READ, PERM_WRITE, topic_config, validate_topic
-
-#: ``RequestCode.RESET_CONSUMER_CLIENT_OFFSET``: the broker tells a consumer its new offsets
-RESET_CONSUMER_CLIENT_OFFSET = 220
 
 
 def _json(doc, status: int = 200) -> web.Response:
     return web.json_response(doc, status=status)
-
-
-def _mq_offsets(broker_name: str, topic: str, offsets: dict[int, int]) -> str:
-    """``ResetOffsetBody`` as the Java broker writes it (fastjson): ``MessageQueue`` objects as map keys."""
-    def key(q: int) -> str:
-        return json.dumps({"brokerName": broker_name, "queueId": q, "topic": topic}, separators=(",", ":"))
-    return '{"offsetTable":{' + ",".join(f"{key(q)}:{o}" for q, o in sorted(offsets.items())) + "}}"
-
-
-def _mq_offsets_cpp(broker_name: str, topic: str, offsets: dict[int, int]) -> str:
-    """``ResetOffsetBody`` as RocketMQ's C++ client 1.x reads it: an array of queues with their
-    offsets (it cannot parse fastjson's object keys, so a Java broker's reset never reaches it)."""
-    return json.dumps({"offsetTable": [{"brokerName": broker_name, "queueId": q, "topic": topic, "offset": o}
-                                       for q, o in sorted(offsets.items())]}, separators=(",", ":"))
 
 
 async def _body(request: web.Request) -> dict:
@@ -95,15 +78,7 @@ class Writes:
             off = store.get_max_offset_in_queue(topic, q) if ts < 0 else store.get_offset_in_queue_by_time(topic, q, ts)
             offsets[q] = off
             b.commit_offset(group, topic, q, off)
-        live = b.clients.consumers.get(group)
-        java = _mq_offsets(b.cfg.broker_name, topic, offsets).encode()
-        cpp = _mq_offsets_cpp(b.cfg.broker_name, topic, offsets).encode()
-        told = 0
-        for conn in list(live.channels) if live else []:
-            conn.send_request_oneway(RESET_CONSUMER_CLIENT_OFFSET, {"topic": topic, "group": group,
-                                                                   "timestamp": str(ts), "isForce": "true"},
-                                     cpp if conn.language == "CPP" else java)
-            told += 1
+        told = tell_consumers_to_reset(b, group, topic, ts, offsets)
         return _json({"group": group, "topic": topic, "offsets": offsets, "consumersTold": told})
 
     async def resend_dlq(self, request):
