@@ -10,7 +10,7 @@ import pytest
 
 from rmqstore import MessageStore
 from rmqstore.engine.index import IndexService
-from rmqstore.errors import StoreIOError
+from rmqstore.errors import OutputExistsError
 from rmqstore.format.hashes import index_key_hash
 from rmqstore.layout import infer_config
 from rmqstore.spark.jobs import export, stats
@@ -35,7 +35,7 @@ def test_export_by_topic_and_date(spark, vectors, tmp_path):
         r = got[rec.phy_offset]
         day = datetime.fromtimestamp(rec.store_timestamp / 1000, tz=timezone.utc).strftime("%Y-%m-%d")
         assert (r.topic, str(r.date), bytes(r.body), r.msgId) == (rec.topic, day, rec.body, rec.msg_id)
-    with pytest.raises(StoreIOError, match="already exists"):
+    with pytest.raises(OutputExistsError, match="already exists"):
         export(spark, v.path, out, v.config)
 
 
