@@ -267,6 +267,9 @@ def test_serve_refuses_an_address_in_use_before_creating_anything(run, tmp_path)
         assert not store.exists()
         r = run.fails(ExitCode.ADDRESS_IN_USE, "serve", "--store", store, "--listen", f"127.0.0.1:{port}", "--json")
         assert json.loads(r.stderr.strip().splitlines()[-1])["exit"] == ExitCode.ADDRESS_IN_USE
+        line = _one_line(run.fails(ExitCode.ADDRESS_IN_USE, "serve", "--store", store, "--listen", "127.0.0.1:0",
+                                   "--grpc-listen", f"127.0.0.1:{port}"))
+        assert "--grpc-listen" in line
         assert not store.exists()
 
 

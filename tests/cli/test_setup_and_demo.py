@@ -16,8 +16,8 @@ ROOT = Path(__file__).resolve().parents[2]
 
 FAKE_PYTHON = """#!/usr/bin/env bash
 # stands in for .venv/bin/python: logs pip calls, answers the setup script's probe
-if [ "$1" = "-m" ] && [ "$2" = "pip" ]; then echo "pip $*" >> "$CALLS"; echo "WARNING: Location 'file:///x/' is ignored: it is neither a file nor a directory." >&2; exit 0; fi
-if [ "$1" = "-c" ]; then echo "3.11.7 (fake) True"; exit 0; fi
+if [ "$1" = "-m" ] && [ "$2" = "pip" ]; then echo "pip $*" >> "$CALLS"; touch "$CALLS.installed"; echo "WARNING: Location 'file:///x/' is ignored: it is neither a file nor a directory." >&2; exit 0; fi
+if [ "$1" = "-c" ]; then if [ -e "$CALLS.installed" ]; then echo "3.11.7 True"; else echo "3.11.7 False"; fi; exit 0; fi
 exit 1
 """
 
@@ -50,16 +50,20 @@ def _setup(tree, *args) -> tuple[list[str], str]:
 
 
 def test_setup_installs_what_the_caller_uses_and_nothing_unchanged(tree):
+    # a fresh virtualenv: the package is not installed before the first run, and is after it
     calls, err = _setup(tree)
     assert calls == ["pip -m pip install -q -e .[spark]"]  # the demo's: no test extras, no clients
     assert "WARNING: Location" not in err
     assert _setup(tree) == ([], "")  # unchanged: nothing installed again
+    assert _setup(tree) == ([], "")
     calls, _ = _setup(tree, "--test")
     assert calls == ["pip -m pip install -q -e .[test,spark,bench,grpc,http,docs]", "clients"]
     assert _setup(tree, "--test")[0] == ["clients"]  # (setup_clients skips what is present itself)
     with open(tree / "pyproject.toml", "a") as fh:
         fh.write("\n# changed\n")
     assert _setup(tree)[0] == ["pip -m pip install -q -e .[spark]"]  # pyproject.toml changed: again
+    os.unlink(f"{tree / 'calls.log'}.installed")  # the package removed from the virtualenv: again
+    assert _setup(tree)[0] == ["pip -m pip install -q -e .[spark]"]
 
 
 def test_the_jvm_start_writes_to_a_log_not_the_terminal(capfd):

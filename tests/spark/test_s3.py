@@ -190,3 +190,24 @@ def test_spark_rebuild_of_an_s3_store_takes_the_stores_own_sizes(spark, s3, vect
     sizes = {os.path.getsize(os.path.join(d, f)) for d, _, fs in os.walk(tmp_path / "from-s3" / "consumequeue")
              for f in fs}
     assert sizes == {1000}
+
+
+def test_spark_rebuild_cli_refuses_an_occupied_s3_output_before_spark_starts(s3, monkeypatch):
+    from click.testing import CliRunner
+
+    from rmqstore.cli import commands_spark
+    from rmqstore.cli.main import cli
+
+    def started(*a, **k):
+        raise AssertionError("Spark was started")
+
+    monkeypatch.setattr(commands_spark, "open_session", started)
+    with s3["fs"].open_output_stream(f"{BUCKET}/occupied/index/20240101000000000") as f:
+        f.write(b"someone else's index file")
+    env = {"AWS_ENDPOINT_URL": s3["endpoint"], "AWS_ACCESS_KEY_ID": "test", "AWS_SECRET_ACCESS_KEY": "test",
+           "AWS_REGION": "us-east-1"}
+    r = CliRunner().invoke(cli, ["spark", "rebuild", f"s3://{BUCKET}/occupied", "--store", s3["stores"]["basic"][1]],
+                           env=env)
+    assert r.exit_code == 2 and "already holds index/" in r.stderr, r.output
+    with s3["fs"].open_input_stream(f"{BUCKET}/occupied/index/20240101000000000") as f:
+        assert f.read() == b"someone else's index file"

@@ -98,15 +98,32 @@ def jvm_log():
 
 
 def _check_output(cmd: StoreCommand, out_dir: str, what: str) -> None:
-    """A local output that exists is refused before Spark starts (a remote one by the job, before
-    its first task): rebuild's must be new or empty, export's new."""
+    """An output that exists is refused before Spark starts: rebuild's must be new or empty (a
+    remote one must not hold consumequeue/ or index/; S3 settings from the AWS_* environment
+    variables), export's new (a remote export is left to Spark, which refuses it)."""
     if "://" in out_dir:
+        if what.startswith("rebuild") and out_dir.split("://", 1)[0] in ("s3", "s3a", "hdfs"):
+            _check_remote_rebuild_output(out_dir)
         return
     from ..rebuild import check_new_output
 
     source = next((loc for loc in cmd.locations if "://" not in loc
                    and os.path.abspath(loc) == os.path.abspath(out_dir)), None)
     check_new_output(out_dir, source, what, must_not_exist=what.startswith("export"))
+
+
+def _check_remote_rebuild_output(out_dir: str) -> None:
+    from ..errors import OutputExistsError
+    from ..io import paths
+
+    try:
+        from ..spark import fs as remote
+    except ImportError as e:
+        raise SparkUnavailableError(f"Spark support is not available: {e}") from e
+    settings = remote.s3_settings()
+    for sub in (paths.CONSUMEQUEUE, paths.INDEX):
+        if remote.exists(out_dir, settings, sub):
+            raise OutputExistsError(f"rebuild output location already holds {sub}/", path=out_dir)
 
 
 def _where(cmd: StoreCommand):
