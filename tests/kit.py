@@ -33,6 +33,7 @@ import gzip
 import hashlib
 import json
 import os
+import signal
 import socket
 import time
 from collections.abc import Mapping
@@ -337,6 +338,19 @@ def assert_commitlog_prefix(master: MessageStore, slave: MessageStore) -> None:
     a, b = slave.commit_log.min_offset, slave.commit_log.confirm_offset
     assert b <= master.commit_log.confirm_offset
     assert commitlog_bytes(slave, a, b) == commitlog_bytes(master, a, b)
+
+
+def sigterm_and_wait(p) -> str:
+    """SIGTERM a server process and return its stderr once it exited 0 (killed if it does not stop
+    within 30 s)."""
+    try:
+        p.send_signal(signal.SIGTERM)
+        _, err = p.communicate(timeout=30)
+    finally:
+        if p.poll() is None:
+            p.kill()
+    assert p.returncode == 0, err
+    return err
 
 
 def fill_queue(st: MessageStore, n: int, topic: str = "T", queue_id: int = 0, tags=None, keys=None, ts=None) -> list:

@@ -4,7 +4,6 @@ SlaveSynchronize requests, suggestWhichBrokerId."""
 from __future__ import annotations
 
 import json
-import signal
 import subprocess
 import sys
 import time
@@ -126,16 +125,6 @@ def _proc_line(argv: list[str], prefix: str) -> subprocess.Popen:
     return p
 
 
-def _stop(p: subprocess.Popen) -> str:
-    try:
-        p.send_signal(signal.SIGTERM)
-        _, err = p.communicate(timeout=30)
-    finally:
-        if p.poll() is None:
-            p.kill()
-    assert p.returncode == 0, err
-    return err
-
 
 def test_cpp_producer_through_rmqstore_namesrv_spreads_over_two_groups(tmp_path, cpp_client, connect):
     ns_addr = f"127.0.0.1:{free_port()}"
@@ -158,7 +147,7 @@ def test_cpp_producer_through_rmqstore_namesrv_spreads_over_two_groups(tmp_path,
                           "--quiet")
         assert sent[-1]["ok"] == 200
     finally:
-        errs = [_stop(p) for p in reversed(procs)]
+        errs = [kit.sigterm_and_wait(p) for p in reversed(procs)]
     assert "unregistered from the name server" in errs[0] and "unregistered from the name server" in errs[1]
     counts = []
     for name in ("broker-a", "broker-b"):
@@ -174,7 +163,7 @@ def test_namesrv_command_json_line_sigterm_and_port_in_use(tmp_path):
         busy = subprocess.run([*RMQSTORE, "namesrv", "--listen", addr], capture_output=True, text=True, timeout=60)
         assert busy.returncode != 0 and f"cannot listen on {addr}" in busy.stderr
     finally:
-        err = _stop(p)
+        err = kit.sigterm_and_wait(p)
     assert "stopped" in err
     bad = subprocess.run([*RMQSTORE, "namesrv", "--listen", "nope"], capture_output=True, text=True, timeout=60)
     assert bad.returncode == 2 and "HOST:PORT" in bad.stderr

@@ -14,6 +14,7 @@ from pathlib import Path
 from rmqstore import MessageStore
 from rmqstore.broker import remoting as R
 from tests.kit import free_port
+from tests import kit
 
 C, RC = R.RequestCode, R.ResponseCode
 RMQSTORE = [sys.executable, "-m", "rmqstore.cli.main"]
@@ -30,17 +31,6 @@ def _serve(store: Path, *extra: str, config: Path | None = None) -> tuple[subpro
     return p, f"127.0.0.1:{port}"
 
 
-def _sigterm(p: subprocess.Popen) -> str:
-    """SIGTERM the server; its stderr once it exited (killed if it does not stop within 30 s)."""
-    try:
-        p.send_signal(signal.SIGTERM)
-        _, err = p.communicate(timeout=30)
-    finally:
-        if p.poll() is None:
-            p.kill()
-    assert p.returncode == 0, err
-    return err
-
 
 def test_serve_prints_listening_and_stops_cleanly_on_sigterm(tmp_path, connect, send_v2):
     store = tmp_path / "store"
@@ -51,7 +41,7 @@ def test_serve_prints_listening_and_stops_cleanly_on_sigterm(tmp_path, connect, 
             assert send_v2(c, "Cli", f"m{i}".encode(), queue_id=0).code == RC.SUCCESS
         c.call(C.UPDATE_CONSUMER_OFFSET, {"consumerGroup": "G", "topic": "Cli", "queueId": 0, "commitOffset": 7})
     finally:
-        err = _sigterm(p)
+        err = kit.sigterm_and_wait(p)
     assert "client connected" in err and "stopped: store closed cleanly" in err
     assert len(re.findall(r"^\S+ listening on ", err, flags=re.M)) == 1  # the broker's line (not HA's)
     assert not (store / "abort").exists()  # a clean close: no recovery on the next open
@@ -84,7 +74,7 @@ def test_serve_with_grpc_listen(tmp_path):
                 system_properties=pb.SystemProperties(message_id="0A0B0C"))]), timeout=20)
             assert r.status.code == pb.OK
     finally:
-        _sigterm(p)
+        kit.sigterm_and_wait(p)
     with MessageStore.open(store, read_only=True) as st:
         assert [m.body for m in st.query_message_by_unique_key("G5", "0A0B0C").messages] == [b"over grpc"]
 
