@@ -353,6 +353,16 @@ def sigterm_and_wait(p) -> str:
     return err
 
 
+def consumer_heartbeat(client_id: str, group: str, topic: str) -> dict:
+    """The HEART_BEAT body of a push consumer in CLUSTERING mode subscribed to ``topic`` (``*``), as
+    RocketMQ's clients send it."""
+    return {"clientID": client_id, "producerDataSet": [], "consumerDataSet": [{
+        "groupName": group, "consumeType": "CONSUME_PASSIVELY", "messageModel": "CLUSTERING",
+        "consumeFromWhere": "CONSUME_FROM_LAST_OFFSET", "unitMode": False,
+        "subscriptionDataSet": [{"topic": topic, "subString": "*", "tagsSet": [], "codeSet": [], "subVersion": 1,
+                                 "classFilterMode": False, "expressionType": "TAG"}]}]}
+
+
 def fill_queue(st: MessageStore, n: int, topic: str = "T", queue_id: int = 0, tags=None, keys=None, ts=None) -> list:
     """Put ``n`` plain messages into one queue of ``st`` (bodies ``{topic}-{queue_id}-{i}``; TAGS
     cycling through ``tags``, KEYS ``keys(i)``, store time ``ts(i)`` when given), check each is

@@ -22,6 +22,8 @@ from rmqstore.broker.http import HttpOptions  # noqa: E402
 from rmqstore.broker.http.metrics import version_desc  # noqa: E402
 from rmqstore.broker.remoting import RequestCode as C  # noqa: E402
 
+from tests import kit
+
 from .conftest import RemotingClient, broker_store_config  # noqa: E402
 
 TOKEN = "s3cret-token"
@@ -161,14 +163,6 @@ def test_version_desc_matches_mqversion():
     assert version_desc(121) == "v_121"  # before 3.9.1 the names are irregular
 
 
-def _heartbeat(client_id: str, group: str, topic: str) -> dict:
-    return {"clientID": client_id, "producerDataSet": [], "consumerDataSet": [{
-        "groupName": group, "consumeType": "CONSUME_PASSIVELY", "messageModel": "CLUSTERING",
-        "consumeFromWhere": "CONSUME_FROM_LAST_OFFSET", "unitMode": False,
-        "subscriptionDataSet": [{"topic": topic, "subString": "*", "tagsSet": [], "codeSet": [], "subVersion": 1,
-                                 "classFilterMode": False, "expressionType": "TAG"}]}]}
-
-
 def test_json_api_equals_the_store(http_broker, cpp_client):
     b, base = http_broker()
     sent = cpp_client("produce", "--namesrv", b.address, "--group", "PG", "--topic", "T", "--count", 20)
@@ -213,7 +207,7 @@ def test_json_api_equals_the_store(http_broker, cpp_client):
     assert chains["key-3"]["files"][0]["chain"][-1]["phyOffset"] == rec.phy_offset
     # groups with lag, clients, health
     c = RemotingClient(b.address)
-    c.json_call(C.HEART_BEAT, None, _heartbeat("c1@1", "G", "T"))
+    c.json_call(C.HEART_BEAT, None, kit.consumer_heartbeat("c1@1", "G", "T"))
     st.consumer_offsets.commit_offset("G", "T", 0, 1)
     _, g = http(base, "/api/groups/G")
     assert g["lag"] == store_lag(st, "G", "T")
@@ -246,7 +240,7 @@ def test_writes_need_admin_and_token(http_broker, cpp_client):
     cpp_client("produce", "--namesrv", b.address, "--group", "PG", "--topic", "T", "--count", 10, "--quiet")
     b.store.wait_dispatched(10)
     c = RemotingClient(b.address)
-    c.json_call(C.HEART_BEAT, None, _heartbeat("c1@1", "G", "T"))
+    c.json_call(C.HEART_BEAT, None, kit.consumer_heartbeat("c1@1", "G", "T"))
     for q in b.store.topics()["T"]:
         b.store.consumer_offsets.commit_offset("G", "T", q, b.store.get_max_offset_in_queue("T", q))
     status, doc = http(base, "/api/groups/G/reset", "POST", {"topic": "T", "timestamp": 0}, token=TOKEN)

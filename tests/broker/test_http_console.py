@@ -22,6 +22,8 @@ from rmqstore.broker import Broker, BrokerConfig  # noqa: E402
 from rmqstore.broker.http import HttpOptions  # noqa: E402
 from rmqstore.broker.remoting import RequestCode as C  # noqa: E402
 
+from tests import kit
+
 from .conftest import RemotingClient, broker_store_config  # noqa: E402
 
 CHROMIUM, DRIVER = shutil.which("chromium"), shutil.which("chromedriver")
@@ -89,7 +91,7 @@ def test_pages_search_and_storage_view(browser, console, cpp_client):
     cpp_client("produce", "--namesrv", b.address, "--group", "PG", "--topic", "Shop", "--count", 12, "--quiet")
     b.store.wait_dispatched(10)
     c = RemotingClient(b.address)
-    c.json_call(C.HEART_BEAT, None, _heartbeat("c1@1", "CG", "Shop"))
+    c.json_call(C.HEART_BEAT, None, kit.consumer_heartbeat("c1@1", "CG", "Shop"))
     browser.get(base + "/#/cluster")
     wait_for(browser, "#brokers", "broker-a")
     for page, css, text in (("topics", "#topics", "Shop"), ("topic/Shop", "#queues", None),
@@ -120,14 +122,6 @@ def test_pages_search_and_storage_view(browser, console, cpp_client):
     assert wait_for(browser, "#results p").text == "0 found"
     assert severe(browser) == []
     c.close()
-
-
-def _heartbeat(client_id: str, group: str, topic: str) -> dict:
-    return {"clientID": client_id, "producerDataSet": [], "consumerDataSet": [{
-        "groupName": group, "consumeType": "CONSUME_PASSIVELY", "messageModel": "CLUSTERING",
-        "consumeFromWhere": "CONSUME_FROM_LAST_OFFSET", "unitMode": False,
-        "subscriptionDataSet": [{"topic": topic, "subString": "*", "tagsSet": [], "codeSet": [], "subVersion": 1,
-                                 "classFilterMode": False, "expressionType": "TAG"}]}]}
 
 
 def test_reset_by_time_moves_a_live_consumer(browser, console, cpp_client, cpp_client_async, lines_of):
