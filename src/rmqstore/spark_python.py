@@ -1,23 +1,21 @@
 """Which Python Spark runs the ``rocketmq`` data source in, set before a session starts.
 
-Spark looks Python data sources up, plans and reads them in worker processes running
-``$PYSPARK_PYTHON``, else ``$PYSPARK_DRIVER_PYTHON``, else ``python3`` from ``PATH``, as the JVM's
-environment had them when the session started. A program run with a virtualenv's interpreter
-without activating it gets the system's ``python3``, which has no rmqstore (nor pyspark): Spark
-answers ``DATA_SOURCE_NOT_FOUND`` with a long Java trace. ``import rmqstore`` (and so ``import
-rmqstore.spark``) therefore names this interpreter, once, when nothing is set yet and no Spark
-context runs; with a context already running it says in one warning what to do. No pyspark import.
+The interpreter-start hook (``rmqstore-spark.pth`` loading ``_rmqstore_spark_env``) does this when
+the environment's interpreter first imports pyspark. ``import rmqstore`` does the same for a program
+whose environment lacks the hook (the package put on ``sys.path`` by hand): it names this
+interpreter, once, when nothing is set yet and no Spark context runs, and with a context already
+running it says in one warning what to do. No pyspark import.
 """
 from __future__ import annotations
 
 import importlib.util
-import logging
 import os
 import sys
 import warnings
 
-log = logging.getLogger(__name__)
-ENV = ("PYSPARK_PYTHON", "PYSPARK_DRIVER_PYTHON")
+import _rmqstore_spark_env as hook
+
+ENV = hook.ENV
 
 
 def spark_python_default(environ=os.environ) -> str | None:
@@ -35,5 +33,4 @@ def spark_python_default(environ=os.environ) -> str | None:
                       f"before building the session, or set PYSPARK_PYTHON={sys.executable}", RuntimeWarning,
                       stacklevel=3)
         return None
-    environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
-    return sys.executable
+    return hook.name_interpreter(environ)

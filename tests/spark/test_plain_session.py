@@ -1,6 +1,8 @@
 """``spark.read.format("rocketmq")`` in a plain SparkSession (no get_spark, no registration, no
-PYSPARK_* variables, no virtualenv on PATH) after ``import rmqstore``; and a topic the store does
-not hold warns once instead of answering an empty table without a word."""
+``import rmqstore``, no PYSPARK_* variables, no virtualenv on PATH): the interpreter-start hook names
+the interpreter for Spark's workers; with workers that lack rmqstore the program ends in one line
+naming the fix, never a Java trace; and a topic the store does not hold warns once instead of
+answering an empty table without a word."""
 from __future__ import annotations
 
 import logging
@@ -24,7 +26,6 @@ def _store(path) -> str:
 def test_a_plain_session_finds_the_source_and_an_unknown_topic_warns_once(tmp_path):
     store = _store(tmp_path / "store")
     script = textwrap.dedent(f"""
-        import rmqstore
         from pyspark.sql import SparkSession
         spark = SparkSession.builder.master("local[1]").config("spark.ui.enabled", "false").getOrCreate()
         spark.sparkContext.setLogLevel("ERROR")
@@ -38,6 +39,27 @@ def test_a_plain_session_finds_the_source_and_an_unknown_topic_warns_once(tmp_pa
     assert "rows 3" in p.stdout and "nope 0 0" in p.stdout
     assert "DATA_SOURCE_NOT_FOUND" not in p.stderr
     assert p.stderr.count("topic Nope: not in") == 1, p.stderr[-3000:]
+
+
+def test_workers_without_rmqstore_end_in_one_line_naming_the_fix(tmp_path):
+    store = _store(tmp_path / "store")
+    bare = tmp_path / "bare-python"  # an interpreter without site-packages: no pyspark, no rmqstore
+    bare.write_text(f"#!/bin/sh\nexec {sys.executable} -S \"$@\"\n")
+    bare.chmod(0o755)
+    script = textwrap.dedent(f"""
+        from pyspark.sql import SparkSession
+        spark = SparkSession.builder.master("local[1]").config("spark.ui.enabled", "false").getOrCreate()
+        spark.sparkContext.setLogLevel("ERROR")
+        spark.read.format("rocketmq").load({store!r}).count()
+    """)
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "PYSPARK_PYTHON": str(bare)}
+    p = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=300)
+    assert p.returncode == 1
+    assert "\tat org.apache" not in p.stderr and "Traceback" not in p.stderr, p.stderr[-3000:]
+    last = p.stderr.strip().splitlines()[-1]
+    assert last == (f"<string>:5: format('rocketmq') not found: Spark's Python workers run {bare}, which has no "
+                    f"rmqstore; set PYSPARK_PYTHON={sys.executable} (an interpreter with rmqstore installed) "
+                    f"before the SparkSession starts")
 
 
 def test_unknown_topics_warn_once_per_store(tmp_path, caplog):
