@@ -273,11 +273,17 @@ class Load:
                 out.append(json.loads(line))
         return out
 
-    def started(self, timeout: float = 60.0) -> None:
-        wait_until(lambda: any("started" in d for d in self.lines()) or self.proc.poll() is not None, timeout,
-                   "the client to start")
+    def started(self, timeout: float = 120.0) -> None:
+        """Wait for the client's ``started`` line. The C++ client's start (name-server route, broker
+        connections) took over 60 s once on a loaded 2-core machine: the wait is long, and a client
+        that did not start is killed and its output shown."""
+        try:
+            wait_until(lambda: any("started" in d for d in self.lines()) or self.proc.poll() is not None, timeout,
+                       "the client to start")
+        except AssertionError:
+            self.kill()
         if not any("started" in d for d in self.lines()):
-            raise ProcessFailed(f"client did not start:\n{self.output()}")
+            raise ProcessFailed(f"client did not start within {timeout} s (exit {self.proc.poll()}):\n{self.output()}")
 
     def wait(self, timeout: float = 120.0, grace: float = 10.0) -> dict:
         """Wait for the client to end; its ``done`` line (ProcessFailed when it failed). The driver
