@@ -17,7 +17,7 @@ ROOT = Path(__file__).resolve().parents[2]
 FAKE_PYTHON = """#!/usr/bin/env bash
 # stands in for .venv/bin/python: logs pip calls, answers the setup script's probe
 if [ "$1" = "-m" ] && [ "$2" = "pip" ]; then echo "pip $*" >> "$CALLS"; touch "$CALLS.installed"; echo "WARNING: Location 'file:///x/' is ignored: it is neither a file nor a directory." >&2; exit 0; fi
-if [ "$1" = "-c" ]; then if [ -e "$CALLS.installed" ]; then echo "3.11.7 True"; else echo "3.11.7 False"; fi; exit 0; fi
+if [ "$1" = "-c" ]; then case "$2" in *sysconfig*) echo "$SITE"; exit 0;; esac; if [ -e "$CALLS.installed" ]; then echo "3.11.7 True"; else echo "3.11.7 False"; fi; exit 0; fi
 exit 1
 """
 
@@ -29,6 +29,10 @@ def tree(tmp_path):
     shutil.copy(ROOT / "scripts" / "setup", tmp_path / "scripts" / "setup")
     (tmp_path / "scripts" / "setup_clients").write_text('#!/usr/bin/env bash\necho clients >> "$CALLS"\n')
     shutil.copy(ROOT / "pyproject.toml", tmp_path / "pyproject.toml")
+    shutil.copy(ROOT / "setup.py", tmp_path / "setup.py")
+    (tmp_path / "src").mkdir()
+    shutil.copy(ROOT / "src" / "rmqstore-spark.pth", tmp_path / "src" / "rmqstore-spark.pth")
+    (tmp_path / "site").mkdir()  # the fake virtualenv's site-packages
     (tmp_path / ".venv" / "bin").mkdir(parents=True)
     (tmp_path / ".venv" / "bin" / "python").write_text(FAKE_PYTHON)
     (tmp_path / "bin").mkdir()
@@ -42,7 +46,7 @@ def tree(tmp_path):
 def _setup(tree, *args) -> tuple[list[str], str]:
     calls = tree / "calls.log"
     calls.write_text("")
-    env = dict(os.environ, CALLS=str(calls), PATH=f"{tree / 'bin'}:{os.environ['PATH']}")
+    env = dict(os.environ, CALLS=str(calls), SITE=str(tree / "site"), PATH=f"{tree / 'bin'}:{os.environ['PATH']}")
     p = subprocess.run([str(tree / "scripts" / "setup"), *args], capture_output=True, text=True, env=env,
                        timeout=60)
     assert p.returncode == 0, p.stderr
@@ -54,6 +58,8 @@ def test_setup_installs_what_the_caller_uses_and_nothing_unchanged(tree):
     calls, err = _setup(tree)
     assert calls == ["pip -m pip install -q -e .[spark]"]  # the demo's: no test extras, no clients
     assert "WARNING: Location" not in err
+    # the start-up hook by which Spark's workers find the source: copied beside the packages, kept
+    assert (tree / "site" / "rmqstore-spark.pth").read_bytes() == (ROOT / "src" / "rmqstore-spark.pth").read_bytes()
     assert _setup(tree) == ([], "")  # unchanged: nothing installed again
     assert _setup(tree) == ([], "")
     calls, _ = _setup(tree, "--test")
