@@ -131,11 +131,42 @@ def resolve_config(store_dir: str, cfg: MessageStoreConfig | None) -> MessageSto
 
 
 def infer_config(store_dir: str, base: MessageStoreConfig | None = None) -> MessageStoreConfig:
-    """``base`` (defaults if None) with segment sizes taken from the store's files where present."""
+    """``base`` (defaults if None) with segment sizes taken from the store's files where present.
+    Index files whose size is not upstream's 1:4 slot:item ratio give their geometry from their
+    contents (:func:`~rmqstore.format.index_file.infer_geometry`); a :class:`ConfigError` naming
+    the keys to set when they cannot."""
     if not os.path.isdir(store_dir):
         raise StoreNotFoundError("store directory does not exist", path=store_dir)
-    return config_with_sizes(base or MessageStoreConfig(), _first_segment_size(os.path.join(store_dir, COMMITLOG)),
-                             _first_cq_segment_size(store_dir), _first_index_size(store_dir))
+    cfg = config_with_sizes(base or MessageStoreConfig(), _first_segment_size(os.path.join(store_dir, COMMITLOG)),
+                            _first_cq_segment_size(store_dir), _first_index_size(store_dir))
+    size = _first_index_size(store_dir)
+    if size is None or size == cfg.index_file_size:
+        return cfg
+    geometry = index_geometry(os.path.join(store_dir, INDEX), size)
+    if geometry is None:
+        raise ConfigError(f"the store's index files are {size} bytes, not upstream's 1:4 slot:item ratio, and "
+                          "no index file's keys tell its geometry: give a config with maxHashSlotNum and "
+                          f"maxIndexNum (40 + 4*maxHashSlotNum + 20*maxIndexNum = {size})",
+                          path=os.path.join(store_dir, INDEX))
+    return cfg.replace(max_hash_slot_num=geometry[0], max_index_num=geometry[1])
+
+
+def index_geometry(index_dir: str, size: int) -> tuple[int, int] | None:
+    """``(slots, items)`` read from the contents of the first index file of ``size`` bytes that
+    tells them (see :func:`~rmqstore.format.index_file.infer_geometry`), or None."""
+    import mmap
+
+    from .format.index_file import infer_geometry
+
+    for name, n in sorted(_listing(index_dir)):
+        if not name.isdigit() or n != size:
+            continue
+        with open(os.path.join(index_dir, name), "rb") as f, \
+                mmap.mmap(f.fileno(), size, access=mmap.ACCESS_READ) as mm:
+            found = infer_geometry(mm, size)
+        if found is not None:
+            return found
+    return None
 
 
 def config_with_sizes(cfg: MessageStoreConfig, commitlog: int | None, consume_queue: int | None,

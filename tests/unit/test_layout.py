@@ -7,7 +7,7 @@ import os
 
 import pytest
 
-from rmqstore import ConfigError, MessageStoreConfig, StoreNotFoundError
+from rmqstore import ConfigError, Message, MessageStore, MessageStoreConfig, StoreNotFoundError
 from rmqstore.layout import check_geometry, infer_config, is_store_dir, resolve_config
 from tests.kit import load_vector
 
@@ -65,13 +65,28 @@ def test_the_name_spacing_wins_over_a_damaged_files_length(tmp_path):
     assert (cfg.mapped_file_size_commit_log, cfg.cq_file_size) == (4096, 200)
 
 
-def test_an_index_size_without_upstreams_ratio_is_not_guessed(tmp_path):
+def test_an_index_size_without_upstreams_ratio_is_read_from_its_keys(tmp_path):
+    store = tmp_path / "s"
+    cfg = MessageStoreConfig.embedded().replace(max_hash_slot_num=100, max_index_num=1000)
+    with MessageStore.open(str(store), cfg) as st:
+        for i in range(50):
+            st.put_message(Message.create("T", b"x", keys=[f"k{i}"]))
+        st.wait_dispatched()
+    got = infer_config(str(store))
+    assert (got.max_hash_slot_num, got.max_index_num) == (100, 1000)
+    with MessageStore.open(str(store), read_only=True) as ro:  # and a store opened without a config reads it
+        assert len(ro.query_message("T", "k7").messages) == 1
+
+
+def test_an_index_size_without_upstreams_ratio_and_no_keys_asks_for_the_keys(tmp_path):
     store = tmp_path / "s"
     _segments(store / "commitlog", [0], 4096)
-    _index_file(store, 10, 7)  # 40 + 40 + 140: not 40 + 84 * slots
-    base = MessageStoreConfig(max_hash_slot_num=64, max_index_num=256)
-    cfg = infer_config(str(store), base)
-    assert (cfg.max_hash_slot_num, cfg.max_index_num, cfg.mapped_file_size_commit_log) == (64, 256, 4096)
+    _index_file(store, 10, 7)  # 40 + 40 + 140: not 40 + 84 * slots, and no item written
+    with pytest.raises(ConfigError) as e:
+        infer_config(str(store), MessageStoreConfig(max_hash_slot_num=64, max_index_num=256))
+    assert "220 bytes, not upstream's 1:4 slot:item ratio" in str(e.value)
+    assert "maxHashSlotNum and maxIndexNum (40 + 4*maxHashSlotNum + 20*maxIndexNum = 220)" in str(e.value)
+    assert str(store / "index") in str(e.value)
 
 
 def test_infer_config_of_no_directory(tmp_path):

@@ -4,6 +4,7 @@ from __future__ import annotations
 import struct
 
 import numpy as np
+import pytest
 
 from rmqstore.format import index_file as IX
 
@@ -55,3 +56,37 @@ def test_time_diff_seconds_scalar_and_numpy():
     assert got.tolist() == [c[2] for c in cases]
     got = IX.time_diff_seconds(np.array([1_700_000_005_500, 1_700_000_009_000]), 1_700_000_000_000)
     assert got.tolist() == [5, 9]
+
+
+def _index_bytes(slots: int, items: int, hashes) -> bytearray:
+    """An index file with ``hashes`` put in order as FORMAT.md §6.3 says (phy offsets 100, 200, ...)."""
+    buf = bytearray(IX.file_size(slots, items))
+    count = 1
+    for i, h in enumerate(hashes):
+        slot = h % slots
+        prev = IX.SLOT.unpack_from(buf, IX.slot_pos(slot))[0]
+        IX.ITEM.pack_into(buf, IX.item_pos(slots, count), h, 100 * (i + 1), 0, prev)
+        IX.SLOT.pack_into(buf, IX.slot_pos(slot), count)
+        count += 1
+    IX.HEADER.pack_into(buf, 0, 1, 2, 100, 100 * len(hashes), 0, count)
+    return buf
+
+
+@pytest.mark.parametrize("slots,items,n", [(100, 1000, 50), (7, 40, 39), (64, 256, 1), (1000, 100, 99),
+                                           (5, 5000, 3000)])
+def test_the_geometry_is_read_from_the_keys(slots, items, n):
+    rng = np.random.default_rng(slots * 7 + n)
+    hashes = [int(h) for h in rng.integers(0, 2**31 - 1, n)]
+    buf = _index_bytes(slots, items, hashes)
+    assert IX.infer_geometry(buf, len(buf)) == (slots, items)
+
+
+def test_no_geometry_from_an_empty_or_inconsistent_file():
+    assert IX.infer_geometry(bytearray(IX.file_size(10, 7)), IX.file_size(10, 7)) is None  # nothing written
+    buf = _index_bytes(100, 1000, [5, 105, 7])
+    IX.SLOT.pack_into(buf, IX.slot_pos(5), 3)  # slot 5 names item 3, whose hash (7) is in slot 7
+    assert IX.infer_geometry(buf, len(buf)) is None
+    buf = _index_bytes(100, 1000, [5, 105, 7])
+    IX.ITEM.pack_into(buf, IX.item_pos(100, 3), 7, 300, 0, 3)  # item 3 chained to itself
+    assert IX.infer_geometry(buf, len(buf)) is None
+    assert IX.infer_geometry(b"short", 5) is None
