@@ -291,14 +291,14 @@ class MessageStore(StoreReads):
         return result if self.ha is None else self.ha.settle(result, wait=self.ha_wait_in_put)
 
     def put_group(self, items: list) -> list[PutMessageResult]:
-        """Append puts that arrived together (a broker's group commit), one result per item in
-        order: one message is a :meth:`put_message`, more a :meth:`put_messages` batch, an
-        ``engine.put_batch.RawBatch`` a batch as its producer sent it (the same records and answer).
-        One hold of the append lock, one dispatcher wake-up, one flush wait (:mod:`.engine.group_commit`)."""
+        """Append puts that arrived together (a broker's group commit), one result per item in order: one message
+        is a :meth:`put_message`, more a :meth:`put_messages` batch, an ``engine.put_batch.RawBatch`` a batch as its
+        producer sent it. One hold of the append lock, one dispatcher, flush and HA wake-up (:mod:`.engine.group_commit`)."""
         self._check_writable()
         if self.disk_full or self.cfg.broker_role == "SLAVE":
             return [_refused(self.cfg) for _ in items]
-        return [self._replicated(r) for r in put_group(self.commit_log, items)]  # HA
+        results = put_group(self.commit_log, items)
+        return results if self.ha is None else self.ha.settle_all(results, wait=self.ha_wait_in_put)
 
     def dispatch(self) -> None:
         """Dispatch everything appended so far in the calling thread (consume queues, index,

@@ -153,6 +153,21 @@ def test_sync_master_times_out_with_a_stalled_slave(pair):
     put_some(m, 6, 5)
 
 
+def test_a_group_commit_wakes_the_senders_once_and_waits_for_each_put(pair, monkeypatch):
+    m, s, _ = pair(master_kw=dict(broker_role="SYNC_MASTER"))
+    s.start_ha()
+    kit.wait_for(lambda: m.ha.slaves() and m.ha.slaves()[0][1] >= 0, what="the slave's first report")
+    wakes = []
+    real = m.ha.wake_senders
+    monkeypatch.setattr(m.ha, "wake_senders", lambda: (wakes.append(1), real())[1])
+    rs = m.put_group([[Message.create("T", b"g%d" % i, queue_id=i % 4)] for i in range(5)])
+    assert [r.status for r in rs] == [PutMessageStatus.PUT_OK] * 5 and wakes == [1]
+    assert s.commit_log.confirm_offset >= rs[-1].phy_offset + rs[-1].wrote_bytes
+    m.ha_wait_in_put = False  # (the broker awaits the futures itself: nothing waited for here)
+    assert [r.status for r in m.put_group([[Message.create("T", b"h", queue_id=0)]])] == [PutMessageStatus.PUT_OK]
+    assert wakes == [1, 1]
+
+
 def test_the_broker_awaits_the_future_instead(pair):
     m, s, _ = pair(master_kw=dict(broker_role="SYNC_MASTER"))
     m.ha_wait_in_put = False

@@ -156,10 +156,10 @@ class HAService:
         with self._lock:
             return sum(1 for c in self._conns if c.ack_offset >= 0 and offset - c.ack_offset < gap)
 
-    def wait_replicated(self, next_offset: int) -> Future:
+    def wait_replicated(self, next_offset: int, wake: bool = True) -> Future:
         """A future resolving to PUT_OK once enough slaves reported ``>= next_offset``,
         FLUSH_SLAVE_TIMEOUT after ``slaveTimeout``, SLAVE_NOT_AVAILABLE at once when not enough
-        slaves are connected and in sync."""
+        slaves are connected and in sync. ``wake``: wake the senders (False: the caller just did)."""
         fut: Future = Future()
         if self.in_sync_slaves(next_offset) < self._needed():
             fut.set_result(PutMessageStatus.SLAVE_NOT_AVAILABLE)
@@ -172,7 +172,8 @@ class HAService:
             heapq.heappush(self._waiters, (deadline, next(self._seq), next_offset, fut))
             self._settle(time.monotonic())
             self._acked.notify_all()
-        self.wake_senders()
+        if wake:
+            self.wake_senders()
         return fut
 
     # --- master: waking the senders ------------------------------------------------------------
@@ -220,12 +221,21 @@ class HAService:
             result.status = fut.result()
         return result
 
-    def replication_future(self, result: PutMessageResult) -> Future | None:
+    def settle_all(self, results: list[PutMessageResult], wait: bool = True) -> list[PutMessageResult]:
+        """:meth:`settle` for the results of one group commit: the senders woken once."""
+        self.wake_senders()
+        for result in results if wait else ():
+            fut = self.replication_future(result, wake=False)
+            if fut is not None:
+                result.status = fut.result()
+        return results
+
+    def replication_future(self, result: PutMessageResult, wake: bool = True) -> Future | None:
         """Under SYNC_MASTER, a future of a put's final status (:meth:`wait_replicated`); None
         when there is nothing to wait for (not SYNC_MASTER, or the put failed)."""
         if self.role != SYNC_MASTER or result.status is not PutMessageStatus.PUT_OK:
             return None
-        return self.wait_replicated(result.phy_offset + result.wrote_bytes)
+        return self.wait_replicated(result.phy_offset + result.wrote_bytes, wake)
 
 
 def _resolve(fut: Future, status: PutMessageStatus) -> None:
