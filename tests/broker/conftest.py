@@ -372,11 +372,12 @@ def grpc_py(tmp_path):
 
 @pytest.fixture
 def namesrv():
-    """Start standalone name servers on free loopback ports: ``namesrv(scan=5.0)``; all stopped after the test."""
+    """Start standalone name servers on free loopback ports: ``namesrv(scan=5.0, kv_config_path=None)``; all
+    stopped after the test."""
     servers = []
 
-    def _start(scan: float = 5.0) -> NameServer:
-        ns = NameServer("127.0.0.1:0", scan_interval_s=scan).start()
+    def _start(scan: float = 5.0, kv_config_path: str | None = None) -> NameServer:
+        ns = NameServer("127.0.0.1:0", scan_interval_s=scan, kv_config_path=kv_config_path).start()
         servers.append(ns)
         return ns
 

@@ -277,6 +277,11 @@ def test_kv_config_and_data_version(namesrv, connect):
     assert json.loads(r.body) == {"table": {"T": "broker-a:4"}}  # order topics sent back to the broker
     c.call(N.DELETE_KV_CONFIG, {"namespace": "ORDER_TOPIC_CONFIG", "key": "T"})
     assert c.call(N.GET_KV_CONFIG, {"namespace": "ORDER_TOPIC_CONFIG", "key": "T"}).code == RC.QUERY_NOT_FOUND
+    # upstream keeps a namespace whose last key went: an empty table, listed and sent to brokers
+    r = c.call(N.GET_KVLIST_BY_NAMESPACE, {"namespace": "ORDER_TOPIC_CONFIG"})
+    assert (r.code, r.body) == (RC.SUCCESS, b'{"table":{}}')
+    assert register(c, "broker-a", "10.0.0.1:10911", 0, TOPICS).body == b'{"table":{}}'
+    assert c.call(N.GET_KVLIST_BY_NAMESPACE, {"namespace": "never"}).code == RC.QUERY_NOT_FOUND
     assert c.call(N.PUT_KV_CONFIG, {"key": "x"}).code == RC.SYSTEM_ERROR
     same = b'{"counter":1,"stateVersion":0,"timestamp":1700000000000}'
     r = c.call(N.QUERY_DATA_VERSION, {"brokerName": "broker-a", "brokerAddr": "10.0.0.1:10911",
@@ -287,6 +292,41 @@ def test_kv_config_and_data_version(namesrv, connect):
     assert r.ext["changed"] == "true"
     g = c.call(N.GET_BROKER_MEMBER_GROUP, {"clusterName": "c1", "brokerName": "broker-a"})
     assert parse_broker_json(g.body.decode())["brokerMemberGroup"]["brokerAddrs"] == {"0": "10.0.0.1:10911"}
+
+
+def test_the_kv_config_is_kept_in_rocketmqs_kvconfig_json(namesrv, connect, tmp_path):
+    path = tmp_path / "namesrv" / "kvConfig.json"
+    ns = namesrv(kv_config_path=str(path))
+    c = connect(ns.address)
+    assert not path.exists()  # nothing written before a change
+    c.call(N.PUT_KV_CONFIG, {"namespace": "ORDER_TOPIC_CONFIG", "key": "T", "value": "broker-a:4"})
+    assert path.read_bytes() == b'{"configTable":{"ORDER_TOPIC_CONFIG":{"T":"broker-a:4"}}}'
+    c.call(N.PUT_KV_CONFIG, {"namespace": "ns2", "key": "k", "value": "v"})
+    c.call(N.DELETE_KV_CONFIG, {"namespace": "ORDER_TOPIC_CONFIG", "key": "T"})
+    assert json.loads(path.read_text()) == {"configTable": {"ORDER_TOPIC_CONFIG": {}, "ns2": {"k": "v"}}}
+    assert json.loads((tmp_path / "namesrv" / "kvConfig.json.bak").read_text())["configTable"] == {
+        "ORDER_TOPIC_CONFIG": {"T": "broker-a:4"}, "ns2": {"k": "v"}}  # the file before the last change
+    config = c.call(N.GET_NAMESRV_CONFIG, {}).body.decode()
+    assert f"kvConfigPath={path}\n" in config
+    c.close()
+    ns.stop()
+    again = connect(namesrv(kv_config_path=str(path)).address)  # a restart loads it
+    assert again.call(N.GET_KV_CONFIG, {"namespace": "ns2", "key": "k"}).ext["value"] == "v"
+    assert again.call(N.GET_KVLIST_BY_NAMESPACE, {"namespace": "ORDER_TOPIC_CONFIG"}).body == b'{"table":{}}'
+
+
+def test_a_kv_config_file_that_does_not_parse_is_refused_untouched(tmp_path):
+    from rmqstore.broker.namesrv import NameServer
+    from rmqstore.errors import CorruptRecordError
+
+    path = tmp_path / "kvConfig.json"
+    for text in ('{"configTable":{"ns":{"k":"v"}', '{"configTable":["x"]}', '[1]'):
+        path.write_text(text)
+        with pytest.raises(CorruptRecordError, match="kvConfig.json") as e:
+            NameServer("127.0.0.1:0", kv_config_path=str(path))
+        assert str(path) in str(e.value) and path.read_text() == text
+    path.write_text('{"configTable":{"ns":{"k":"v",1:2}}}')  # fastjson's bare integer keys are read
+    assert NameServer("127.0.0.1:0", kv_config_path=str(path)).kv.table == {"ns": {"k": "v", "1": "2"}}
 
 
 def test_fastjson_encoding_rules():

@@ -287,3 +287,13 @@ def test_serve_refuses_a_directory_that_is_not_a_store(run, tmp_path):
     r = run.fails(ExitCode.USAGE, "serve", "--store", d, "--listen", "127.0.0.1:0")
     assert "neither a message store nor an empty directory" in r.stderr
     assert sorted(p.name for p in d.iterdir()) == ["notes.txt"]
+
+
+def test_namesrv_refuses_a_kv_config_it_cannot_read_before_listening(run, tmp_path):
+    bad = tmp_path / "kvConfig.json"
+    bad.write_text('{"configTable":{"ns":{"k":"v"}')
+    r = run.fails(ExitCode.USAGE, "namesrv", "--listen", "127.0.0.1:0", "--kv-config", bad)
+    assert "--kv-config" in r.stderr and str(bad) in r.stderr and "configTable" in r.stderr
+    assert bad.read_text() == '{"configTable":{"ns":{"k":"v"}'
+    assert "is a directory" in run.fails(ExitCode.USAGE, "namesrv", "--listen", "127.0.0.1:0",
+                                         "--kv-config", tmp_path).stderr

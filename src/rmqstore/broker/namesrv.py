@@ -8,8 +8,10 @@ keys for clients >= V4_9_4 or ``acceptStandardJsonOnly``, bare ones for older cl
 GET_BROKER_CLUSTER_INFO 106 (bare keys), the topic lists mqadmin reads (206, 224, 304), topic
 deletion and registration (216, 217), write permission (205, 327), the KV config (100, 101, 102,
 219), BROKER_HEARTBEAT 904, QUERY_DATA_VERSION 322, GET_BROKER_MEMBER_GROUP 901, and the name server's
-configuration (GET_NAMESRV_CONFIG 319, UPDATE_NAMESRV_CONFIG 318). The KV config
-lives in memory (upstream keeps it in ``~/namesrv/kvConfig.json``).
+configuration (GET_NAMESRV_CONFIG 319, UPDATE_NAMESRV_CONFIG 318). The KV config (:class:`KVConfig`)
+lives in memory, and in RocketMQ's ``kvConfig.json`` when given a path (``rmqstore namesrv --kv-config``;
+upstream's default path, ``~/namesrv/kvConfig.json``, is never used unasked: a Java name server on the
+same machine may own it).
 """
 from __future__ import annotations
 
@@ -21,6 +23,9 @@ import zlib
 
 import javaproperties
 
+from ..engine.consumer_offsets import parse_broker_json
+from ..errors import CorruptRecordError
+from ..io.mapped_file import atomic_write_text
 from .remoting import Header, RemotingCommand, ResponseCode
 from .routes import MASTER_ID, RegisterBodyError, Registration, RouteTable, decode_register_body, encode_fastjson
 from .server import RemotingServer, parse_listen
@@ -64,16 +69,69 @@ def body_crc32(body: bytes) -> int:
     return zlib.crc32(body) & 0x7FFFFFFF
 
 
+class KVConfig:
+    """The name server's KV config (``KVConfigManager``): namespaces of string keys and values. With
+    a ``path`` it is loaded from and written to RocketMQ's ``kvConfig.json`` (``{"configTable":
+    {namespace: {key: value}}}``, compact, after every change; atomically, the previous file kept as
+    ``.bak`` as upstream's ``string2File`` keeps it). As upstream, a namespace whose last key is
+    deleted stays, empty: listing it answers an empty table, not QUERY_NOT_FOUND. A file that does
+    not parse raises :class:`CorruptRecordError` (upstream would start empty and write over it)."""
+
+    def __init__(self, path: str | None = None):
+        self.path = path
+        self.table: dict[str, dict[str, str]] = {}
+        self._lock = threading.Lock()
+        if path is not None:
+            self.table = self._load(path)
+
+    @staticmethod
+    def _load(path: str) -> dict[str, dict[str, str]]:
+        try:
+            with open(path, encoding="utf-8") as fh:
+                text = fh.read()
+        except FileNotFoundError:
+            return {}
+        try:
+            doc = parse_broker_json(text) if text.strip() else {}
+            table = doc.get("configTable") or {}
+            if not isinstance(table, dict) or not all(isinstance(t, dict) for t in table.values()):
+                raise ValueError('"configTable" is not an object of objects')
+        except (ValueError, AttributeError) as e:
+            raise CorruptRecordError(f"cannot read the KV config: {e} (expected RocketMQ's kvConfig.json: "
+                                     '{"configTable":{namespace:{key:value}}})', path=path) from None
+        return {str(ns): {str(k): str(v) for k, v in t.items()} for ns, t in table.items()}
+
+    def put(self, namespace: str, key: str, value: str) -> None:
+        with self._lock:
+            self.table.setdefault(namespace, {})[key] = value
+            self._persist()
+
+    def delete(self, namespace: str, key: str) -> None:
+        with self._lock:
+            self.table.get(namespace, {}).pop(key, None)
+            self._persist()
+
+    def get(self, namespace: str, key: str) -> str | None:
+        return self.table.get(namespace, {}).get(key)
+
+    def namespace(self, namespace: str) -> dict[str, str] | None:
+        return self.table.get(namespace)
+
+    def _persist(self) -> None:
+        if self.path is not None:
+            atomic_write_text(self.path, encode_fastjson({"configTable": self.table}).decode(), keep_bak=True)
+
+
 class NameServerProcessor:
     """The name server's handlers. ``refresh`` (optional) runs before each route query: the embedded
     name server registers its own broker there."""
 
-    def __init__(self, routes: RouteTable, *, refresh=None, config=None):
+    def __init__(self, routes: RouteTable, *, refresh=None, config=None, kv: KVConfig | None = None):
         self.routes = routes
         self.refresh = refresh
         #: () -> the name server's settings under RocketMQ's keys (GET_NAMESRV_CONFIG)
         self.config = config or dict
-        self.kv: dict[str, dict[str, str]] = {}
+        self.kv = kv if kv is not None else KVConfig()
 
     def handlers(self) -> dict:
         C = NamesrvCode
@@ -134,8 +192,8 @@ class NameServerProcessor:
         result = self.routes.register(reg)
         if result is None:
             return cmd.response(ResponseCode.SYSTEM_ERROR, "register broker failed")
-        orders = self.kv.get(ORDER_TOPIC_NAMESPACE)
-        body = encode_fastjson({"table": orders}) if orders else b""
+        orders = self.kv.namespace(ORDER_TOPIC_NAMESPACE)
+        body = encode_fastjson({"table": orders}) if orders is not None else b""
         return cmd.response(ResponseCode.SUCCESS, None, {"haServerAddr": result.ha_server_addr,
                                                          "masterAddr": result.master_addr}, body)
 
@@ -231,30 +289,26 @@ class NameServerProcessor:
         ns, key = h.str("namespace", None), h.str("key", None)
         if ns is None or key is None:
             return cmd.response(ResponseCode.SYSTEM_ERROR, "namespace or key is null")
-        self.kv.setdefault(ns, {})[key] = h.str("value", "")
+        self.kv.put(ns, key, h.str("value", ""))
         return cmd.response(ResponseCode.SUCCESS)
 
     def get_kv(self, conn, cmd: RemotingCommand) -> RemotingCommand:
         h = Header(cmd)
         ns, key = h.str("namespace"), h.str("key")
-        value = self.kv.get(ns, {}).get(key)
+        value = self.kv.get(ns, key)
         if value is None:
             return cmd.response(ResponseCode.QUERY_NOT_FOUND, f"No config item, Namespace: {ns} Key: {key}")
         return cmd.response(ResponseCode.SUCCESS, None, {"value": value})
 
     def delete_kv(self, conn, cmd: RemotingCommand) -> RemotingCommand:
         h = Header(cmd)
-        table = self.kv.get(h.str("namespace"))
-        if table is not None:
-            table.pop(h.str("key"), None)
-            if not table:
-                del self.kv[h.str("namespace")]
+        self.kv.delete(h.str("namespace"), h.str("key"))
         return cmd.response(ResponseCode.SUCCESS)
 
     def kv_list(self, conn, cmd: RemotingCommand) -> RemotingCommand:
         ns = Header(cmd).str("namespace")
-        table = self.kv.get(ns)
-        if not table:
+        table = self.kv.namespace(ns)
+        if table is None:
             return cmd.response(ResponseCode.QUERY_NOT_FOUND, f"No config item, Namespace: {ns}")
         return cmd.response(ResponseCode.SUCCESS, None, None, encode_fastjson({"table": table}))
 
@@ -264,12 +318,15 @@ class NameServer:
     every ``scan_interval_s``. ``with NameServer("127.0.0.1:0") as ns:`` runs it on a thread
     (``ns.address``); ``rmqstore namesrv`` runs it in the foreground (:meth:`serve`)."""
 
-    def __init__(self, listen: str = "127.0.0.1:9876", *, scan_interval_s: float = SCAN_INTERVAL_S):
-
+    def __init__(self, listen: str = "127.0.0.1:9876", *, scan_interval_s: float = SCAN_INTERVAL_S,
+                 kv_config_path: str | None = None):
+        """``kv_config_path``: RocketMQ's ``kvConfig.json`` to load and keep the KV config in (None:
+        in memory only); a file that does not parse raises :class:`CorruptRecordError` here."""
         self.listen_host, self.listen_port = parse_listen(listen)
         self.scan_interval_s = scan_interval_s
         self.routes = RouteTable()
-        self.processor = NameServerProcessor(self.routes, config=self._config)
+        self.kv = KVConfig(kv_config_path)
+        self.processor = NameServerProcessor(self.routes, config=self._config, kv=self.kv)
         self.server = RemotingServer(self.processor.handlers(), on_disconnect=self.routes.on_channel_closed)
         self.address = ""
         self.loop: asyncio.AbstractEventLoop | None = None
@@ -281,8 +338,11 @@ class NameServer:
 
     def _config(self) -> dict[str, str]:
         port = self.address.rpartition(":")[2] or str(self.listen_port)
-        return {"bindAddress": self.listen_host, "listenPort": port,
-                "scanNotActiveBrokerInterval": str(int(self.scan_interval_s * 1000))}
+        out = {"bindAddress": self.listen_host, "listenPort": port,
+               "scanNotActiveBrokerInterval": str(int(self.scan_interval_s * 1000))}
+        if self.kv.path is not None:
+            out["kvConfigPath"] = self.kv.path
+        return out
 
     async def start_async(self) -> None:
         self.loop = asyncio.get_running_loop()
