@@ -148,5 +148,26 @@ class BrokerOuterAPI:
 
         await asyncio.gather(*(one(a) for a in self.namesrv_addrs))
 
+    async def topic_route(self, topic: str, timeout: float = REQUEST_TIMEOUT_S) -> dict | None:
+        """GET_ROUTEINFO_BY_TOPIC from the name servers in turn: the first route answered, None when
+        one says the topic does not exist (TOPIC_NOT_EXIST) or none answers."""
+        from ..engine.consumer_offsets import parse_broker_json
+
+        for addr in self.namesrv_addrs:
+            try:
+                r = await self.client.invoke(addr, 105, {"topic": topic}, timeout=timeout)
+            except (OSError, TimeoutError, ConnectionError) as e:
+                log.warning("asking the name server %s for the route of %s failed: %s", addr, topic, e)
+                continue
+            if r.code == R.ResponseCode.SUCCESS and r.body:
+                try:
+                    return parse_broker_json(r.body.decode("utf-8"))
+                except ValueError as e:
+                    log.warning("the name server %s answered a route of %s that does not parse: %s", addr, topic, e)
+                    continue
+            if r.code == R.ResponseCode.TOPIC_NOT_EXIST:
+                return None
+        return None
+
     def close(self) -> None:
         self.client.close()

@@ -21,6 +21,7 @@ from ...types import Message, PutMessageStatus
 from .. import messages as M
 from .. import timer as T
 from ..metadata import NOT_ALLOWED_SEND, PERM_READ, PERM_WRITE, TRANS_HALF_TOPIC, validate_topic
+from . import routing
 from .consume import ConsumeRpcs
 from .convert import Refused, duration, message_properties, to_message
 from .protocol import pb, services, status
@@ -96,6 +97,9 @@ class MessagingService(ConsumeRpcs, services.MessagingServiceServicer):
         self.clients: dict[str, GrpcClient] = {}
         self._rr = 0
         self.endpoint = ("127.0.0.1", 0)
+        cluster = getattr(broker, "cluster", None)
+        #: the name servers' routes, in a cluster (None: this broker is its own name server)
+        self._routes = None if cluster is None or cluster.embedded else routing.RouteCache(cluster.outer)
 
     # --- helpers ---------------------------------------------------------------------------------
     def client_of(self, context) -> GrpcClient | None:
@@ -108,11 +112,6 @@ class MessagingService(ConsumeRpcs, services.MessagingServiceServicer):
             c = self.clients[cid] = GrpcClient(cid)
         c.last_seen = time.monotonic()
         return c
-
-    def _broker_pb(self):
-        host, port = self.endpoint
-        return pb.Broker(name=self.b.cfg.broker_name, id=0, endpoints=pb.Endpoints(
-            scheme=pb.IPv6 if ":" in host else pb.IPv4, addresses=[pb.Address(host=host, port=port)]))
 
     def topic_config(self, name: str, *, write: bool = False, create: bool = True) -> dict:
         """The topic's config, created when the broker auto-creates topics; Refused otherwise."""
@@ -158,15 +157,14 @@ class MessagingService(ConsumeRpcs, services.MessagingServiceServicer):
             tc = self.topic_config(request.topic.name)
         except Refused as e:
             return pb.QueryRouteResponse(status=status(e.code, str(e)))
-        broker = self._broker_pb()
-        accept = _accept_types(tc)
-        queues = []
-        for q in range(max(tc["readQueueNums"], tc["writeQueueNums"])):
-            r, w = q < tc["readQueueNums"] and tc["perm"] & PERM_READ, q < tc["writeQueueNums"] and tc["perm"] & PERM_WRITE
-            perm = pb.READ_WRITE if r and w else pb.READ if r else pb.WRITE if w else pb.NONE
-            queues.append(pb.MessageQueue(topic=request.topic, id=q, permission=perm, broker=broker,
-                                          accept_message_types=accept))
+        route = await self._route(request.topic.name, tc)
+        queues = routing.route_queues(route, request.topic, self.endpoint, _accept_types(tc))
         return pb.QueryRouteResponse(status=status(pb.OK), message_queues=queues)
+
+    async def _route(self, topic: str, tc: dict) -> dict:
+        """The topic's route: the name servers' in a cluster (see :mod:`.routing`), else this broker's."""
+        route = None if self._routes is None else await self._routes.get(topic)
+        return route if route is not None else routing.local_route(self.b.cfg.broker_name, tc)
 
     async def Heartbeat(self, request, context):
         c = self.client_of(context)
@@ -260,12 +258,12 @@ class MessagingService(ConsumeRpcs, services.MessagingServiceServicer):
             self.group_config(request.group.name)
         except Refused as e:
             return pb.QueryAssignmentResponse(status=status(e.code, str(e)))
-        if not tc["perm"] & PERM_READ or tc["readQueueNums"] <= 0:
+        route = await self._route(request.topic.name, tc)
+        found = routing.assignments(route, request.topic, self.endpoint, _accept_types(tc))
+        if not found:
             return pb.QueryAssignmentResponse(status=status(pb.FORBIDDEN, f"topic {request.topic.name!r} is not "
                                                            "readable"))
-        mq = pb.MessageQueue(topic=request.topic, id=-1, permission=pb.READ_WRITE, broker=self._broker_pb(),
-                             accept_message_types=_accept_types(tc))
-        return pb.QueryAssignmentResponse(status=status(pb.OK), assignments=[pb.Assignment(message_queue=mq)])
+        return pb.QueryAssignmentResponse(status=status(pb.OK), assignments=found)
 
     # --- send -------------------------------------------------------------------------------------------
     async def SendMessage(self, request, context):

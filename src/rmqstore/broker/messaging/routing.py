@@ -1,0 +1,132 @@
+"""Routes for RocketMQ 5 clients, as RocketMQ's proxy running inside a broker (local mode) answers.
+
+A broker that is its own name server answers QueryRoute and QueryAssignment with its own queues. A
+broker in a cluster (given name servers) answers with the topic's route from the name servers, as
+upstream's ``LocalTopicRouteService`` + ``ProxyTopicRouteData(route, grpcPort)`` do: every broker
+group's queues, each broker (master and slaves) named with its remoting address's host and *this*
+broker's gRPC port (the brokers of a cluster serve gRPC on one port, as upstream's local proxies).
+Clients send to and receive from the masters only. A topic the name servers do not know yet (a
+topic just created here, before the next registration) or name servers that do not answer leave the
+broker's own queues. Routes are kept :data:`ROUTE_TTL_S` seconds.
+
+Queue ids per queue data follow upstream's ``RouteActivity.genMessageQueueFromQueueData``: the
+read-only queues first, then the write-only ones, then the read-write ones (for a topic whose read
+and write queue numbers differ, the ids of the write queues are not 0..w-1 there; reproduced).
+"""
+from __future__ import annotations
+
+import time
+
+from ..metadata import PERM_READ, PERM_WRITE
+from ..routes import MASTER_ID
+from .protocol import pb
+
+#: seconds a topic's route from the name servers is reused
+ROUTE_TTL_S = 5.0
+#: routes kept at most
+MAX_ROUTES = 4096
+
+
+def local_route(broker_name: str, tc: dict) -> dict:
+    """The route of a topic on this broker alone (``LocalTopicRouteService.toTopicRouteData``)."""
+    return {"brokerDatas": [{"brokerName": broker_name, "brokerAddrs": {MASTER_ID: None}}],
+            "queueDatas": [{"brokerName": broker_name, "perm": tc["perm"], "readQueueNums": tc["readQueueNums"],
+                            "writeQueueNums": tc["writeQueueNums"], "topicSysFlag": tc.get("topicSysFlag", 0)}]}
+
+
+def endpoints(host: str, port: int):
+    return pb.Endpoints(scheme=pb.IPv6 if ":" in host else pb.IPv4, addresses=[pb.Address(host=host, port=port)])
+
+
+def broker_map(route: dict, own: tuple[str, int]) -> dict[str, dict[int, object]]:
+    """``RouteActivity.buildBrokerMap``: broker name -> broker id -> ``pb.Broker``. A broker address
+    None is this broker (``own``: its gRPC endpoint); another is its host with ``own``'s port."""
+    out: dict[str, dict[int, object]] = {}
+    for bd in route.get("brokerDatas") or []:
+        name = bd.get("brokerName", "")
+        ids = out.setdefault(name, {})
+        for bid, addr in (bd.get("brokerAddrs") or {}).items():
+            host = own[0] if addr is None else str(addr).rpartition(":")[0].strip("[]")
+            ids[int(bid)] = pb.Broker(name=name, id=int(bid), endpoints=endpoints(host, own[1]))
+    return out
+
+
+def _permission(perm: int) -> int:
+    r, w = perm & PERM_READ, perm & PERM_WRITE
+    return pb.READ_WRITE if r and w else pb.READ if r else pb.WRITE if w else pb.NONE
+
+
+def queues_of(qd: dict, topic, broker, accept: list[int]) -> list:
+    """``genMessageQueueFromQueueData``: read-only ids first, then write-only, then read-write; a queue
+    data neither readable nor writable gives ``max(1, queues)`` queues without permission."""
+    perm, rn, wn = int(qd.get("perm", 0)), int(qd.get("readQueueNums", 0)), int(qd.get("writeQueueNums", 0))
+    readable, writable = perm & PERM_READ, perm & PERM_WRITE
+    r = w = rw = n = 0
+    if readable and writable:
+        rw = min(rn, wn)
+        r, w = rn - rw, wn - rw
+    elif writable:
+        w = wn
+    elif readable:
+        r = rn
+    elif not perm & (PERM_READ | PERM_WRITE):
+        n = max(1, rn, wn)
+    kinds = [pb.READ] * r + [pb.WRITE] * w + [pb.READ_WRITE] * rw + [pb.NONE] * n
+    return [pb.MessageQueue(topic=topic, id=i, permission=p, broker=broker, accept_message_types=accept)
+            for i, p in enumerate(kinds)]
+
+
+def route_queues(route: dict, topic, own: tuple[str, int], accept: list[int]) -> list:
+    """QueryRoute's queues: every queue data's queues on every broker of its group (upstream stops at
+    the first queue data whose group has no broker)."""
+    brokers = broker_map(route, own)
+    out: list = []
+    for qd in route.get("queueDatas") or []:
+        ids = brokers.get(qd.get("brokerName", ""))
+        if ids is None:
+            break
+        for broker in ids.values():
+            out.extend(queues_of(qd, topic, broker, accept))
+    return out
+
+
+def assignments(route: dict, topic, own: tuple[str, int], accept: list[int]) -> list:
+    """QueryAssignment's assignments: one per readable queue data with a master, queue id -1 (the
+    broker picks the queue at each receive)."""
+    brokers = broker_map(route, own)
+    out = []
+    for qd in route.get("queueDatas") or []:
+        master = brokers.get(qd.get("brokerName", ""), {}).get(MASTER_ID)
+        perm = int(qd.get("perm", 0))
+        if master is None or not perm & PERM_READ or int(qd.get("readQueueNums", 0)) <= 0:
+            continue
+        mq = pb.MessageQueue(topic=topic, id=-1, permission=_permission(perm), broker=master,
+                             accept_message_types=accept)
+        out.append(pb.Assignment(message_queue=mq))
+    return out
+
+
+class RouteCache:
+    """Topic routes from the name servers (``BrokerOuterAPI.topic_route``), each kept
+    :data:`ROUTE_TTL_S` seconds; a topic they do not know is not kept."""
+
+    def __init__(self, outer, ttl_s: float = ROUTE_TTL_S):
+        self.outer = outer
+        self.ttl_s = ttl_s
+        self._routes: dict[str, tuple[float, dict]] = {}
+
+    async def get(self, topic: str) -> dict | None:
+        now = time.monotonic()
+        hit = self._routes.get(topic)
+        if hit is not None and hit[0] > now:
+            return hit[1]
+        route = await self.outer.topic_route(topic)
+        if route is None:
+            self._routes.pop(topic, None)
+            return None
+        if len(self._routes) >= MAX_ROUTES:  # bounded: drop what expired, or everything
+            self._routes = {t: v for t, v in self._routes.items() if v[0] > now}
+            if len(self._routes) >= MAX_ROUTES:
+                self._routes.clear()
+        self._routes[topic] = (now + self.ttl_s, route)
+        return route
