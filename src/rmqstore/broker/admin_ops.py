@@ -13,7 +13,7 @@ import time
 import javaproperties
 
 from ..config import camel_name, coerce_value
-from ..errors import RmqStoreError
+from ..errors import OffsetError, RmqStoreError
 from .config import java_key
 from .remoting import Header, RemotingCommand, ResponseCode
 from .routes import encode_fastjson
@@ -248,21 +248,10 @@ class AdminOps:
             return cmd.response(ResponseCode.TOPIC_NOT_EXIST, f"Topic {topic} does not exist")
         if group not in b.groups.table:
             return cmd.response(ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST, f"Group {group} does not exist")
-        store = b.store
-
-        def by_time(q: int) -> int:
-            if ts < 0:
-                return store.get_max_offset_in_queue(topic, q)
-            return store.get_offset_in_queue_by_time(topic, q, ts)
-
-        if qid >= 0 and offset is not None and offset != -1:
-            lo, hi = store.get_min_offset_in_queue(topic, qid), store.get_max_offset_in_queue(topic, qid)
-            if (lo >= 0 and offset < lo) or offset > hi + 1:
-                return cmd.response(ResponseCode.SYSTEM_ERROR,
-                                    f"Target offset {offset} not in consume queue range [{lo}-{hi}]")
-            offsets = {qid: offset}
-        else:
-            offsets = {q: by_time(q) for q in ([qid] if qid >= 0 else range(int(tc["readQueueNums"])))}
+        try:
+            offsets = reset_target_offsets(b.store, topic, int(tc["readQueueNums"]), ts, qid, offset)
+        except OffsetError as e:
+            return cmd.response(ResponseCode.SYSTEM_ERROR, e.args[0])
         for q, o in offsets.items():
             b.commit_offset(group, topic, q, o)
         tell_consumers_to_reset(b, group, topic, ts, offsets)
@@ -337,6 +326,28 @@ class AdminOps:
             diff += mx - c
             total += c
         return entries, diff, total
+
+def reset_target_offsets(store, topic: str, read_queues: int, timestamp: int, queue_id: int = -1,
+                         offset: int | None = None) -> dict[int, int]:
+    """The offsets a reset of ``topic`` moves a group to, as RocketMQ 5's ``resetOffsetInner``
+    computes them: with ``queue_id`` >= 0 and ``offset`` given (not -1), that queue to ``offset``
+    (:class:`OffsetError` "Target offset N not in consume queue range [min-max]" outside
+    ``[min, max + 1]``); otherwise each queue (``queue_id`` alone, or ``0 .. read_queues - 1``) to
+    ``getOffsetInQueueByTime(timestamp)`` -- the first message stored at or after it, clamped to the
+    queue's range -- or with ``timestamp`` < 0 to the queue's end. The broker's
+    INVOKE_BROKER_TO_RESET_OFFSET and the offline ``rmqstore reset-offset`` both use it."""
+    def by_time(q: int) -> int:
+        if timestamp < 0:
+            return store.get_max_offset_in_queue(topic, q)
+        return store.get_offset_in_queue_by_time(topic, q, timestamp)
+
+    if queue_id >= 0 and offset is not None and offset != -1:
+        lo, hi = store.get_min_offset_in_queue(topic, queue_id), store.get_max_offset_in_queue(topic, queue_id)
+        if (lo >= 0 and offset < lo) or offset > hi + 1:
+            raise OffsetError(f"Target offset {offset} not in consume queue range [{lo}-{hi}]")
+        return {queue_id: offset}
+    return {q: by_time(q) for q in ([queue_id] if queue_id >= 0 else range(read_queues))}
+
 
 def reset_offset_body(broker_name: str, topic: str, offsets: dict[int, int], *, cpp: bool = False) -> bytes:
     """``ResetOffsetBody`` as the Java broker writes it (fastjson: ``MessageQueue`` objects as map keys),
