@@ -178,6 +178,9 @@ class ConsumerOffsetManager:
         self._lock = threading.Lock()
         self._persist_lock = threading.Lock()  # one writer of the file at a time (upstream: synchronized)
         self._table: dict[str, dict[int, int]] = {}
+        #: ``topic@group`` -> {queue id: next offset of the last pull answered}: upstream's
+        #: ``pullOffsetTable``, in memory only (what a consumer holds but has not committed yet)
+        self._pulled: dict[str, dict[int, int]] = {}
         self._dirty = False
         self._version = {"counter": 0, "stateVersion": 0, "timestamp": 0}
 
@@ -244,6 +247,26 @@ class ConsumerOffsetManager:
         with self._lock:
             return self._table.get(topic + TOPIC_GROUP_SEPARATOR + group, {}).get(queue_id)
 
+    def commit_pull_offset(self, group: str, topic: str, queue_id: int, offset: int) -> None:
+        """``commitPullOffset``: the next offset of a pull just answered (one call per pull, never
+        written to the file)."""
+        key = topic + TOPIC_GROUP_SEPARATOR + group
+        with self._lock:
+            queues = self._pulled.get(key)
+            if queues is None:
+                queues = self._pulled[key] = {}
+            queues[queue_id] = offset
+
+    def query_pull_offsets(self, group: str, topic: str) -> dict[int, int]:
+        """The pull offsets recorded for ``group`` in ``topic`` (empty when none)."""
+        with self._lock:
+            return dict(self._pulled.get(topic + TOPIC_GROUP_SEPARATOR + group, {}))
+
+    def clear_pull_offsets(self, group: str, topic: str) -> None:
+        """``clearPullOffset`` (after a reset: what was pulled before it no longer counts)."""
+        with self._lock:
+            self._pulled.pop(topic + TOPIC_GROUP_SEPARATOR + group, None)
+
     def query_offsets(self, group: str, topic: str) -> dict[int, int]:
         with self._lock:
             return dict(self._table.get(topic + TOPIC_GROUP_SEPARATOR + group, {}))
@@ -266,6 +289,8 @@ class ConsumerOffsetManager:
             for key in [k for k in self._table if _split_key(k)[1] == group]:
                 del self._table[key]
                 self._dirty = True
+            for key in [k for k in self._pulled if _split_key(k)[1] == group]:
+                del self._pulled[key]
 
 
 def _split_key(key: str) -> tuple[str, str]:
