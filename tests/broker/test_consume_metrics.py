@@ -32,8 +32,9 @@ def test_pull_inflight_consume_tps_and_runtime_rates(http_broker, cpp_client, co
     assert cpp_client(*produce, "--count", 40)[-1]["ok"] == 40
     pull = ("pull", "--namesrv", b.address, "--group", "CP", "--topic", "Orders")
     assert cpp_client(*pull, "--count", 40)[-1]["count"] == 40
-    t0 = time.time() + 60  # ahead of the broker's own once-a-second sampling, which then waits for it
-    w.sample(t0)  # the baseline: 40 put, 40 pulled by CP
+    # ahead of the broker's own once-a-second sampling (wall and monotonic clocks), which then waits
+    t0, m0 = time.time() + 60, time.monotonic() + 60
+    w.sample(t0, m0)  # the baseline: 40 put, 40 pulled by CP
     assert cpp_client(*produce, "--count", 20, "--start", 40)[-1]["ok"] == 20
     assert cpp_client(*pull, "--count", 60)[-1]["count"] == 60  # the pull consumer starts again at 0
     queues = b.store.topics()["Orders"]
@@ -43,7 +44,7 @@ def test_pull_inflight_consume_tps_and_runtime_rates(http_broker, cpp_client, co
         r = c.call(C.UPDATE_CONSUMER_OFFSET, {"consumerGroup": "CP", "topic": "Orders", "queueId": q, "commitOffset": 1})
         assert r.code == RC.SUCCESS
     for i in range(1, 11):
-        w.sample(t0 + i)  # ten seconds later: the minute window's second sample, ten per-second ones
+        w.sample(t0 + i, m0 + i)  # ten seconds later: the minute window's second sample, ten per-second ones
     found = samples(http(base, "/metrics")[1])
     lag = 60 - len(queues)
     assert one(found, "rocketmq_consumer_lag_messages", **lag_labels("CP")) == lag
@@ -105,7 +106,7 @@ def test_stats_windows_rates_over_10_60_and_600_seconds():
     w = StatsWindows(Traffic(), lambda: tuple(totals))
     assert w.rates("puts") == "  " and w.rates("found+miss") == "0.0 0.0 0.0"
     for s in range(0, 601):
-        w.sample(1000.0 + s)
+        w.sample(1000.0 + s, 50.0 + s)
         totals[0] += 3 if s < 590 else 30  # 3 a second, then 30 a second for the last 10 s
         totals[2] += 1
     assert len(w.per_second) == 601
@@ -113,5 +114,5 @@ def test_stats_windows_rates_over_10_60_and_600_seconds():
     assert w.rates("puts") == f"{300 / 10!r} {450 / 60!r} {2070 / 600!r}"
     assert w.rates("found") == "1.0 1.0 1.0" and w.rates("miss") == "0.0 0.0 0.0"
     assert w.rates("found+miss") == "1.0 1.0 1.0"
-    w.sample(1600.2)  # less than half a second after the last: not a new per-second sample
+    w.sample(1600.2, 650.2)  # less than half a second after the last: not a new per-second sample
     assert len(w.per_second) == 601

@@ -44,7 +44,7 @@ class StatsWindows:
         self.traffic = traffic
         #: () -> (puts, messages pulled, pulls with messages, pulls without), or None
         self.totals = totals
-        #: (seconds, *totals) once a second, the last TPS_SPANS[-1] + 1 of them
+        #: (monotonic seconds, *totals) once a second, the last TPS_SPANS[-1] + 1 of them
         self.per_second: deque = deque(maxlen=TPS_SPANS[-1] + 1)
         #: (stats name, key) -> one deque of (ms, value, times) per window
         self.items: dict[tuple[str, str], tuple[deque, deque, deque]] = {}
@@ -60,11 +60,14 @@ class StatsWindows:
             cur[(GROUP_GET_NUMS, f"{topic}@{group}")] = [row[0], 0]
         return {k: (v[0], v[1]) for k, v in cur.items()}
 
-    def sample(self, now_s: float | None = None) -> None:
-        """Take the samples that are due (call it at least every few seconds)."""
+    def sample(self, now_s: float | None = None, mono_s: float | None = None) -> None:
+        """Take the samples that are due (call it at least every few seconds; the per-second totals
+        want it once a second). ``now_s`` is the wall clock of the windows, ``mono_s`` the monotonic
+        clock of the per-second totals (a wall clock set back would stall them)."""
         now_s = time.time() if now_s is None else now_s
-        if self.totals is not None and (not self.per_second or now_s - self.per_second[-1][0] >= 0.5):
-            self.per_second.append((now_s, *self.totals()))
+        mono_s = time.monotonic() if mono_s is None else mono_s
+        if self.totals is not None and (not self.per_second or mono_s - self.per_second[-1][0] >= 0.5):
+            self.per_second.append((mono_s, *self.totals()))
         due = [i for i, (_, every, _) in enumerate(WINDOWS) if now_s >= self._next[i]]
         if not due:
             return
