@@ -335,6 +335,7 @@ def test_grpc_traffic_is_counted(http_broker):
         a.close()
     assert len(got) == 3, stream
     assert len([r for r in pulled if r.WhichOneof("content") == "message"]) == 3
+    assert b.store.consumer_offsets.query_pull_offsets("GP", "GT") == {0: 3}  # where GP pulls next (inflight)
     found = samples(http(base, "/metrics")[1])
     assert one(found, "rocketmq_messages_in_total", topic="GT", message_type="normal") == 3
     assert one(found, "rocketmq_messages_out_total", topic="GT", consumer_group="GR") == 3
