@@ -115,7 +115,13 @@ def test_metrics_after_real_clients(http_broker, cpp_client):
     assert one(found, "rocketmq_messages_out_total", **dict(out, consumer_group="CG")) >= 60
     lag = dict(const, topic="Orders", consumer_group="CG", is_retry="false", is_system="false")
     assert one(found, "rocketmq_consumer_lag_messages", **lag) == store_lag(b.store, "CG", "Orders") == 15
-    assert one(found, "rocketmq_consumer_ready_messages", **lag) == 15
+    # inflight: what CG's pulls took past its committed offsets (a pull the gone push consumer left
+    # held is answered when the 15 arrive, as upstream answers it); ready: the rest of the lag
+    offsets = b.store.consumer_offsets
+    committed, pulled = offsets.query_offsets("CG", "Orders"), offsets.query_pull_offsets("CG", "Orders")
+    inflight = sum(max(0, p - committed[q]) for q, p in pulled.items() if q in committed)
+    assert one(found, "rocketmq_consumer_inflight_messages", **lag) == inflight <= 15
+    assert one(found, "rocketmq_consumer_ready_messages", **lag) == 15 - inflight
     assert one(found, "rocketmq_consumer_lag_latency_milliseconds", **lag) > 0
     assert one(found, "rocketmq_topic_number", **const) == len(b.topics.table)
     assert one(found, "rocketmq_storage_dispatch_behind_bytes", **const) == 0
@@ -329,6 +335,7 @@ def test_grpc_traffic_is_counted(http_broker):
         a.close()
     assert len(got) == 3, stream
     assert len([r for r in pulled if r.WhichOneof("content") == "message"]) == 3
+    assert b.store.consumer_offsets.query_pull_offsets("GP", "GT") == {0: 3}  # where GP pulls next (inflight)
     found = samples(http(base, "/metrics")[1])
     assert one(found, "rocketmq_messages_in_total", topic="GT", message_type="normal") == 3
     assert one(found, "rocketmq_messages_out_total", topic="GT", consumer_group="GR") == 3

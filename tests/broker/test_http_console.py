@@ -140,6 +140,11 @@ def test_reset_by_time_moves_a_live_consumer(browser, console, cpp_client, cpp_c
         time.sleep(0.2)
     browser.get(base + "/#/group/CG")
     assert text_of(browser, "#groupLag", "0") == "0"
+    held = sum(max(0, p - ends[q]) for q, p in st.consumer_offsets.query_pull_offsets("CG", "Shop").items())
+    assert held == 0  # everything pulled is committed
+    headings = [h.text for h in browser.find_elements(By.CSS_SELECTOR, "#groupBody h3")]
+    assert [h for h in headings if h.startswith("Shop (lag 0, 0 in flight, ")], headings
+    assert "in flight" in browser.find_element(By.CSS_SELECTOR, "#groupBody table").text
     browser.find_element(By.ID, "token").send_keys(TOKEN)
     browser.find_element(By.CSS_SELECTOR, "#reset input[name=topic]").send_keys("Shop")
     browser.find_element(By.CSS_SELECTOR, "#reset button").click()

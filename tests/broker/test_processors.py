@@ -163,7 +163,7 @@ def test_offsets_requests(start_broker, connect, send_v2):
     r = c.call(C.GET_EARLIEST_MSG_STORETIME, {"topic": "O", "queueId": 0})
     assert r.ext["timestamp"] == str(b.store.get_message_store_timestamp("O", 0, 0))
     b.persist()
-    doc = json.loads(open(os.path.join(b.store.path, "config", "consumerOffset.json")).read())
+    doc = parse_broker_json(open(os.path.join(b.store.path, "config", "consumerOffset.json")).read())
     assert doc["offsetTable"]["O@G"] == {"0": 2}
 
 
@@ -292,7 +292,7 @@ def test_admin_requests_and_state_files(start_broker, connect, send_v2, stop_bro
     stop_broker(b)
     topics = json.loads(open(os.path.join(path, "config", "topics.json")).read())
     assert topics["topicConfigTable"]["Admin"]["writeQueueNums"] == 2 and "dataVersion" in topics
-    offsets = json.loads(open(os.path.join(path, "config", "consumerOffset.json")).read())
+    offsets = parse_broker_json(open(os.path.join(path, "config", "consumerOffset.json")).read())
     assert offsets["offsetTable"]["Admin@G"] == {"1": 1}
     groups = json.loads(open(os.path.join(path, "config", "subscriptionGroup.json")).read())
     assert groups["subscriptionGroupTable"]["G2"]["retryMaxTimes"] == 3

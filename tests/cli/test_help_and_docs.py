@@ -11,7 +11,7 @@ import pytest
 from rmqstore.cli.errors import EXIT_CODE_DOCS, ExitCode
 from rmqstore.cli.main import cli
 
-WRITERS = {"send", "load", "recover", "clean", "demo", "rebuild", "spark rebuild", "spark export", "serve"}
+WRITERS = {"send", "load", "recover", "clean", "demo", "rebuild", "spark rebuild", "spark export", "serve", "reset-offset"}
 #: commands without a store (no --store/--config), and the page their example lives on until the
 #: CLI reference (README, moving to docs/cli.md) has their section
 STORELESS = {"namesrv": "docs/cluster.md"}

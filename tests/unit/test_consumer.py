@@ -2,7 +2,6 @@
 lag, seek, seek_to_time, close; offsets in the broker's consumerOffset.json."""
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
@@ -12,6 +11,7 @@ import time
 import pytest
 
 from rmqstore import Message, MessageStore, MessageStoreConfig, ReadOnlyStoreError, StoreClosedError
+from rmqstore.engine.consumer_offsets import parse_broker_json
 
 CFG = MessageStoreConfig.embedded(mapped_file_size_commit_log=64 * 1024, mapped_file_size_consume_queue=20 * 64,
                                   max_hash_slot_num=64, max_index_num=256)
@@ -66,7 +66,7 @@ def test_commit_writes_rocketmqs_file_and_a_reopened_group_resumes(tmp_path):
         c = st.consumer("billing", "Orders")
         first = c.poll(max_messages=5, timeout_s=0)
         c.commit()
-        doc = json.loads((path / "config" / "consumerOffset.json").read_text())  # written at commit
+        doc = parse_broker_json((path / "config" / "consumerOffset.json").read_text())  # written at commit
         assert set(doc["offsetTable"]) == {"Orders@billing"}
         assert sum(doc["offsetTable"]["Orders@billing"].values()) == 5
         assert c.committed() == {("Orders", int(q)): o for q, o in doc["offsetTable"]["Orders@billing"].items()}
@@ -106,7 +106,7 @@ def test_auto_commit_and_close(tmp_path):
         with pytest.raises(StoreClosedError):
             c.poll(1, 0)
         assert c._on_dispatch not in st._dispatch_listeners
-    doc = json.loads((path / "config" / "consumerOffset.json").read_text())  # written at store close
+    doc = parse_broker_json((path / "config" / "consumerOffset.json").read_text())  # written at store close
     assert sum(doc["offsetTable"]["Orders@auto"].values()) == 4
 
 
@@ -229,7 +229,7 @@ def test_a_reader_in_another_process_consumes_a_live_store(tmp_path, caplog):
                 got += c.poll(100, timeout_s=1.0)
             c.commit()
         assert sorted(r.body for r in got) == sorted(f"m{i}".encode() for i in range(40))
-        assert json.loads(offsets.read_text())["offsetTable"] == {"Orders@reader": {"0": 20, "1": 20}}
+        assert parse_broker_json(offsets.read_text())["offsetTable"] == {"Orders@reader": {"0": 20, "1": 20}}
         assert not (path / "config" / "consumerOffset.json").exists()
     finally:
         w.stdin.close()  # EOF ends every readline of the writer

@@ -13,11 +13,11 @@ import time
 import javaproperties
 
 from ..config import camel_name, coerce_value
-from ..errors import RmqStoreError
+from ..errors import OffsetError, RmqStoreError
 from .config import java_key
 from .remoting import Header, RemotingCommand, ResponseCode
 from .routes import encode_fastjson
-from .stats_windows import StatsWindows
+from .stats_windows import GROUP_GET_NUMS, StatsWindows
 from .traffic import is_system_topic
 
 GET_BROKER_RUNTIME_INFO = 28
@@ -61,16 +61,17 @@ def human_bytes(n: int) -> str:
     return f"{v:.1f} {'KMGTPE'[exp - 1]}iB"
 
 
-def _tps(n: int, seconds: float) -> str:
-    return f"{n / max(seconds, 1e-3):.2f}"
-
-
 class AdminOps:
     def __init__(self, broker):
         self.broker = broker
         self.boot_ms = int(time.time() * 1000)
         self.config_version = 0
-        self.windows = StatsWindows(broker.traffic)
+        self.windows = StatsWindows(broker.traffic, self._totals)
+
+    def _totals(self) -> tuple[int, int, int, int]:
+        """Messages put, messages pulled, pulls answered with messages, without (sampled each second)."""
+        b = self.broker
+        return b.stats.puts, b.stats.gets, b.pulls.calls[0], b.pulls.calls[1]
 
     def handlers(self) -> dict:
         return {GET_BROKER_RUNTIME_INFO: self.runtime_info, GET_PRODUCER_CONNECTION_LIST: self.producer_connections,
@@ -83,21 +84,22 @@ class AdminOps:
     def runtime_table(self) -> dict[str, str]:
         """The keys ``mqadmin brokerStatus`` prints and ``clusterList`` parses, under RocketMQ's names.
         Message totals count from the broker's start (``...YesterdayMorning`` / ``...TodayMorning``
-        stay 0, as upstream's before its first midnight roll); tps are averages since the start."""
+        stay 0, as upstream's before its first midnight roll); rates are ``StoreStatsService``'s, over
+        the last 10, 60 and 600 s of per-second samples of the broker's counters."""
         b = self.broker
         store, cl = b.store, b.store.commit_log
         now_ms = int(time.time() * 1000)
         up_s = (now_ms - self.boot_ms) / 1000
         usage = shutil.disk_usage(store.path)
         puts, gets = b.stats.puts, b.stats.gets
-        put_tps, get_tps = _tps(puts, up_s), _tps(gets, up_s)
+        w = self.windows
         reput = getattr(store, "reput", None)
         t = {"brokerActive": "true", "brokerVersionDesc": BROKER_VERSION_DESC, "bootTimestamp": str(self.boot_ms),
              "runtime": _runtime(up_s),
              "msgPutTotalYesterdayMorning": "0", "msgPutTotalTodayMorning": "0", "msgPutTotalTodayNow": str(puts),
              "msgGetTotalYesterdayMorning": "0", "msgGetTotalTodayMorning": "0", "msgGetTotalTodayNow": str(gets),
-             "putMessageTimesTotal": str(puts), "putTps": f"{put_tps} {put_tps} {put_tps}",
-             "getTransferredTps": f"{get_tps} {get_tps} {get_tps}",
+             "putMessageTimesTotal": str(puts), "putTps": w.rates("puts"), "getTransferredTps": w.rates("gets"),
+             "getFoundTps": w.rates("found"), "getMissTps": w.rates("miss"), "getTotalTps": w.rates("found+miss"),
              "dispatchBehindBytes": str(reput.behind_bytes() if reput is not None else 0),
              "pageCacheLockTimeMills": "0",
              "earliestMessageTimeStamp": str(store.get_earliest_message_time()),
@@ -248,23 +250,13 @@ class AdminOps:
             return cmd.response(ResponseCode.TOPIC_NOT_EXIST, f"Topic {topic} does not exist")
         if group not in b.groups.table:
             return cmd.response(ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST, f"Group {group} does not exist")
-        store = b.store
-
-        def by_time(q: int) -> int:
-            if ts < 0:
-                return store.get_max_offset_in_queue(topic, q)
-            return store.get_offset_in_queue_by_time(topic, q, ts)
-
-        if qid >= 0 and offset is not None and offset != -1:
-            lo, hi = store.get_min_offset_in_queue(topic, qid), store.get_max_offset_in_queue(topic, qid)
-            if (lo >= 0 and offset < lo) or offset > hi + 1:
-                return cmd.response(ResponseCode.SYSTEM_ERROR,
-                                    f"Target offset {offset} not in consume queue range [{lo}-{hi}]")
-            offsets = {qid: offset}
-        else:
-            offsets = {q: by_time(q) for q in ([qid] if qid >= 0 else range(int(tc["readQueueNums"])))}
+        try:
+            offsets = reset_target_offsets(b.store, topic, int(tc["readQueueNums"]), ts, qid, offset)
+        except OffsetError as e:
+            return cmd.response(ResponseCode.SYSTEM_ERROR, e.args[0])
         for q, o in offsets.items():
             b.commit_offset(group, topic, q, o)
+        b.store.consumer_offsets.clear_pull_offsets(group, topic)  # what was pulled before no longer counts
         tell_consumers_to_reset(b, group, topic, ts, offsets)
         return cmd.response(ResponseCode.SUCCESS, None, None, reset_offset_body(b.cfg.broker_name, topic, offsets))
 
@@ -281,13 +273,20 @@ class AdminOps:
         else:
             topics = {only} if only else set(b.store.consumer_offsets.topics_of_group(group))
             topics = {t for t in topics if self._subscribed(group, t)}
-        entries = []
+        entries, tps = [], 0.0
         for topic in sorted(topics):
             tc = b.topics.get(topic)
             if tc is not None:
                 entries += self._offset_entries(group, topic, int(tc["readQueueNums"]))[0]
-        body = '{"consumeTps":0.0,"offsetTable":{' + ",".join(entries) + "}}"
+                tps += self.consume_tps(group, topic)
+        body = f'{{"consumeTps":{tps!r},"offsetTable":{{' + ",".join(entries) + "}}"
         return cmd.response(ResponseCode.SUCCESS, None, None, body.encode())
+
+    def consume_tps(self, group: str, topic: str) -> float:
+        """``BrokerStatsManager.tpsGroupGetNums``: messages pulled per second by ``group`` from ``topic``
+        over the last minute (``GROUP_GET_NUMS``'s minute window; 0.0 before two samples)."""
+        data = self.windows.broker_stats_data(GROUP_GET_NUMS, f"{topic}@{group}")
+        return float(data["statsMinute"]["tps"]) if data else 0.0
 
     def _subscribed(self, group: str, topic: str) -> bool:
         """Upstream's check: a topic the group's live consumers do not subscribe to is left out (a
@@ -310,7 +309,8 @@ class AdminOps:
                 if tc is None or (only_order and not tc.get("order")) or not self._subscribed(group, topic):
                     continue
                 entries, diff, committed = self._offset_entries(group, topic, int(tc["writeQueueNums"]), pull=False)
-                stats.append('{"consumeTps":0.0,"offsetTable":{' + ",".join(entries) + "}}")
+                stats.append(f'{{"consumeTps":{self.consume_tps(group, topic)!r},"offsetTable":{{' + ",".join(entries)
+                             + "}}")
                 total_diff += diff
                 inflight -= committed
             groups.append("{" + json.dumps(group, ensure_ascii=False) + ":[" + ",".join(stats) + "]}")
@@ -321,11 +321,13 @@ class AdminOps:
     def _offset_entries(self, group: str, topic: str, queues: int, *, pull: bool = True
                         ) -> tuple[list[str], int, int]:
         """A ``ConsumeStats``'s ``MessageQueue`` -> ``OffsetWrapper`` entries as fastjson writes them,
-        their lag and the sum of the committed offsets; ``pullOffset`` is the committed offset
-        (``pull``, GET_CONSUME_STATS) or 0 (GET_BROKER_CONSUME_STATS leaves it unset)."""
+        their lag and the sum of the committed offsets; ``pullOffset`` is where the group's consumer
+        pulls next, never below the committed offset (``pull``, GET_CONSUME_STATS:
+        ``max(consumerOffset, queryPullOffset)``) or 0 (GET_BROKER_CONSUME_STATS leaves it unset)."""
         b = self.broker
         store = b.store
         committed = store.consumer_offsets.query_offsets(group, topic)
+        pulled = store.consumer_offsets.query_pull_offsets(group, topic) if pull else {}
         entries, diff, total = [], 0, 0
         for q in range(queues):
             mx = max(0, store.get_max_offset_in_queue(topic, q))
@@ -333,10 +335,32 @@ class AdminOps:
             last = store.get_message_store_timestamp(topic, q, c - 1) if c > 0 else 0
             key = json.dumps({"brokerName": b.cfg.broker_name, "queueId": q, "topic": topic}, separators=(",", ":"))
             entries.append(f'{key}:{{"brokerOffset":{mx},"consumerOffset":{c},"lastTimestamp":{max(0, last)},'
-                           f'"pullOffset":{c if pull else 0}}}')
+                           f'"pullOffset":{max(c, pulled.get(q, c)) if pull else 0}}}')
             diff += mx - c
             total += c
         return entries, diff, total
+
+def reset_target_offsets(store, topic: str, read_queues: int, timestamp: int, queue_id: int = -1,
+                         offset: int | None = None) -> dict[int, int]:
+    """The offsets a reset of ``topic`` moves a group to, as RocketMQ 5's ``resetOffsetInner``
+    computes them: with ``queue_id`` >= 0 and ``offset`` given (not -1), that queue to ``offset``
+    (:class:`OffsetError` "Target offset N not in consume queue range [min-max]" outside
+    ``[min, max + 1]``); otherwise each queue (``queue_id`` alone, or ``0 .. read_queues - 1``) to
+    ``getOffsetInQueueByTime(timestamp)`` -- the first message stored at or after it, clamped to the
+    queue's range -- or with ``timestamp`` < 0 to the queue's end. The broker's
+    INVOKE_BROKER_TO_RESET_OFFSET and the offline ``rmqstore reset-offset`` both use it."""
+    def by_time(q: int) -> int:
+        if timestamp < 0:
+            return store.get_max_offset_in_queue(topic, q)
+        return store.get_offset_in_queue_by_time(topic, q, timestamp)
+
+    if queue_id >= 0 and offset is not None and offset != -1:
+        lo, hi = store.get_min_offset_in_queue(topic, queue_id), store.get_max_offset_in_queue(topic, queue_id)
+        if (lo >= 0 and offset < lo) or offset > hi + 1:
+            raise OffsetError(f"Target offset {offset} not in consume queue range [{lo}-{hi}]")
+        return {queue_id: offset}
+    return {q: by_time(q) for q in ([queue_id] if queue_id >= 0 else range(read_queues))}
+
 
 def reset_offset_body(broker_name: str, topic: str, offsets: dict[int, int], *, cpp: bool = False) -> bytes:
     """``ResetOffsetBody`` as the Java broker writes it (fastjson: ``MessageQueue`` objects as map keys),

@@ -457,5 +457,17 @@ class PopService:
             self._watermark = wm
             store.consumer_offsets.commit_offset(REVIVE_GROUP, self.revive_topic, 0, wm)
 
+    def in_flight_by_queue(self) -> dict[tuple[str, str, int], int]:
+        """(group, queue's topic, queue id) -> messages received and not acked yet (upstream's
+        ``PopInflightMessageCounter``), counted over the open checkpoints when asked (a scrape): no
+        work on the receive or ack path, and as many entries as clients hold."""
+        out: dict[tuple[str, str, int], int] = {}
+        for ck in list(self.open.values()):
+            n = len(ck.offsets) - len(ck.acked)
+            if n > 0:
+                key = (ck.group, ck.topic, ck.queue_id)
+                out[key] = out.get(key, 0) + n
+        return out
+
     def in_flight(self, group: str | None = None) -> int:
         return sum(len(ck.open_offsets()) for ck in self.open.values() if group is None or ck.group == group)

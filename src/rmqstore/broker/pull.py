@@ -24,6 +24,8 @@ class PullProcessor:
         self.broker = broker
         #: (topic, queue id) -> futures of held pulls waiting for a new message there
         self.waiters: dict[tuple[str, int], set[asyncio.Future]] = defaultdict(set)
+        #: pulls answered [with messages, without]: brokerStatus's getFoundTps / getMissTps
+        self.calls = [0, 0]
 
     def handlers(self) -> dict:
         return {RequestCode.PULL_MESSAGE: self.pull, RequestCode.LITE_PULL_MESSAGE: self.pull,
@@ -133,6 +135,9 @@ class PullProcessor:
             return None
         if req.flag & FLAG_COMMIT_OFFSET and not final and req.commit_offset >= 0:
             b.commit_offset(req.group, req.topic, req.queue_id, req.commit_offset)
+        # upstream's tryCommitOffset: where the group's consumer will pull next (the inflight metric)
+        store.consumer_offsets.commit_pull_offset(req.group, req.topic, req.queue_id, r.next_begin_offset)
+        self.calls[0 if code == ResponseCode.SUCCESS else 1] += 1
         return cmd.response(code, None if code == ResponseCode.SUCCESS else status.value,
                             {"suggestWhichBrokerId": b.cluster.suggest_broker_id(req.group_cfg, _end(r)),
                              "nextBeginOffset": r.next_begin_offset,

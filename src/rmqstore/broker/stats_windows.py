@@ -7,6 +7,11 @@ window (7 samples kept), every 10 min into the hour window (7) and every hour in
 (25), as upstream samples. A window's ``sum`` is its last sample minus its first, ``tps`` that sum
 per second between them, ``avgpt`` the messages per put (``GROUP_GET_NUMS``: 0, pulls are not
 counted one by one here). Memory: 39 samples per topic and per topic@group that had traffic.
+
+Beside them, the broker's totals (messages put, messages pulled, pulls that found messages, pulls
+that found none) are sampled once a second, 601 samples kept, as ``StoreStatsService`` samples them
+for ``brokerStatus``'s ``putTps``, ``getTransferredTps``, ``getFoundTps``, ``getMissTps`` and
+``getTotalTps`` (each the rate over the last 10, 60 and 600 seconds, "" until that much is sampled).
 """
 from __future__ import annotations
 
@@ -17,6 +22,10 @@ TOPIC_PUT_NUMS = "TOPIC_PUT_NUMS"
 GROUP_GET_NUMS = "GROUP_GET_NUMS"
 #: (window, seconds between samples, samples kept), as ``StatsItem.init`` schedules them
 WINDOWS = (("statsMinute", 10, 7), ("statsHour", 600, 7), ("statsDay", 3600, 25))
+#: the spans ``StoreStatsService`` reports each runtime rate over, in seconds (one sample a second)
+TPS_SPANS = (10, 60, 600)
+#: the broker totals sampled: (name, index in a sample)
+TOTALS = ("puts", "gets", "found", "miss")
 
 
 def snapshot(samples) -> dict:
@@ -31,8 +40,12 @@ def snapshot(samples) -> dict:
 
 
 class StatsWindows:
-    def __init__(self, traffic) -> None:
+    def __init__(self, traffic, totals=None) -> None:
         self.traffic = traffic
+        #: () -> (puts, messages pulled, pulls with messages, pulls without), or None
+        self.totals = totals
+        #: (monotonic seconds, *totals) once a second, the last TPS_SPANS[-1] + 1 of them
+        self.per_second: deque = deque(maxlen=TPS_SPANS[-1] + 1)
         #: (stats name, key) -> one deque of (ms, value, times) per window
         self.items: dict[tuple[str, str], tuple[deque, deque, deque]] = {}
         self._next = [0.0] * len(WINDOWS)
@@ -47,9 +60,14 @@ class StatsWindows:
             cur[(GROUP_GET_NUMS, f"{topic}@{group}")] = [row[0], 0]
         return {k: (v[0], v[1]) for k, v in cur.items()}
 
-    def sample(self, now_s: float | None = None) -> None:
-        """Take the samples that are due (call it at least every few seconds)."""
+    def sample(self, now_s: float | None = None, mono_s: float | None = None) -> None:
+        """Take the samples that are due (call it at least every few seconds; the per-second totals
+        want it once a second). ``now_s`` is the wall clock of the windows, ``mono_s`` the monotonic
+        clock of the per-second totals (a wall clock set back would stall them)."""
         now_s = time.time() if now_s is None else now_s
+        mono_s = time.monotonic() if mono_s is None else mono_s
+        if self.totals is not None and (not self.per_second or mono_s - self.per_second[-1][0] >= 0.5):
+            self.per_second.append((mono_s, *self.totals()))
         due = [i for i, (_, every, _) in enumerate(WINDOWS) if now_s >= self._next[i]]
         if not due:
             return
@@ -69,3 +87,25 @@ class StatsWindows:
         if item is None:
             return None
         return {w: snapshot(samples) for (w, _, _), samples in zip(WINDOWS, item)}
+
+    def rate(self, total: str, span: int) -> float | None:
+        """``CallSnapshot.getTPS`` of one of :data:`TOTALS` over the last ``span`` samples (seconds),
+        or None while no more than ``span`` samples are kept."""
+        ring = self.per_second
+        if len(ring) <= span:
+            return None
+        (t0, *v0), (t1, *v1) = ring[-(span + 1)], ring[-1]
+        i = TOTALS.index(total)
+        return (v1[i] - v0[i]) / (t1 - t0) if t1 > t0 else 0.0
+
+    def rates(self, total: str) -> str:
+        """What ``brokerStatus`` shows for a total: its rates over 10, 60 and 600 seconds, each ""
+        until sampled that long (``getTotalTps``, ``total="found+miss"``: 0.0 then, as upstream)."""
+        out = []
+        for span in TPS_SPANS:
+            if total == "found+miss":
+                v = sum(self.rate(t, span) or 0.0 for t in ("found", "miss"))
+            else:
+                v = self.rate(total, span)
+            out.append("" if v is None else repr(float(v)))
+        return " ".join(out)

@@ -262,7 +262,14 @@ def wants_json(args: list[str]) -> bool:
 
 
 class RmqGroup(click.Group):
-    """A click group that reports failures of its commands as one line and an exit code."""
+    """A click group that reports failures of its commands as one line and an exit code. Names in
+    ``hidden_aliases`` (mqadmin's command names, :mod:`.aliases`) run like commands but are not
+    listed in ``--help``."""
+
+    hidden_aliases: dict[str, click.Command] = {}
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        return super().get_command(ctx, cmd_name) or self.hidden_aliases.get(cmd_name)
 
     def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
         if wants_json(args):

@@ -9,7 +9,9 @@ import os
 import click
 from rich.table import Table
 
-from . import commands_care, commands_namesrv, commands_read, commands_serve, commands_spark, commands_write
+from . import (commands_care, commands_namesrv, commands_offsets, commands_read, commands_serve, commands_spark,
+               commands_write)
+from .aliases import ALIASES, alias_command
 from .common import RmqGroup, StoreCommand, debug_option, install_logging, json_option
 from .errors import ProblemsFoundError, UsageProblem
 from .render import fmt_bytes, fmt_ts, kv_table, to_jsonable
@@ -122,7 +124,8 @@ def spark_summary(st: dict) -> list[tuple[str, object]]:
     return rows
 
 
-for _mod in (commands_write, commands_read, commands_care, commands_spark, commands_serve, commands_namesrv):
+for _mod in (commands_write, commands_read, commands_offsets, commands_care, commands_spark, commands_serve,
+             commands_namesrv):
     for _c in _mod.COMMANDS:
         cli.add_command(_c)
 
@@ -142,6 +145,7 @@ SHORT_HELP = {
     "topic-status": "Min/max offset and last store time per queue.",
     "consumer-progress": "Committed offset and lag per consumer group and queue.",
     "offset-by-time": "Queue offset at a store time, per queue.",
+    "reset-offset": "Reset a group's offsets by time or offset (writes).",
     "stats": "Messages, bytes, store times per topic and queue.",
     "verify": "Check CRCs, consume queues and index (--fix writes).",
     "recover": "Run recovery and report it (writes; not with --dry-run).",
@@ -151,6 +155,8 @@ SHORT_HELP = {
     "serve": "A RocketMQ broker + name server on the store (writes).",
     "namesrv": "A RocketMQ name server for broker groups (no store).",
 }
+#: mqadmin's command names (queryMsgByKey, resetOffsetByTime, ...): run, not listed
+cli.hidden_aliases = {_a.name: alias_command(_a, cli) for _a in ALIASES}
 for _name, _text in SHORT_HELP.items():
     cli.commands[_name].short_help = _text
 for _name, _text in {"rebuild": "Rebuild consume queues and index with Spark into a new directory.",

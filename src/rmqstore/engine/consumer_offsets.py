@@ -9,9 +9,14 @@ The file is the broker's own ``<store>/config/consumerOffset.json``::
     }
 
 ``offsetTable`` maps ``topic@group`` to ``{queueId: next offset to consume}``. RocketMQ's broker
-writes it with fastjson, whose map keys are unquoted integers (``{0:42,1:17}``); both forms are read.
-What is written is standard JSON, which RocketMQ's ``ConsumerOffsetManager.decode`` (fastjson) loads:
-a store moved between rmqstore and a RocketMQ broker keeps every group's progress.
+writes it with fastjson, whose map keys are unquoted integers (``{0:42,1:17}``); both that and
+standard JSON (quoted keys) are read. What is written is what RocketMQ 5's broker writes
+(``ConsumerOffsetManager.encode(true)``: fastjson 1.2.83's ``PrettyFormat``, tabs, unquoted integer
+keys, the bean's properties ``dataVersion``, ``groupTopicMap``, ``offsetTable`` in that order), so a
+store moved between rmqstore and a RocketMQ broker keeps every group's progress and the file reads
+the same to an operator. One difference: fastjson writes a hash map's entries in Java's hash order,
+we write them sorted (no reader depends on the order). ``dataVersion`` is kept from the file loaded
+and moves on (counter + 1, timestamp now) at each write, as ``DataVersion.nextVersion`` does.
 
 Persisting is atomic (beyond upstream, which rewrites the file in place after moving the old one
 to ``.bak``): the new text goes to a temporary file that is fsync'd, the current file becomes
@@ -23,6 +28,7 @@ Embedded consumers (:mod:`rmqstore.consumer`) and the broker use this one compon
 """
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import threading
@@ -74,20 +80,67 @@ def parse_broker_json(text: str):
 
 def decode_offset_table(text: str, path: str) -> dict[str, dict[int, int]]:
     """``{"topic@group": {queue_id: offset}}`` of a consumerOffset.json text (either key form)."""
+    return decode_offset_file(text, path)[0]
+
+
+def decode_offset_file(text: str, path: str) -> tuple[dict[str, dict[int, int]], dict[str, int]]:
+    """The offset table and the ``dataVersion`` (``counter``, ``stateVersion``, ``timestamp``; zeros
+    when the file has none) of a consumerOffset.json text."""
     try:
         doc = parse_broker_json(text)
         table = doc.get("offsetTable") or {} if isinstance(doc, dict) else None
         if not isinstance(table, dict):
             raise ValueError("no offsetTable object")
-        return {str(k): {int(q): int(o) for q, o in (v or {}).items()} for k, v in table.items()}
+        offsets = {str(k): {int(q): int(o) for q, o in (v or {}).items()} for k, v in table.items()}
+        dv = doc.get("dataVersion")
+        dv = dv if isinstance(dv, dict) else {}
+        version = {k: int(dv.get(k) or 0) for k in ("counter", "stateVersion", "timestamp")}
     except (ValueError, TypeError, AttributeError) as e:
         raise CorruptRecordError(f"cannot parse consumer offsets: {e}", path=path) from e
+    return offsets, version
+
+
+def java_split(key: str, sep: str = TOPIC_GROUP_SEPARATOR) -> list[str]:
+    """Java's ``String.split``: trailing empty strings dropped."""
+    parts = key.split(sep)
+    while len(parts) > 1 and parts[-1] == "":
+        parts.pop()
+    return parts
+
+
+def encode_offset_file(table: dict[str, dict[int, int]], version: dict[str, int]) -> str:
+    """``ConsumerOffsetManager.encode(true)`` of RocketMQ 5 (fastjson 1.2.83, ``PrettyFormat``): the
+    bean's getters in name order -- ``dataVersion``, ``groupTopicMap`` (each group's topics, from the
+    keys that split in two at ``@``), ``offsetTable`` -- a map with string keys puts each entry on its
+    own line, a map with integer keys (a queue's offsets) writes its entries on one line and its
+    closing brace on the next; no newline at the end."""
+    q = functools.partial(json.dumps, ensure_ascii=False)
+    topics_of: dict[str, set[str]] = {}
+    for key in table:
+        parts = java_split(key)
+        if len(parts) == 2:
+            topics_of.setdefault(parts[1], set()).add(parts[0])
+    groups = ",".join(f"\n\t\t{q(g)}:[{','.join(q(t) for t in sorted(ts))}]" for g, ts in sorted(topics_of.items()))
+    entries = ",".join(f"\n\t\t{q(k)}:" + ("{" + ",".join(f"{i}:{o}" for i, o in sorted(v.items())) + "\n\t\t}"
+                                           if v else "{}") for k, v in sorted(table.items()))
+    return ("{\n\t\"dataVersion\":{\n"
+            f"\t\t\"counter\":{version.get('counter', 0)},\n"
+            f"\t\t\"stateVersion\":{version.get('stateVersion', 0)},\n"
+            f"\t\t\"timestamp\":{version.get('timestamp', 0)}\n\t}},\n"
+            f"\t\"groupTopicMap\":{{{groups}{chr(10) + chr(9) if groups else ''}}},\n"
+            f"\t\"offsetTable\":{{{entries}{chr(10) + chr(9) if entries else ''}}}\n}}")
 
 
 def read_offset_file(path: str) -> dict[str, dict[int, int]] | None:
     """The offset table of ``path``, or of ``path.bak`` when ``path`` is missing or empty; None when
     neither holds one. A file that does not parse raises :class:`CorruptRecordError` unless its
     ``.bak`` copy parses (upstream's ``ConfigManager.load`` order)."""
+    got = read_offset_doc(path)
+    return None if got is None else got[0]
+
+
+def read_offset_doc(path: str) -> tuple[dict[str, dict[int, int]], dict[str, int]] | None:
+    """:func:`read_offset_file`, with the file's ``dataVersion``."""
     error: CorruptRecordError | None = None
     for p in (path, path + ".bak"):
         try:
@@ -104,7 +157,7 @@ def read_offset_file(path: str) -> dict[str, dict[int, int]] | None:
         if not text.strip():
             continue
         try:
-            return decode_offset_table(text, p)
+            return decode_offset_file(text, p)
         except CorruptRecordError as e:
             log.error("%s", e)
             error = error or e
@@ -125,25 +178,36 @@ class ConsumerOffsetManager:
         self._lock = threading.Lock()
         self._persist_lock = threading.Lock()  # one writer of the file at a time (upstream: synchronized)
         self._table: dict[str, dict[int, int]] = {}
+        #: ``topic@group`` -> {queue id: next offset of the last pull answered}: upstream's
+        #: ``pullOffsetTable``, in memory only (what a consumer holds but has not committed yet)
+        self._pulled: dict[str, dict[int, int]] = {}
         self._dirty = False
-        self._counter = 0
+        self._version = {"counter": 0, "stateVersion": 0, "timestamp": 0}
 
     # --- loading and persisting ------------------------------------------------------------------
     def load(self) -> None:
         """Read the file (or its ``.bak``); a missing file is an empty table."""
         if self.path is None:
             return
-        table = read_offset_file(self.path) or {}
+        table, version = read_offset_doc(self.path) or ({}, None)
         with self._lock:
             self._table = table
+            if version is not None:
+                self._version = version
             self._dirty = False
 
     def encode(self) -> str:
-        """The file's text: ``dataVersion`` and ``offsetTable`` as RocketMQ's broker writes them."""
+        """The file's text as RocketMQ's broker writes it (:func:`encode_offset_file`)."""
         with self._lock:
-            table = {k: {str(q): o for q, o in sorted(v.items())} for k, v in sorted(self._table.items())}
-            version = {"counter": self._counter, "stateVersion": 0, "timestamp": int(time.time() * 1000)}
-        return json.dumps({"dataVersion": version, "offsetTable": table}, indent=4) + "\n"
+            table = {k: dict(v) for k, v in self._table.items()}
+            version = dict(self._version)
+        return encode_offset_file(table, version)
+
+    @property
+    def data_version(self) -> dict[str, int]:
+        """``counter``, ``stateVersion`` and ``timestamp`` of the last file loaded or written."""
+        with self._lock:
+            return dict(self._version)
 
     def persist(self) -> bool:
         """Write the file when something changed since the last write; True when it wrote."""
@@ -156,7 +220,8 @@ class ConsumerOffsetManager:
                 if not self._dirty:
                     return False
                 self._dirty = False
-                self._counter += 1
+                self._version["counter"] += 1
+                self._version["timestamp"] = int(time.time() * 1000)
             text = self.encode()
             try:
                 atomic_write_text(self.path, text, keep_bak=True)
@@ -182,6 +247,26 @@ class ConsumerOffsetManager:
         with self._lock:
             return self._table.get(topic + TOPIC_GROUP_SEPARATOR + group, {}).get(queue_id)
 
+    def commit_pull_offset(self, group: str, topic: str, queue_id: int, offset: int) -> None:
+        """``commitPullOffset``: the next offset of a pull just answered (one call per pull, never
+        written to the file)."""
+        key = topic + TOPIC_GROUP_SEPARATOR + group
+        with self._lock:
+            queues = self._pulled.get(key)
+            if queues is None:
+                queues = self._pulled[key] = {}
+            queues[queue_id] = offset
+
+    def query_pull_offsets(self, group: str, topic: str) -> dict[int, int]:
+        """The pull offsets recorded for ``group`` in ``topic`` (empty when none)."""
+        with self._lock:
+            return dict(self._pulled.get(topic + TOPIC_GROUP_SEPARATOR + group, {}))
+
+    def clear_pull_offsets(self, group: str, topic: str) -> None:
+        """``clearPullOffset`` (after a reset: what was pulled before it no longer counts)."""
+        with self._lock:
+            self._pulled.pop(topic + TOPIC_GROUP_SEPARATOR + group, None)
+
     def query_offsets(self, group: str, topic: str) -> dict[int, int]:
         with self._lock:
             return dict(self._table.get(topic + TOPIC_GROUP_SEPARATOR + group, {}))
@@ -204,6 +289,8 @@ class ConsumerOffsetManager:
             for key in [k for k in self._table if _split_key(k)[1] == group]:
                 del self._table[key]
                 self._dirty = True
+            for key in [k for k in self._pulled if _split_key(k)[1] == group]:
+                del self._pulled[key]
 
 
 def _split_key(key: str) -> tuple[str, str]:

@@ -8,6 +8,7 @@ The facade (:class:`~rmqstore.message_store.MessageStore`) owns one :class:`Stor
 """
 from __future__ import annotations
 
+import contextlib
 import errno
 import fcntl
 import logging
@@ -15,7 +16,8 @@ import os
 import shutil
 import threading
 import time
-from typing import Protocol, TypeVar
+import types
+from typing import Iterator, Protocol, TypeVar
 
 from ..errors import CorruptRecordError, StoreIOError, StoreLockedError
 from ..io import paths
@@ -68,6 +70,19 @@ def lock_holder(store_dir: str | os.PathLike) -> int | None:
         if path in _LOCKED_PATHS:
             return os.getpid()
     return _lock_file_holder(paths.lock_path(path))
+
+
+@contextlib.contextmanager
+def writer_lock(store_dir: str | os.PathLike) -> Iterator[None]:
+    """The store's writer lock, held without opening the store: for an offline edit of its config
+    files (``rmqstore reset-offset``) that no broker may start in the middle of.
+    :class:`StoreLockedError` when another writer holds it."""
+    life = StoreLifecycle(types.SimpleNamespace(path=os.path.abspath(os.fspath(store_dir))))  # type: ignore[arg-type]
+    life.take_lock()
+    try:
+        yield
+    finally:
+        life.unlock()
 
 
 def as_store_io_error(e: OSError, store_path: str) -> StoreIOError:

@@ -2,7 +2,6 @@
 atomically with a .bak, thread-safe."""
 from __future__ import annotations
 
-import json
 import os
 import threading
 
@@ -41,20 +40,62 @@ def test_reads_the_brokers_fastjson_file(tmp_path):
     assert m.table()[("Orders", "audit")] == {0: 40}
 
 
-def test_written_file_is_standard_json_in_the_brokers_shape(tmp_path):
+#: ConsumerOffsetManager.encode(true) of RocketMQ 5.3 as fastjson 1.2.83 writes it (JavaBeanSerializer:
+#: getters by name, a newline and indent before each property; MapSerializer: a newline before each
+#: String-keyed entry, none before an Integer-keyed one, a newline before the closing brace of a
+#: non-empty map; CollectionCodec: one line), member order sorted
+ROCKETMQ_5 = """{
+\t"dataVersion":{
+\t\t"counter":8,
+\t\t"stateVersion":0,
+\t\t"timestamp":1700000000123
+\t},
+\t"groupTopicMap":{
+\t\t"audit":["Orders"],
+\t\t"billing":["%RETRY%billing","Orders"]
+\t},
+\t"offsetTable":{
+\t\t"%RETRY%billing@billing":{0:3
+\t\t},
+\t\t"Orders@audit":{0:40
+\t\t},
+\t\t"Orders@billing":{0:42,1:17,2:0
+\t\t}
+\t}
+}"""
+
+
+def test_written_file_is_what_rocketmqs_broker_writes(tmp_path, monkeypatch):
     p = tmp_path / "config" / "consumerOffset.json"
+    p.parent.mkdir()
+    p.write_text(FASTJSON)  # dataVersion counter 7
     m = ConsumerOffsetManager(str(p))
-    m.load()  # missing: empty
-    assert m.table() == {}
-    m.commit_offset("billing", "Orders", 1, 17)
-    m.commit_offset("billing", "Orders", 0, 42)
+    m.load()
+    assert m.data_version == {"counter": 7, "stateVersion": 0, "timestamp": 1700000000000}
+    m.commit_offset("billing", "Orders", 1, 17)  # unchanged: nothing to write
+    assert not m.persist()
+    m.commit_offset("billing", "Orders", 2, 1)
+    m.commit_offset("billing", "Orders", 2, 0)
+    monkeypatch.setattr("time.time", lambda: 1700000000.123)
     assert m.persist() and not m.persist()  # written once, nothing changed since
-    doc = json.loads(p.read_text())
-    assert doc["offsetTable"] == {"Orders@billing": {"0": 42, "1": 17}}
-    assert set(doc["dataVersion"]) == {"counter", "stateVersion", "timestamp"} and doc["dataVersion"]["counter"] == 1
+    assert p.read_text() == ROCKETMQ_5
+    assert (tmp_path / "config" / "consumerOffset.json.bak").read_text() == FASTJSON
     m2 = ConsumerOffsetManager(str(p))
     m2.load()
-    assert m2.table() == m.table()
+    assert m2.table() == m.table() and m2.data_version["counter"] == 8
+
+
+def test_an_empty_table_is_written_as_fastjson_writes_empty_maps(tmp_path):
+    p = tmp_path / "consumerOffset.json"
+    m = ConsumerOffsetManager(str(p))
+    m.load()  # missing: empty
+    assert m.table() == {} and m.data_version["counter"] == 0
+    m.commit_offset("g", "T", 0, 1)
+    m.remove_group("g")
+    assert m.persist()
+    text = p.read_text()
+    assert '\t"groupTopicMap":{},\n\t"offsetTable":{}\n}' in text and not text.endswith("\n")
+    assert parse_broker_json(text)["dataVersion"]["counter"] == 1
 
 
 def test_persist_keeps_the_previous_file_as_bak_and_load_falls_back(tmp_path):
@@ -64,7 +105,7 @@ def test_persist_keeps_the_previous_file_as_bak_and_load_falls_back(tmp_path):
     m.persist()
     m.commit_offset("g", "T", 0, 2)
     m.persist()
-    assert json.loads((tmp_path / "consumerOffset.json.bak").read_text())["offsetTable"] == {"T@g": {"0": 1}}
+    assert parse_broker_json((tmp_path / "consumerOffset.json.bak").read_text())["offsetTable"] == {"T@g": {"0": 1}}
     assert not [n for n in os.listdir(tmp_path) if ".tmp." in n]
     p.write_text("")  # an empty file (a crash in upstream's in-place rewrite): the .bak is used
     m2 = ConsumerOffsetManager(str(p))

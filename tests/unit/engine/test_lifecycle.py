@@ -163,3 +163,19 @@ def test_an_open_that_fails_after_starting_services_stops_them(store_dir, small_
     monkeypatch.undo()
     with MessageStore.open(store_dir, small_config) as again:  # the lock was released
         assert again.recovery_report.mode in ("abnormal", "empty")
+
+
+def test_writer_lock_keeps_writers_out_while_held_and_lets_them_in_after(tmp_path):
+    path = tmp_path / "s"
+    with MessageStore.open(path) as st:
+        st.put_message(msg())
+        with pytest.raises(StoreLockedError):  # a writer holds it: the offline edit is refused
+            with LC.writer_lock(path):
+                pass
+    with LC.writer_lock(path):
+        assert LC.lock_holder(path) == os.getpid()
+        with pytest.raises(StoreLockedError):  # no writer opens the store meanwhile
+            MessageStore.open(path)
+    assert LC.lock_holder(path) is None
+    with MessageStore.open(path) as st:
+        assert st.max_phy_offset > 0

@@ -68,30 +68,39 @@ def _lag_pairs(b) -> list[tuple[str, str]]:
 
 
 def group_lag_rows(b, per_queue: bool = False) -> list[dict]:
-    """Lag per (group, topic): ``lag`` (messages not committed), ``earliest_unconsumed_ms`` (store
-    time of the oldest of them, 0 when none), ``inflight`` (0: the broker keeps no pull offsets), and
-    with ``per_queue`` each queue's broker and consumer offsets."""
+    """Lag per (group, topic), as RocketMQ 5's ``ConsumerLagCalculator`` counts it: ``inflight``
+    (messages a consumer holds: pulled past its committed offset -- the broker's pull offsets -- or
+    received by pop and not acked), ``lag`` (messages not committed; a pop group's received-but-not-
+    acked ones included, its offset having moved past them), so that ``lag - inflight`` is what is
+    ready to be delivered; ``earliest_unconsumed_ms`` (store time of the oldest not committed, 0 when
+    none); with ``per_queue`` each queue's broker and consumer offsets."""
     store = b.store
     rows = []
     stored = store.topics()
+    popped = b.pops.in_flight_by_queue()
     for group, topic in _lag_pairs(b):
         committed = store.consumer_offsets.query_offsets(group, topic)
-        lag, earliest, detail = 0, 0, []
+        pulled = store.consumer_offsets.query_pull_offsets(group, topic)
+        lag, inflight, earliest, detail = 0, 0, 0, []
         for q in sorted(set(_queue_ids(b, topic, stored)) | set(committed)):
             hi = store.get_max_offset_in_queue(topic, q)
             lo = store.get_min_offset_in_queue(topic, q)
             off = committed.get(q)
             at = lo if off is None or off < lo else off
-            n = max(0, hi - at)
+            held = popped.get((group, topic, q), 0)
+            if off is not None and q in pulled:
+                held += max(0, min(pulled[q], hi) - at)
+            n = max(0, hi - at) + popped.get((group, topic, q), 0)
             lag += n
+            inflight += held
             if n:
                 ts = store.get_message_store_timestamp(topic, q, at)
                 if ts > 0 and (earliest == 0 or ts < earliest):
                     earliest = ts
             if per_queue:
                 detail.append({"queueId": q, "brokerOffset": hi, "consumerOffset": -1 if off is None else off,
-                               "lag": n})
-        row = {"group": group, "topic": topic, "lag": lag, "earliest_unconsumed_ms": earliest, "inflight": 0}
+                               "lag": n, "inflight": held})
+        row = {"group": group, "topic": topic, "lag": lag, "earliest_unconsumed_ms": earliest, "inflight": inflight}
         if per_queue:
             row["queues"] = detail
         rows.append(row)

@@ -9,7 +9,7 @@ import time
 from aiohttp import web
 
 from .. import messages as M
-from ..admin_ops import RESET_CONSUMER_CLIENT_OFFSET, tell_consumers_to_reset
+from ..admin_ops import RESET_CONSUMER_CLIENT_OFFSET, reset_target_offsets, tell_consumers_to_reset
 from ..metadata import PERM_READ, PERM_WRITE, topic_config, validate_topic
 
 
@@ -72,12 +72,10 @@ class Writes:
         topic, ts = str(doc.get("topic") or ""), int(doc.get("timestamp", -1))
         if b.topics.get(topic) is None:
             return _json({"error": f"no topic {topic!r}"}, 404)
-        store = b.store
-        offsets = {}
-        for q in sorted(set(store.topics().get(topic, [])) | set(range(int(b.topics.get(topic)["readQueueNums"])))):
-            off = store.get_max_offset_in_queue(topic, q) if ts < 0 else store.get_offset_in_queue_by_time(topic, q, ts)
-            offsets[q] = off
+        offsets = reset_target_offsets(b.store, topic, int(b.topics.get(topic)["readQueueNums"]), ts)
+        for q, off in offsets.items():
             b.commit_offset(group, topic, q, off)
+        b.store.consumer_offsets.clear_pull_offsets(group, topic)
         told = tell_consumers_to_reset(b, group, topic, ts, offsets)
         return _json({"group": group, "topic": topic, "offsets": offsets, "consumersTold": told})
 

@@ -136,9 +136,11 @@ const pages = {
       if (!body) return;
       lag.push(g.lag); if (lag.length > 150) lag.shift();
       body.innerHTML = "<div class=cards><div class=card>lag<b id=groupLag>" + g.lag + "</b></div></div>" +
-        g.topics.map(t => "<h3>" + esc(t.topic) + " (lag " + t.lag + ", " + t.lagLatencyMs + " ms behind)</h3>" +
+        g.topics.map(t => "<h3>" + esc(t.topic) + " (lag " + t.lag + ", " + t.inflight + " in flight, " +
+            t.lagLatencyMs + " ms behind)</h3>" +
           table([["queue", q => q.queueId, 1], ["broker offset", q => q.brokerOffset, 1],
-            ["consumer offset", q => q.consumerOffset, 1], ["lag", q => q.lag, 1]], t.queues)).join("");
+            ["consumer offset", q => q.consumerOffset, 1], ["lag", q => q.lag, 1],
+            ["in flight", q => q.inflight, 1]], t.queues)).join("");
       chart(document.getElementById("lagChart"), [lag], ["lag"]);
     });
     document.getElementById("reset").onsubmit = async e => {
