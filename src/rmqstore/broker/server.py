@@ -249,6 +249,8 @@ class RemotingServer:
         if type(result) is Deferred:
             conn.started()
             result.deliver_to(lambda value, exc: self._finish_deferred(conn, cmd, value, exc))
+        elif type(result) is R.RemotingCommand:
+            self._reply(conn, cmd, result)
         elif inspect.isawaitable(result):
             conn.started()
             task = asyncio.ensure_future(result)
