@@ -72,3 +72,58 @@ def test_a_failing_group_put_answers_system_error_and_serving_goes_on(start_brok
     monkeypatch.setattr(b, "put_items", real)
     r = c.call(C.SEND_MESSAGE, dict(SEND_EXT, properties=""), b"y")
     assert r.code == R.ResponseCode.SUCCESS and r.ext["queueOffset"] == "0"
+
+
+def _on_loop(b, fn):
+    """Run ``fn()`` on the broker's event loop and return its result."""
+    import asyncio
+
+    async def call():
+        return fn()
+    return asyncio.run_coroutine_threadsafe(call(), b.loop).result(10)
+
+
+def test_a_send_soon_after_a_round_is_dispatched_with_the_next_ones(start_broker, monkeypatch):
+    """A group (even of one send) within a millisecond of the last dispatch round waits for the rest of
+    that millisecond: the rounds of a producer sending as fast as it is answered take several
+    records; when the time is up while a group is about to be put, that group's commit dispatches."""
+    import time
+
+    b = start_broker()
+    rounds = []
+    real = b.store.dispatch
+    monkeypatch.setattr(b.store, "dispatch", lambda: rounds.append(time.monotonic()) or real())
+
+    def recent_round_then_one_send():
+        b._last_dispatch = time.monotonic()
+        b.dispatch_after_puts(1)
+        return b._dispatch_scheduled, len(rounds)
+    assert _on_loop(b, recent_round_then_one_send) == (True, 0)  # not at once: a timer
+    deadline = time.monotonic() + 5
+    while not rounds and time.monotonic() < deadline:
+        time.sleep(0.001)
+    assert len(rounds) == 1 and not b._dispatch_scheduled
+
+    def due_while_a_group_waits():
+        b.put_groups.scheduled = True  # (a commit is queued in this pass of the loop)
+        try:
+            b._dispatch_due()
+        finally:
+            b.put_groups.scheduled = False
+        skipped = len(rounds)
+        b.dispatch_after_puts(1)  # the commit: its round goes at once
+        return skipped, len(rounds)
+    assert _on_loop(b, due_while_a_group_waits) == (1, 2)
+
+
+def test_quiet_then_one_send_is_dispatched_at_once(start_broker, monkeypatch):
+    b = start_broker()
+    rounds = []
+    real = b.store.dispatch
+    monkeypatch.setattr(b.store, "dispatch", lambda: rounds.append(1) or real())
+
+    def one_send_after_quiet():
+        b._last_dispatch = 0.0
+        b.dispatch_after_puts(1)
+        return len(rounds), b._dispatch_scheduled
+    assert _on_loop(b, one_send_after_quiet) == (1, False)

@@ -338,19 +338,30 @@ class Broker:
             self.loop.call_soon(self.dispatch_now)
 
     def dispatch_after_puts(self, group_size: int) -> None:
-        """After a group's answers: dispatch in this callback, or, when the group came from several
-        sends at once and the last round was less than ``DISPATCH_COALESCE_S`` ago, once that much
-        time has passed: under concurrent load a round then takes the groups of that time
-        (upstream's reput runs a round every millisecond). A lone send is dispatched at once: its
-        producer prepares the next one meanwhile, where a timer would delay that one instead."""
+        """After a group's answers: dispatch in this callback, or, when the last round was less than
+        ``DISPATCH_COALESCE_S`` ago, once that much time has passed: under load a round then takes
+        the groups of that time (upstream's reput runs a round every millisecond), whether they
+        came from many producers at once or from one sending as fast as it is answered; a send after
+        a quiet spell is dispatched at once."""
         if not self._inline_dispatch or self._dispatch_scheduled:
             return
-        wait = self._last_dispatch + DISPATCH_COALESCE_S - time.monotonic() if group_size > 1 else 0
+        wait = self._last_dispatch + DISPATCH_COALESCE_S - time.monotonic()
         if wait <= 0:
             self.dispatch_now()
         else:
             self._dispatch_scheduled = True
-            self.loop.call_later(wait, self.dispatch_now)
+            self.loop.call_later(wait, self._dispatch_due)
+
+    def _dispatch_due(self) -> None:
+        """The coalescing time is up: dispatch, unless a group is about to be put in this pass of
+        the loop (it then dispatches after its answers, its records in the same round, without
+        delaying them)."""
+        self._dispatch_scheduled = False
+        groups = self.put_groups
+        if groups is not None and groups.scheduled:
+            self._last_dispatch = 0.0  # (the group's commit dispatches at once)
+            return
+        self.dispatch_now()
 
     def dispatch_now(self) -> None:
         """Dispatch what the puts on the event loop appended (ASYNC_FLUSH; under SYNC_FLUSH the
