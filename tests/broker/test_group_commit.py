@@ -83,10 +83,10 @@ def _on_loop(b, fn):
     return asyncio.run_coroutine_threadsafe(call(), b.loop).result(10)
 
 
-def test_a_send_soon_after_a_round_is_dispatched_with_the_next_ones(start_broker, monkeypatch):
-    """A group (even of one send) within a millisecond of the last dispatch round waits for the rest of
-    that millisecond: the rounds of a producer sending as fast as it is answered take several
-    records; when the time is up while a group is about to be put, that group's commit dispatches."""
+def test_a_group_soon_after_a_round_is_dispatched_with_the_next_ones(start_broker, monkeypatch):
+    """A group of several sends within a millisecond of the last dispatch round waits for the rest of
+    that millisecond (the round takes the groups of that time); when the time is up while a group is
+    about to be put, that group's commit dispatches, after its answers."""
     import time
 
     b = start_broker()
@@ -96,7 +96,7 @@ def test_a_send_soon_after_a_round_is_dispatched_with_the_next_ones(start_broker
 
     def recent_round_then_one_send():
         b._last_dispatch = time.monotonic()
-        b.dispatch_after_puts(1)
+        b.dispatch_after_puts(3)
         return b._dispatch_scheduled, len(rounds)
     assert _on_loop(b, recent_round_then_one_send) == (True, 0)  # not at once: a timer
     deadline = time.monotonic() + 5
@@ -111,19 +111,22 @@ def test_a_send_soon_after_a_round_is_dispatched_with_the_next_ones(start_broker
         finally:
             b.put_groups.scheduled = False
         skipped = len(rounds)
-        b.dispatch_after_puts(1)  # the commit: its round goes at once
+        b.dispatch_after_puts(2)  # the commit: its round goes at once
         return skipped, len(rounds)
     assert _on_loop(b, due_while_a_group_waits) == (1, 2)
 
 
-def test_quiet_then_one_send_is_dispatched_at_once(start_broker, monkeypatch):
+def test_a_lone_send_is_dispatched_at_once(start_broker, monkeypatch):
+    """Even right after a round: its producer prepares the next send meanwhile."""
+    import time
+
     b = start_broker()
     rounds = []
     real = b.store.dispatch
     monkeypatch.setattr(b.store, "dispatch", lambda: rounds.append(1) or real())
 
-    def one_send_after_quiet():
-        b._last_dispatch = 0.0
+    def one_send_after_a_round():
+        b._last_dispatch = time.monotonic()
         b.dispatch_after_puts(1)
         return len(rounds), b._dispatch_scheduled
-    assert _on_loop(b, one_send_after_quiet) == (1, False)
+    assert _on_loop(b, one_send_after_a_round) == (1, False)

@@ -338,14 +338,16 @@ class Broker:
             self.loop.call_soon(self.dispatch_now)
 
     def dispatch_after_puts(self, group_size: int) -> None:
-        """After a group's answers: dispatch in this callback, or, when the last round was less than
-        ``DISPATCH_COALESCE_S`` ago, once that much time has passed: under load a round then takes
-        the groups of that time (upstream's reput runs a round every millisecond), whether they
-        came from many producers at once or from one sending as fast as it is answered; a send after
-        a quiet spell is dispatched at once."""
+        """After a group's answers: dispatch in this callback, or, when the group came from several
+        sends at once and the last round was less than ``DISPATCH_COALESCE_S`` ago, once that much
+        time has passed: under concurrent load a round then takes the groups of that time
+        (upstream's reput runs a round every millisecond). A lone send is dispatched at once: its
+        producer prepares the next one meanwhile, where a timer would delay that one instead (a
+        1 ms timer for lone sends too made rounds of ~3 records, but a sync producer's rate fell:
+        the round then ran when its next send arrived)."""
         if not self._inline_dispatch or self._dispatch_scheduled:
             return
-        wait = self._last_dispatch + DISPATCH_COALESCE_S - time.monotonic()
+        wait = self._last_dispatch + DISPATCH_COALESCE_S - time.monotonic() if group_size > 1 else 0
         if wait <= 0:
             self.dispatch_now()
         else:
