@@ -22,6 +22,8 @@ log = logging.getLogger("rmqstore.engine.dispatch")
 #: rounds up to this many records are dispatched record by record (:meth:`ReputMessageService._dispatch_small`):
 #: numpy's fixed cost per call is most of a small round (a broker's rounds hold a few sends each)
 SMALL_ROUND = 32
+#: with a writer dispatching inline (set_inline), how often this thread looks for records it left behind
+SAFETY_NET_S = 0.05
 
 
 def _contiguous(batch: M.RecordBatch, end_pos: int) -> bool:
@@ -46,6 +48,7 @@ class ReputMessageService:
         self._topic_cache: dict[bytes, str] = {}
         self.error: BaseException | None = None
         self.lock = threading.Lock()
+        self.inline = False  # (set_inline)
 
     # --- control -----------------------------------------------------------------------------
     def start(self) -> None:
@@ -93,8 +96,16 @@ class ReputMessageService:
             return self._progress.wait_for(lambda: self.reput_from >= offset or self.error is not None, timeout)
 
     def _run(self) -> None:
+        stalled_at = -1
         while not self._stop.is_set():
-            self._wake.wait(0.001 if self.reput_from < self.store.dispatch_end() else 0.05)
+            if self.inline:  # the writer dispatches after its appends: this thread is the safety net
+                woke = self._wake.wait(SAFETY_NET_S)
+                if not woke and not self._urgent.is_set():
+                    before, stalled_at = stalled_at, self._stalled(stalled_at)
+                    if stalled_at < 0 or stalled_at != before:
+                        continue
+            else:
+                self._wake.wait(0.001 if self.reput_from < self.store.dispatch_end() else 0.05)
             self._wake.clear()
             wait = COALESCE_S - (time.monotonic() - self._last_round)
             if wait > 0 and not self._urgent.is_set():
@@ -109,6 +120,24 @@ class ReputMessageService:
                 with self._progress:
                     self._progress.notify_all()
                 return
+
+    def set_inline(self, inline: bool) -> None:
+        """``True``: a writer dispatches after its appends (:meth:`do_reput` in its own thread), so
+        appends do not wake this thread, which then runs a round only when asked (:meth:`wake`,
+        :meth:`wake_now`) or when records stayed undispatched for a whole ``SAFETY_NET_S``: it no
+        longer polls every millisecond behind the writer, taking the lock and the GIL from it."""
+        self.inline = inline
+        self.store.commit_log.on_append = None if inline else self.wake
+
+    def _stalled(self, before: int) -> int:
+        """(safety net) ``reput_from`` when records wait for dispatch, else -1: a round is due when it
+        is the same as at the previous look, ``before`` (the writer did not move it meanwhile)."""
+        if self.reput_from >= self.store.dispatch_end():
+            return -1
+        if self.reput_from == before:
+            log.debug("dispatch: records waited %.2f s past %d for the writer's rounds; dispatching them here",
+                      SAFETY_NET_S, before)
+        return self.reput_from
 
     # --- work --------------------------------------------------------------------------------
     def hinted_starts(self, mf, pos: int, seg_end: int) -> tuple[tuple[np.ndarray, C.Halt] | None, int]:
