@@ -130,3 +130,23 @@ def test_a_lone_send_is_dispatched_at_once(start_broker, monkeypatch):
         b.dispatch_after_puts(1)
         return len(rounds), b._dispatch_scheduled
     assert _on_loop(b, one_send_after_a_round) == (1, False)
+
+
+def test_a_lone_send_is_committed_at_the_end_of_its_read(start_broker, connect):
+    """No other callback waits in the loop's pass: the group is committed when the read's frames are
+    handled, not one more pass (a poll) later; sends that arrive together still form one group."""
+    b = start_broker()
+    at_end = []
+    done = b.server.after_read
+
+    def after_read():
+        at_end.append(b.put_groups.after_read)
+        done()
+    b.server.after_read = after_read
+    c = connect(b.address)
+    for i in range(3):
+        r = c.call(C.SEND_MESSAGE, dict(SEND_EXT, topic="Lone", properties=""), b"x%d" % i)
+        assert r.code == R.ResponseCode.SUCCESS and r.ext["queueOffset"] == str(i)
+    assert at_end.count(True) >= 2  # (one read may have come with another callback due in its pass)
+    _check_answers(_burst(b.address, 4, 10), 40)  # together: still grouped
+    assert b.put_groups.groups < b.put_groups.puts

@@ -168,6 +168,7 @@ class Broker:
         if self.store.cfg.store_host == "127.0.0.1:10911" and not self.read_only:
             self.store_host = self.advertised  # what offsetMsgIds name: where this broker answers
         self.put_groups = PutGroups(self, sync=self.store.cfg.sync_flush)
+        self.server.after_read = self.put_groups.read_done
         self.store.add_dispatch_listener(self._on_dispatched)
         self._loop_thread = threading.get_ident()
         self._inline_dispatch = not self.read_only and not self.store.cfg.sync_flush and not self.cluster.is_slave

@@ -75,13 +75,23 @@ class Connection(asyncio.Protocol):
         self.server.on_disconnect(self)
 
     def data_received(self, data: bytes) -> None:
+        server = self.server
+        server.reading = True
         try:
             self._backlog.extend(self.reader.feed(data))
         except R.FrameError as e:
             log.warning("closing %s: %s", self.peer, e)
             self.transport.close()
             return
-        self._process()
+        finally:
+            server.reading = False
+        server.reading = True
+        try:
+            self._process()
+        finally:
+            server.reading = False
+            if server.after_read is not None:
+                server.after_read()
 
     def _process(self) -> None:
         """Handle the frames received so far, stopping while the connection is paused (a peer that
@@ -203,6 +213,10 @@ class RemotingServer:
         self._tasks: set[asyncio.Task] = set()
         self.requests = 0
         self.errors = 0
+        #: a read's frames are being handled (``Connection.data_received``); ``after_read()`` runs
+        #: once they are (the broker's group commit, when it chose to commit at the end of the read)
+        self.reading = False
+        self.after_read: Callable[[], None] | None = None
 
     async def start(self, host: str, port: int) -> tuple[str, int]:
         loop = asyncio.get_running_loop()
