@@ -75,23 +75,23 @@ class Connection(asyncio.Protocol):
         self.server.on_disconnect(self)
 
     def data_received(self, data: bytes) -> None:
-        server = self.server
-        server.reading = True
         try:
             self._backlog.extend(self.reader.feed(data))
         except R.FrameError as e:
             log.warning("closing %s: %s", self.peer, e)
             self.transport.close()
             return
-        finally:
-            server.reading = False
+        server = self.server
         server.reading = True
         try:
             self._process()
         finally:
             server.reading = False
             if server.after_read is not None:
-                server.after_read()
+                try:
+                    server.after_read()
+                except Exception:  # noqa: BLE001 - not this connection's fault: it stays open
+                    log.exception("after a read from %s", self.peer)
 
     def _process(self) -> None:
         """Handle the frames received so far, stopping while the connection is paused (a peer that
