@@ -59,6 +59,11 @@ def null_put(b) -> None:
 
 
 def server_main(kind: str, store: str, port: int, read_only: bool, grpc: bool = False, sync: bool = False) -> None:
+    if kind == "bare":
+        import broker_loads as L
+        signal.signal(signal.SIGTERM, lambda *_: os._exit(0))
+        L.bare_server(port)
+        return
     from rmqstore import MessageStore, MessageStoreConfig
     from rmqstore.broker import Broker, BrokerConfig
     cfg = MessageStoreConfig(flush_disk_type="SYNC_FLUSH") if sync else None
@@ -172,8 +177,8 @@ def row_round(variant: str, row: str, a, trees: dict) -> tuple[float, float, flo
 
     store = os.path.join(OUT, f"row-{variant}")
     shutil.rmtree(store, ignore_errors=True)
-    srv = Server("null" if variant == "null" else "serve", store, tree=trees.get(variant), grpc=row == "grpc",
-                 sync=row == "cpp8sync")
+    kind = variant if variant in ("null", "bare") else "serve"
+    srv = Server(kind, store, tree=trees.get(variant), grpc=row == "grpc", sync=row == "cpp8sync")
     try:
         if row.startswith("cpp"):
             producers = 1 if row == "cpp1" else 8
@@ -199,6 +204,14 @@ def row_round(variant: str, row: str, a, trees: dict) -> tuple[float, float, flo
                 secs, cpu = time.perf_counter() - t0, L.cpu_seconds(srv.proc.pid) - c0
             finally:
                 g.close()
+        elif row.startswith("raw"):
+            conns = int(row[3:])
+            L.single_load(srv.port, 8 * conns, conns)
+            c0 = L.cpu_seconds(srv.proc.pid)
+            n, secs = L.single_load(srv.port, a.sends, conns)
+            cpu = L.cpu_seconds(srv.proc.pid) - c0
+            if n != a.sends // conns * conns:
+                raise RuntimeError(f"{variant} {row}: {n} of {a.sends} sends acknowledged")
         else:
             L.warm_batch(srv.port)
             c0 = L.cpu_seconds(srv.proc.pid)
@@ -221,7 +234,8 @@ def paired_rows(a) -> dict:
     res: dict[tuple, list] = {}
     for r in range(a.rounds):
         for i, row in enumerate(rows):
-            order = variants if (r + i) % 2 == 0 else variants[::-1]
+            vs = variants + (["bare"] if row.startswith("raw") else [])  # (the floor: raw rows only)
+            order = vs if (r + i) % 2 == 0 else vs[::-1]
             for v in order:
                 rate, cpu, rss = row_round(v, row, a, trees)
                 res.setdefault((v, row), []).append((rate, cpu, rss))
@@ -240,6 +254,10 @@ def paired_table(a, res: dict) -> list[str]:
     head = ("| row | null msgs/s | serve msgs/s | serve / null | null CPU s per 100k | serve CPU s per 100k msgs |"
             + (" old msgs/s | new / old | old CPU s per 100k | CPU old / new |" if old else ""))
     lines = [head, "|---|---:|---:|---:|---:|---:|" + ("---:|---:|---:|---:|" if old else "")]
+    floor = [f"| {L.ROW_TITLES[row]} | {med(x[1] for x in res[('bare', row)]):.2f} | "
+             f"{med(n[1] / b[1] for n, b in zip(res[('null', row)], res[('bare', row)])):.2f} | "
+             f"{med(s[1] / b[1] for s, b in zip(res[('serve', row)], res[('bare', row)])):.2f} |"
+             for row in rows if ("bare", row) in res]
     for row in rows:
         s, n = res[("serve", row)], res[("null", row)]
         line = (f"| {L.ROW_TITLES[row]} | {med(x[0] for x in n):,.0f} | {med(x[0] for x in s):,.0f} | "
@@ -249,6 +267,9 @@ def paired_table(a, res: dict) -> list[str]:
             line += (f" {med(x[0] for x in o):,.0f} | {med(x[0] / y[0] for x, y in zip(s, o)):.2f} | "
                      f"{med(x[1] for x in o):.2f} | {med(y[1] / x[1] for x, y in zip(s, o)):.2f} |")
         lines.append(line)
+    if floor:
+        lines += ["", "| row | bare server CPU s per 100k | null / bare CPU | serve / bare CPU |", "|---|---:|---:|---:|"]
+        lines += floor
     return lines
 
 
@@ -341,7 +362,7 @@ def cpp_push_catchup(store: str, n: int) -> tuple[float, float]:
 # --- the run ---------------------------------------------------------------------------------------
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--server", choices=["serve", "null"])
+    ap.add_argument("--server", choices=["serve", "null", "bare"])
     ap.add_argument("--store")
     ap.add_argument("--port", type=int)
     ap.add_argument("--read-only", action="store_true")
@@ -356,7 +377,8 @@ def main() -> None:
     ap.add_argument("--sync", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--paired", action="store_true",
                     help="only the paired rows (C++ x1/x8, gRPC, raw batches; server CPU), written to --out")
-    ap.add_argument("--rows", default="cpp1,cpp8,cpp8sync,grpc,batch")
+    ap.add_argument("--rows", default="cpp1,cpp8,cpp8sync,grpc,batch",
+                    help="also raw1,raw8: raw SEND_MESSAGE frames, against the bare server (the floor) too")
     ap.add_argument("--latency-only", action="store_true", help="only the send-to-delivery latency row")
     ap.add_argument("--grpc-sends", type=int, default=1000)
     ap.add_argument("--batches", type=int, default=1000, help="raw batches of 32 x 1 KiB per round")

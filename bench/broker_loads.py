@@ -30,11 +30,13 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 GRPC_PY = os.path.join(ROOT, ".clients", "grpc-py", "bin", "python")
 GRPC_DRIVER = os.path.join(ROOT, "tests", "broker", "clients", "grpc_py_client.py")
-ROWS = ("cpp1", "cpp8", "cpp8sync", "grpc", "batch")
+ROWS = ("cpp1", "cpp8", "cpp8sync", "grpc", "batch", "raw1", "raw8")
 ROW_TITLES = {"cpp1": "C++ client, 1 producer, sync sends", "cpp8": "C++ client, 8 producer processes",
               "cpp8sync": "C++ client, 8 producer processes, SYNC_FLUSH store",
               "grpc": "5.x Python client (gRPC), 1 producer, sync sends",
-              "batch": "raw SEND_BATCH_MESSAGE (32 x 1 KiB, 4 in flight)"}
+              "batch": "raw SEND_BATCH_MESSAGE (32 x 1 KiB, 4 in flight)",
+              "raw1": "raw SEND_MESSAGE as the C++ client frames it, 1 connection",
+              "raw8": "raw SEND_MESSAGE as the C++ client frames it, 8 connections"}
 
 
 def export_tree(rev: str, out_dir: str) -> str:
@@ -138,4 +140,87 @@ def warm_batch(port: int) -> None:
     batch_load(port, 4)
 
 
-__all__ = ["ROWS", "ROW_TITLES", "export_tree", "cpu_seconds", "GrpcProducer", "batch_load", "warm_batch"]
+# --- raw single sends, and the bare server (the floor) ---------------------------------------------
+def cpp_send_frame(R, opaque: int, i: int, queue_id: int, topic: str = "BenchRaw") -> bytes:
+    """A SEND_MESSAGE (10) frame as PyPI rocketmq 0.4.4 (the C++ client) writes it: a JSON header whose
+    extFields mix strings and numbers, KEYS/TAGS/UNIQ_KEY/WAIT/index properties, a 100-byte body."""
+    props = (f"KEYS\x01key-{i}\x02TAGS\x01TagA\x02UNIQ_KEY\x010100007F00000EF1{i:016X}\x02WAIT\x01true\x02"
+             f"index\x01{i}\x02")
+    ext = {"AccessKey": "", "OnsChannel": "ALIYUN", "Signature": "iQHPp0FNqlmJDdvjJbHCxOAbqmw=", "batch": "0",
+           "bornTimestamp": str(int(time.time() * 1000)), "defaultTopic": "TBW102", "defaultTopicQueueNums": 4,
+           "flag": 0, "producerGroup": "P", "properties": props, "queueId": queue_id, "reconsumeTimes": "0",
+           "sysFlag": 0, "topic": topic, "unitMode": "0"}
+    header = json.dumps({"code": 10, "extFields": ext, "flag": 0, "language": "CPP", "opaque": opaque, "remark": "",
+                         "version": 63}, separators=(",", ":")).encode() + b"\n"
+    body = b"x" * 100
+    return (8 + len(header) - 4 + len(body)).to_bytes(4, "big") + len(header).to_bytes(4, "big") + header + body
+
+
+def single_load(port: int, sends: int, conns: int) -> tuple[int, float]:
+    """``sends`` SEND_MESSAGE frames over ``conns`` connections, one unanswered per connection (a
+    sync producer each), from one process; returns (acknowledged, seconds). Frames are built first."""
+    import selectors
+
+    from rmqstore.broker import remoting as R
+
+    per = sends // conns
+    socks = [socket.create_connection(("127.0.0.1", port)) for _ in range(conns)]
+    frames = [[cpp_send_frame(R, i, c * per + i, c % 4) for i in range(per)] for c in range(conns)]
+    sel = selectors.DefaultSelector()
+    state = {}
+    for c, s in enumerate(socks):
+        s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        state[s] = [c, 0, R.FrameReader()]
+        sel.register(s, selectors.EVENT_READ)
+    ok = 0
+    t0 = time.perf_counter()
+    for s, (c, _, _) in state.items():
+        s.sendall(frames[c][0])
+    live = len(socks)
+    while live:
+        for key, _ in sel.select():
+            s = key.fileobj
+            st = state[s]
+            for frame in st[2].feed(s.recv(1 << 16)):
+                ok += R.decode(frame).code == 0
+                st[1] += 1
+                if st[1] < per:
+                    s.sendall(frames[st[0]][st[1]])
+                else:
+                    live -= 1
+                    sel.unregister(s)
+    secs = time.perf_counter() - t0
+    for s in socks:
+        s.close()
+    return ok, secs
+
+
+def bare_server(port: int) -> None:
+    """The floor: an asyncio server that cuts frames and answers each with a canned SEND answer, nothing
+    decoded (the event loop, the socket reads and writes of one request, in Python)."""
+    import asyncio
+
+    from rmqstore.broker import remoting as R
+
+    answer = R.encode(R.RemotingCommand(0, 1, R.RESPONSE_FLAG, None, {
+        "MSG_REGION": "DefaultRegion", "TRACE_ON": "true", "msgId": "7F00000100002A9F0000000000000000",
+        "queueId": "0", "queueOffset": "0", "transactionId": "0100007F00000EF10000000000000000"}))
+
+    class Bare(asyncio.Protocol):
+        def connection_made(self, transport):
+            self.t, self.reader = transport, R.FrameReader()
+
+        def data_received(self, data):
+            for _ in self.reader.feed(data):
+                self.t.write(answer)
+
+    async def main():
+        server = await asyncio.get_running_loop().create_server(Bare, "127.0.0.1", port)
+        print("READY", "", flush=True)
+        async with server:
+            await server.serve_forever()
+    asyncio.run(main())
+
+
+__all__ = ["ROWS", "ROW_TITLES", "export_tree", "cpu_seconds", "GrpcProducer", "batch_load", "warm_batch",
+           "single_load", "bare_server"]

@@ -316,7 +316,7 @@ class MessageStore(StoreReads):
         thread wakes the dispatcher after each group commit."""
         self.check_open()
         if not self.read_only and not self.cfg.sync_flush:
-            self.commit_log.on_append = self.reput.wake if enabled else None
+            self.reput.set_inline(not enabled)
 
     def wait_dispatched(self, timeout: float | None = None) -> None:
         """Block until every message appended so far is in its consume queue and the index."""

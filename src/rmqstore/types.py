@@ -153,6 +153,15 @@ def check_properties(props: Mapping[str, object] | Sequence[tuple[str, object]])
         else:
             if "\x01" not in text and "\x02" not in text:
                 return
+    elif type(props) is list:  # (name, value) pairs of str, as the broker builds them: also in C
+        try:
+            names = [k for k, _ in props]
+            text = "".join(names) + "".join([v for _, v in props])
+        except (TypeError, ValueError):
+            pass
+        else:
+            if "" not in names and "\x01" not in text and "\x02" not in text:
+                return
     try:
         items = props.items() if hasattr(props, "items") else props
         pairs = [(k, v) for k, v in items]

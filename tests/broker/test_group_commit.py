@@ -72,3 +72,81 @@ def test_a_failing_group_put_answers_system_error_and_serving_goes_on(start_brok
     monkeypatch.setattr(b, "put_items", real)
     r = c.call(C.SEND_MESSAGE, dict(SEND_EXT, properties=""), b"y")
     assert r.code == R.ResponseCode.SUCCESS and r.ext["queueOffset"] == "0"
+
+
+def _on_loop(b, fn):
+    """Run ``fn()`` on the broker's event loop and return its result."""
+    import asyncio
+
+    async def call():
+        return fn()
+    return asyncio.run_coroutine_threadsafe(call(), b.loop).result(10)
+
+
+def test_a_group_soon_after_a_round_is_dispatched_with_the_next_ones(start_broker, monkeypatch):
+    """A group of several sends within a millisecond of the last dispatch round waits for the rest of
+    that millisecond (the round takes the groups of that time); when the time is up while a group is
+    about to be put, that group's commit dispatches, after its answers."""
+    import time
+
+    b = start_broker()
+    rounds = []
+    real = b.store.dispatch
+    monkeypatch.setattr(b.store, "dispatch", lambda: rounds.append(time.monotonic()) or real())
+
+    def recent_round_then_one_send():
+        b._last_dispatch = time.monotonic()
+        b.dispatch_after_puts(3)
+        return b._dispatch_scheduled, len(rounds)
+    assert _on_loop(b, recent_round_then_one_send) == (True, 0)  # not at once: a timer
+    deadline = time.monotonic() + 5
+    while not rounds and time.monotonic() < deadline:
+        time.sleep(0.001)
+    assert len(rounds) == 1 and not b._dispatch_scheduled
+
+    def due_while_a_group_waits():
+        b.put_groups.scheduled = True  # (a commit is queued in this pass of the loop)
+        try:
+            b._dispatch_due()
+        finally:
+            b.put_groups.scheduled = False
+        skipped = len(rounds)
+        b.dispatch_after_puts(2)  # the commit: its round goes at once
+        return skipped, len(rounds)
+    assert _on_loop(b, due_while_a_group_waits) == (1, 2)
+
+
+def test_a_lone_send_is_dispatched_at_once(start_broker, monkeypatch):
+    """Even right after a round: its producer prepares the next send meanwhile."""
+    import time
+
+    b = start_broker()
+    rounds = []
+    real = b.store.dispatch
+    monkeypatch.setattr(b.store, "dispatch", lambda: rounds.append(1) or real())
+
+    def one_send_after_a_round():
+        b._last_dispatch = time.monotonic()
+        b.dispatch_after_puts(1)
+        return len(rounds), b._dispatch_scheduled
+    assert _on_loop(b, one_send_after_a_round) == (1, False)
+
+
+def test_a_lone_send_is_committed_at_the_end_of_its_read(start_broker, connect):
+    """No other callback waits in the loop's pass: the group is committed when the read's frames are
+    handled, not one more pass (a poll) later; sends that arrive together still form one group."""
+    b = start_broker()
+    at_end = []
+    done = b.server.after_read
+
+    def after_read():
+        at_end.append(b.put_groups.after_read)
+        done()
+    b.server.after_read = after_read
+    c = connect(b.address)
+    for i in range(3):
+        r = c.call(C.SEND_MESSAGE, dict(SEND_EXT, topic="Lone", properties=""), b"x%d" % i)
+        assert r.code == R.ResponseCode.SUCCESS and r.ext["queueOffset"] == str(i)
+    assert at_end.count(True) >= 2  # (one read may have come with another callback due in its pass)
+    _check_answers(_burst(b.address, 4, 10), 40)  # together: still grouped
+    assert b.put_groups.groups < b.put_groups.puts

@@ -121,3 +121,42 @@ def test_header_accessor_parses_as_java():
         h.int("bad")
     with pytest.raises(R.HeaderError, match="<big>"):
         h.int("big")
+
+
+_HEADERS = [b'{"code":10,"extFields":{"a":123456789012345678901234567890,"b":1.5,"c":true,"d":null,"e":7},"opaque":3}',
+            b'{"code":10,"extFields":{"n":{"x":1.0,"y":[1,2]},"s":"\\ud800"},"flag":0}',
+            b'{"code":10,"opaque":18446744073709551617,"flag":0}', b'{"code":10,"opaque":1e400}',
+            b'{"code":10,"extFields":{"v":NaN}}', b'{"code":10,"remark":"r\\u00e9","language":"CPP","version":63}']
+
+
+@pytest.mark.parametrize("header", _HEADERS)
+def test_json_headers_decode_the_same_with_or_without_orjson(header, monkeypatch):
+    frame = len(header).to_bytes(4, "big") + header + b"body"
+    with_orjson = _outcome(frame)
+    monkeypatch.setattr(R, "_ORJSON_LOADS", None)
+    assert _outcome(frame) == with_orjson
+
+
+def _outcome(frame: bytes):
+    try:
+        return R.decode(frame)
+    except R.FrameError as e:
+        return str(e)
+
+
+def test_orjson_is_used_for_the_usual_header():
+    assert R._ORJSON_LOADS is not None  # (a core dependency: the fast parse is what the broker runs)
+    cmd = R.decode((32).to_bytes(4, "big") + b'{"code":10,"extFields":{"q":0}} ')
+    assert cmd.code == 10 and cmd.ext == {"q": "0"}
+
+
+@given(st.integers(-2**31, 2**31 - 1), st.integers(0, 3), st.integers(-2**31, 2**31 - 1),
+       st.one_of(st.none(), st.text()), st.dictionaries(st.text(), st.text(), max_size=5),
+       st.sampled_from(R.LANGUAGES + ("X\"y", "é")), st.integers(-1000, 1000))
+def test_json_answer_text_is_the_encoders(code, flag, opaque, remark, ext, language, version):
+    cmd = R.RemotingCommand(code, opaque, flag, remark, ext, b"", language, version)
+    doc = {"code": code, "extFields": ext, "flag": flag, "language": language, "opaque": opaque,
+           "serializeTypeCurrentRPC": "JSON", "version": version}
+    if remark is not None:
+        doc["remark"] = remark
+    assert R._encode_json(cmd) == json.dumps(doc, ensure_ascii=False, separators=(",", ":")).encode()

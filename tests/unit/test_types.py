@@ -13,6 +13,9 @@ from rmqstore import Message
     (dict(flag=1.5), TypeError), (dict(properties={"a\x01b": "v"}), ValueError),
     (dict(properties=[("k", "v\x02w")]), ValueError), (dict(properties={"": "v"}), ValueError),
     (dict(properties={1: "v"}), TypeError), (dict(properties=5), TypeError),
+    (dict(properties=[("", "v")]), ValueError), (dict(properties=[("k\x01", "v")]), ValueError),
+    (dict(properties=[(1, "v")]), TypeError), (dict(properties=[("k", "v", "w")]), TypeError),
+    (dict(properties=[("a", "v"), ("k", 7), ("b", "\x01")]), ValueError),
 ])
 def test_bad_input_is_refused_at_the_door(bad, error):
     """Wrong types and separator characters fail when the Message is built, before any put: a body
@@ -22,6 +25,12 @@ def test_bad_input_is_refused_at_the_door(bad, error):
     with pytest.raises(error) as e:
         Message(**kw)
     assert str(e.value)
+
+
+def test_pairs_of_any_printable_value_are_taken():
+    """A list of pairs (what the broker builds) is checked as a mapping is: values as written."""
+    props = [("a", "v"), ("n", 7), ("z", None)]
+    assert Message(topic="T", properties=props).properties == props
 
 
 def test_create_refuses_keys_with_spaces_and_bad_types():

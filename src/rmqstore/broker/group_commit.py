@@ -34,6 +34,7 @@ class PutGroups:
         self.broker = broker
         self.pending: list[tuple[list, object, Deferred]] = []
         self.scheduled = False
+        self.after_read = False  # (commit at the end of the current read: submit)
         self.groups = self.puts = 0  # (counters: puts per group is the grouping achieved)
         self._queue: collections.deque = collections.deque()
         self._cv = threading.Condition()
@@ -44,13 +45,29 @@ class PutGroups:
             self._thread.start()
 
     def submit(self, msgs, answer) -> Deferred:
-        """Queue a put (on the event loop); its answer arrives through the returned Deferred."""
+        """Queue a put (on the event loop); its answer arrives through the returned Deferred.
+
+        The group is committed after the pass of the loop (``call_soon``), or, when the put comes
+        from a connection's read and no other callback waits in this pass (asyncio's ready queue
+        is empty: no other connection's read is due before the next poll), at the end of that
+        read: the same group, without one more pass of the loop (a poll) per lone send. (An event
+        loop without asyncio's ready queue, such as uvloop's, always takes the pass.)"""
         d = Deferred()
         self.pending.append((msgs, answer, d))
         if not self.scheduled:
             self.scheduled = True
-            self.broker.loop.call_soon(self.commit)
+            loop = self.broker.loop
+            if self.broker.server.reading and not getattr(loop, "_ready", True):
+                self.after_read = True
+            else:
+                loop.call_soon(self.commit)
         return d
+
+    def read_done(self) -> None:
+        """(the server, after a read's frames) Commit now when :meth:`submit` chose the end of the read."""
+        if self.after_read:
+            self.after_read = False
+            self.commit()
 
     def commit(self) -> None:
         """Put the group collected so far (on the loop, or through the group-commit thread) and answer it."""

@@ -12,7 +12,7 @@ from . import messages as M
 from .metadata import (DLQ_PREFIX, NOT_ALLOWED_SEND, PERM_INHERIT, PERM_READ, PERM_WRITE, RETRY_PREFIX,
                        TRANS_HALF_TOPIC, topic_config, validate_topic)
 from .timer import TimerError, timer_message
-from .remoting import Header, HeaderError, RemotingCommand, RequestCode, ResponseCode
+from .remoting import RESPONSE_FLAG, Header, HeaderError, RemotingCommand, RequestCode, ResponseCode
 
 #: V2 header field names (``SendMessageRequestHeaderV2``) -> V1 names
 _V2_NAMES = {"a": "producerGroup", "b": "topic", "c": "defaultTopic", "d": "defaultTopicQueueNums", "e": "queueId",
@@ -22,6 +22,7 @@ _V2_NAMES = {"a": "producerGroup", "b": "topic", "c": "defaultTopic", "d": "defa
 V3_4_9 = 121
 DLQ_NUMS_PER_GROUP = 1
 
+_PUT_OK = PutMessageStatus.PUT_OK
 _STATUS_CODES = {
     PutMessageStatus.PUT_OK: ResponseCode.SUCCESS,
     PutMessageStatus.FLUSH_DISK_TIMEOUT: ResponseCode.FLUSH_DISK_TIMEOUT,
@@ -181,21 +182,30 @@ class SendProcessor:
 
     def _put_and_answer(self, cmd: RemotingCommand, msgs: "list[Message] | RawBatch", qid: int, uniq: str | None):
         b = self.broker
-        ext = {"MSG_REGION": b.cfg.region_id, "TRACE_ON": b.cfg.trace_on}
-        first = msgs.template if isinstance(msgs, RawBatch) else msgs[0]  # (the batch's topic and type)
+        region, trace = b.cfg.region_id, "true" if b.cfg.trace_on else "false"
+        first = msgs.template if type(msgs) is RawBatch else msgs[0]  # (the batch's topic and type)
+        count = len(msgs)
 
         def answer(result) -> RemotingCommand:
-            code = _STATUS_CODES.get(result.status, ResponseCode.SYSTEM_ERROR)
-            if result.status in (PutMessageStatus.PUT_OK, PutMessageStatus.FLUSH_DISK_TIMEOUT):
-                b.stats.put(len(msgs))
-                b.traffic.put(first, len(msgs), result.wrote_bytes)
-                ext.update(msgId=result.msg_id, queueId=qid, queueOffset=result.queue_offset, transactionId=uniq)
-                return cmd.response(code, None, ext)
-            remark = result.error or result.status.value
+            status = result.status
+            if status is _PUT_OK or status is PutMessageStatus.FLUSH_DISK_TIMEOUT:
+                b.stats.puts += count
+                b.traffic.put(first, count, result.wrote_bytes)
+                msg_id = result.msg_id
+                ext = {"MSG_REGION": region, "TRACE_ON": trace, "msgId": msg_id, "queueId": str(qid),
+                       "queueOffset": str(result.queue_offset)}
+                if msg_id is None:
+                    del ext["msgId"]
+                if uniq is not None:
+                    ext["transactionId"] = uniq
+                return RemotingCommand(_STATUS_CODES[status], cmd.opaque, RESPONSE_FLAG, None, ext,
+                                       serialize=cmd.serialize)
+            code = _STATUS_CODES.get(status, ResponseCode.SYSTEM_ERROR)
+            remark = result.error or status.value
             if code == ResponseCode.MESSAGE_ILLEGAL:
                 remark = (f"the message is illegal, maybe msg body or properties length not matched. msg body length "
                           f"limit {b.store.cfg.max_message_size}B, msg properties length limit 32KB. ({remark})")
-            return cmd.response(code, remark, ext)
+            return cmd.response(code, remark, {"MSG_REGION": region, "TRACE_ON": trace})
 
         return b.put(msgs, answer)
 

@@ -81,7 +81,17 @@ class Connection(asyncio.Protocol):
             log.warning("closing %s: %s", self.peer, e)
             self.transport.close()
             return
-        self._process()
+        server = self.server
+        server.reading = True
+        try:
+            self._process()
+        finally:
+            server.reading = False
+            if server.after_read is not None:
+                try:
+                    server.after_read()
+                except Exception:  # noqa: BLE001 - not this connection's fault: it stays open
+                    log.exception("after a read from %s", self.peer)
 
     def _process(self) -> None:
         """Handle the frames received so far, stopping while the connection is paused (a peer that
@@ -203,6 +213,10 @@ class RemotingServer:
         self._tasks: set[asyncio.Task] = set()
         self.requests = 0
         self.errors = 0
+        #: a read's frames are being handled (``Connection.data_received``); ``after_read()`` runs
+        #: once they are (the broker's group commit, when it chose to commit at the end of the read)
+        self.reading = False
+        self.after_read: Callable[[], None] | None = None
 
     async def start(self, host: str, port: int) -> tuple[str, int]:
         loop = asyncio.get_running_loop()
@@ -249,6 +263,8 @@ class RemotingServer:
         if type(result) is Deferred:
             conn.started()
             result.deliver_to(lambda value, exc: self._finish_deferred(conn, cmd, value, exc))
+        elif type(result) is R.RemotingCommand:
+            self._reply(conn, cmd, result)
         elif inspect.isawaitable(result):
             conn.started()
             task = asyncio.ensure_future(result)

@@ -25,7 +25,7 @@ from ..format.msgid import encode_offset_msg_id, encode_offset_msg_ids, parse_ho
 from ..io.mapped_file_queue import MappedFileQueue
 from ..types import SCHEDULE_TOPIC, Message, MessageRecord, PutMessageResult, PutMessageStatus
 from ..io import paths
-from .put_encode import (DEFAULT_BORN_HOST, MAX_TOTAL_EXTRA, SLOW_SYSFLAGS, TOPIC_RE, Encoded,
+from .put_encode import (DEFAULT_BORN_HOST, MAX_TOTAL_EXTRA, SLOW_SYSFLAGS, TOPIC_RE, Encoded, append_failed,
                          batch_properties, born_columns, encode_message, illegal, is_delayed, message_columns,
                          props_bytes, range_checked, shared_columns)
 
@@ -118,6 +118,8 @@ class CommitLog:
         #: (:meth:`~rmqstore.engine.reput.ReputMessageService.hinted_starts`). The dispatcher alone pops; appending
         #: pauses while ``START_HINTS_MAX`` wait, and the dispatcher walks until it meets one again.
         self.batch_starts: collections.deque = collections.deque()
+        #: what the group commit's single puts appended, for the dispatcher (engine/group_commit.py: FACTS)
+        self.put_facts: collections.deque = collections.deque()
 
     # ------------------------------------------------------------------------------------------
     # Appending (under the lock)
@@ -191,7 +193,7 @@ class CommitLog:
             with self.put_lock:
                 phy, qoff, store_ts, end = self.append_fast(msg, shape, total, prepared)
         except (OSError, StoreIOError) as ex:
-            return _append_failed(ex)
+            return append_failed(ex)
         status = self.after_append(end, props)
         return PutMessageResult(status, f"{store_hex}{phy:016X}", phy, total, qoff, store_ts, 1)
 
@@ -239,7 +241,7 @@ class CommitLog:
                 mf.write_at(pos0, buf)
                 end = self._publish(mf, pos0 + total, store_ts, key, qoff0 + len(enc) if counts else None)
         except (OSError, StoreIOError) as ex:
-            return _append_failed(ex)
+            return append_failed(ex)
         status = self.after_append(end, None if enc[0].wait else b"WAIT\x01false\x02")
         ids, pos = [], 0
         for e in enc:
@@ -350,7 +352,7 @@ class CommitLog:
                 if len(self.batch_starts) < START_HINTS_MAX:
                     self.batch_starts.append((phy0, end, batch.starts))
         except (OSError, StoreIOError) as ex:
-            return _append_failed(ex)
+            return append_failed(ex)
         status = self.after_append(end, props0)
         ids = functools.partial(encode_offset_msg_ids, store_host, batch.starts + phy0)
         return PutMessageResult(status, ids, phy0, total, qoff0, store_ts, n)  # ids formatted when read
@@ -492,9 +494,5 @@ def apply_delay_levels(rec: MessageRecord, delay_levels_ms) -> MessageRecord:
         rec.tags_code = tags_code_of(rec.topic, rec.properties, rec.store_timestamp, delay_levels_ms)
     return rec
 
-
-def _append_failed(ex: Exception) -> PutMessageResult:
-    log.error("append failed: %s", ex)
-    return PutMessageResult(PutMessageStatus.CREATE_MAPPED_FILE_FAILED, error=str(ex))
 
 

@@ -41,7 +41,11 @@ def canonical_properties(props: list[bytes]) -> bool:
         return False
     if not all(p[-1:] == b"\x02" for p in props if p):
         return False
-    for names in set(_NAMES.sub(b"", p) for p in props):  # (a batch's messages usually share their names)
+    if b"\x00" in joined:  # (names per message, one regex pass each)
+        per_message = set(_NAMES.sub(b"", p) for p in props)
+    else:  # one regex pass over the batch, cut at the joins (a batch's messages usually share their names)
+        per_message = set(_NAMES.sub(b"", b"\x00".join(props)).split(b"\x00"))
+    for names in per_message:
         split = names.split(b"\x02")
         if len(set(split)) != len(split):
             return False

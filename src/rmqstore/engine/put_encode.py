@@ -6,6 +6,7 @@ stamps what the lock decides through ``format/``.
 from __future__ import annotations
 
 import functools
+import logging
 import operator
 import re
 import struct
@@ -20,6 +21,8 @@ from ..format import properties as P
 from ..format.encode import RecordFields
 from ..format.msgid import parse_host
 from ..types import SCHEDULE_TOPIC, Message, PutMessageResult, PutMessageStatus
+
+log = logging.getLogger("rmqstore.engine.commit_log")  # (append_failed: the commit log's logger)
 
 TOPIC_RE = re.compile(r"^[%|a-zA-Z0-9_-]+\Z")  # \Z: "$" would accept a trailing newline
 DEFAULT_BORN_HOST = "127.0.0.1:0"
@@ -230,3 +233,9 @@ def born_columns(born: list) -> tuple:
 
 def illegal(reason: str) -> PutMessageResult:
     return PutMessageResult(PutMessageStatus.MESSAGE_ILLEGAL, error=reason)
+
+
+def append_failed(ex: Exception) -> PutMessageResult:
+    """The answer to an append that failed on I/O (no segment could be created)."""
+    log.error("append failed: %s", ex)
+    return PutMessageResult(PutMessageStatus.CREATE_MAPPED_FILE_FAILED, error=str(ex))

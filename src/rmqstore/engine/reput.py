@@ -5,6 +5,7 @@ Records a producer's batch put left as hints are not walked again."""
 from __future__ import annotations
 
 import logging
+import struct
 import threading
 import time
 
@@ -14,6 +15,7 @@ from ..format import cursor as C
 from ..format import hashes as H
 from ..format import message as M
 from ..format.record import tags_code_of
+from ..format.record_layout import FIELDS
 from .dispatch import BATCH_RECORDS, COALESCE_S, DispatchTarget, dispatch_batch, dispatch_properties, index_keys
 from .recovery import find_resync
 
@@ -22,6 +24,11 @@ log = logging.getLogger("rmqstore.engine.dispatch")
 #: rounds up to this many records are dispatched record by record (:meth:`ReputMessageService._dispatch_small`):
 #: numpy's fixed cost per call is most of a small round (a broker's rounds hold a few sends each)
 SMALL_ROUND = 32
+#: a record's head up to its sysFlag: (total, magic, bodyCRC, queueId, flag, queueOffset, physicalOffset, sysFlag)
+_HEAD = struct.Struct(">" + "".join(fmt for _, fmt in FIELDS[:8]))
+assert [name for name, _ in FIELDS[:8]][5:] == ["queue_offset", "phy_offset", "sys_flag"]
+#: with a writer dispatching inline (set_inline), how often this thread looks for records it left behind
+SAFETY_NET_S = 0.05
 
 
 def _contiguous(batch: M.RecordBatch, end_pos: int) -> bool:
@@ -46,6 +53,7 @@ class ReputMessageService:
         self._topic_cache: dict[bytes, str] = {}
         self.error: BaseException | None = None
         self.lock = threading.Lock()
+        self.inline = False  # (set_inline)
 
     # --- control -----------------------------------------------------------------------------
     def start(self) -> None:
@@ -93,8 +101,16 @@ class ReputMessageService:
             return self._progress.wait_for(lambda: self.reput_from >= offset or self.error is not None, timeout)
 
     def _run(self) -> None:
+        stalled_at = -1
         while not self._stop.is_set():
-            self._wake.wait(0.001 if self.reput_from < self.store.dispatch_end() else 0.05)
+            if self.inline:  # the writer dispatches after its appends: this thread is the safety net
+                woke = self._wake.wait(SAFETY_NET_S)
+                if not woke and not self._urgent.is_set():
+                    before, stalled_at = stalled_at, self._stalled(stalled_at)
+                    if stalled_at < 0 or stalled_at != before:
+                        continue
+            else:
+                self._wake.wait(0.001 if self.reput_from < self.store.dispatch_end() else 0.05)
             self._wake.clear()
             wait = COALESCE_S - (time.monotonic() - self._last_round)
             if wait > 0 and not self._urgent.is_set():
@@ -109,6 +125,24 @@ class ReputMessageService:
                 with self._progress:
                     self._progress.notify_all()
                 return
+
+    def set_inline(self, inline: bool) -> None:
+        """``True``: a writer dispatches after its appends (:meth:`do_reput` in its own thread), so
+        appends do not wake this thread, which then runs a round only when asked (:meth:`wake`,
+        :meth:`wake_now`) or when records stayed undispatched for a whole ``SAFETY_NET_S``: it no
+        longer polls every millisecond behind the writer, taking the lock and the GIL from it."""
+        self.inline = inline
+        self.store.commit_log.on_append = None if inline else self.wake
+
+    def _stalled(self, before: int) -> int:
+        """(safety net) ``reput_from`` when records wait for dispatch, else -1: a round is due when it
+        is the same as at the previous look, ``before`` (the writer did not move it meanwhile)."""
+        if self.reput_from >= self.store.dispatch_end():
+            return -1
+        if self.reput_from == before:
+            log.debug("dispatch: records waited %.2f s past %d for the writer's rounds; dispatching them here",
+                      SAFETY_NET_S, before)
+        return self.reput_from
 
     # --- work --------------------------------------------------------------------------------
     def hinted_starts(self, mf, pos: int, seg_end: int) -> tuple[tuple[np.ndarray, C.Halt] | None, int]:
@@ -200,6 +234,68 @@ class ReputMessageService:
         store.on_dispatched(tss[-1])
         return mf.file_from_offset + at, set(units)
 
+    def _dispatch_facts(self, mf, end: int):
+        """Dispatch from what the group commit's single puts left in ``commit_log.put_facts``
+        (:data:`~.group_commit.FACTS_MAX`) when they start at ``reput_from``: the same units and
+        index items as :meth:`_dispatch_small`, the records not read back (each one's head is
+        checked: its TOTALSIZE, magic, queue id, queue offset, PHYSICALOFFSET and sysFlag as the
+        fact says; a cut of the commitlog's tail drops the facts).
+        ``(end offset, touched queues)``, or None when no fact starts here (facts behind
+        ``reput_from`` are dropped: those records were dispatched from the segment)."""
+        facts = self.store.commit_log.put_facts
+        at = self.reput_from
+        while facts and facts[0][0] < at:
+            facts.popleft()
+        if not facts or facts[0][0] != at:
+            return None
+        base, mm = mf.file_from_offset, mf.mm
+        limit = min(end, base + mf.file_size)
+        run = []
+        while facts and len(run) < SMALL_ROUND:
+            f = facts[0]
+            phy, total = f[0], f[1]
+            if phy != at or phy + total > limit:
+                break
+            h = _HEAD.unpack_from(mm, phy - base)
+            if (h[0] != total or (h[1] != M.MAGIC_V1 and h[1] != M.MAGIC_V2) or h[6] != phy or h[5] != f[2]
+                    or h[3] != f[5] or h[7] != f[6]):
+                break
+            run.append(f)
+            facts.popleft()
+            at = phy + total
+        if not run:
+            return None
+        return at, self._write_facts(run)
+
+    def _write_facts(self, run: list) -> set:
+        """The consume-queue units and index items of ``run`` (facts in commitlog order)."""
+        store = self.store
+        levels = store.delay_levels_ms
+        index = store.index_service if store.cfg.message_index_enable else None
+        units: dict[tuple[str, int], list] = {}
+        phys, tss, flags, item_rec, item_hash = [], [], [], [], []
+        for phy, total, qoff, store_ts, topic, qid, sys_flag, raw in run:
+            props = dispatch_properties(raw) if raw else {}
+            tx = sys_flag & M.SYSFLAG_TX_MASK
+            if tx != M.TX_PREPARED and tx != M.TX_ROLLBACK:
+                units.setdefault((topic, qid), []).append((qoff, phy, total,
+                                                           tags_code_of(topic, props, store_ts, levels) if raw else 0))
+            if index is not None and props:
+                for k in index_keys(topic, props):
+                    item_rec.append(len(phys))
+                    item_hash.append(H.abs_key_hash(H.java_hash(k)))
+            phys.append(phy)
+            tss.append(store_ts)
+            flags.append(sys_flag)
+        for (topic, qid), us in units.items():
+            cq = store.find_consume_queue(topic, qid)
+            for u in us:
+                cq.put_unit(*u)
+        if index is not None:
+            index.build_index_lists(phys, tss, flags, item_rec, item_hash)
+        store.on_dispatched(tss[-1])
+        return set(units)
+
     def do_reput(self, end: int | None = None) -> None:
         """Dispatch everything in ``[reput_from, end)`` (default: the store's dispatch end)."""
         with self.lock:
@@ -234,6 +330,9 @@ class ReputMessageService:
     def _reput_round(self, mf, end: int) -> tuple[int, set[tuple[str, int]]]:
         """One batch of ``mf`` from ``reput_from``: where dispatch goes on, and the touched queues."""
         store = self.store
+        from_facts = self._dispatch_facts(mf, end)
+        if from_facts is not None:
+            return from_facts
         base = mf.file_from_offset
         pos = self.reput_from - base
         seg_end = min(mf.file_size, end - base)

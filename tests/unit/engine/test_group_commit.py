@@ -102,3 +102,65 @@ def test_a_read_only_store_refuses_a_group(open_store, store_dir):
     ro = open_store(read_only=True)
     with pytest.raises(ReadOnlyStoreError):
         ro.put_group([[msg()]])
+
+
+def _singles(n: int = 12):
+    """Single sends as a broker builds them: TAGS, several KEYS, a UNIQ_KEY, other properties, some none."""
+    out = []
+    for i in range(n):
+        props = [("KEYS", f"k{i} kk{i}  x"), ("TAGS", f"t{i % 3}"), ("UNIQ_KEY", f"U{i:04d}"), ("idx", "é" * (i % 2)),
+                 ("WAIT", "true")] if i % 4 else None
+        out.append([msg("T", b"s%d" % i, props, queue_id=i % 3, born_timestamp=T0 + i, store_timestamp=T0 + 9 + i)])
+    return out
+
+
+def _derived(path):
+    hashes = kit.tree_hashes(path)
+    cq = {k: v for k, v in hashes.items() if k.startswith("consumequeue/")}
+    return cq, sorted(v for k, v in hashes.items() if k.startswith("index/"))
+
+
+@pytest.mark.parametrize("tamper", [False, True])
+def test_the_dispatcher_writes_a_groups_units_from_the_puts_facts(open_store, tmp_path, monkeypatch, tamper):
+    """The consume queues and index of a group dispatched from the facts its put left are those of
+    the same records read back from the commitlog; a fact that does not match its record's head is
+    not taken (the record is read instead)."""
+    from rmqstore.engine import reput as RP
+
+    read = []
+    real_scan = RP.M.scan_v4
+    monkeypatch.setattr(RP.M, "scan_v4", lambda *a: read.append(a[1]) or real_scan(*a))
+    plain = open_store(tmp_path / "plain")
+    plain.set_background_dispatch(False)
+    for item in _singles():
+        plain.put_message(item[0])  # (no facts: read back)
+    plain.dispatch()
+    assert len(read) == 12
+    read.clear()
+    st = open_store(tmp_path / "facts")
+    st.set_background_dispatch(False)
+    st.put_group(_singles()[:5])
+    facts = st.commit_log.put_facts
+    assert len(facts) == 5
+    if tamper:
+        phy, total, qoff, *rest = facts[2]
+        facts[2] = (phy, total, qoff + 1, *rest)  # (says another queue offset than its record holds)
+    st.dispatch()
+    st.put_group(_singles()[5:])
+    st.dispatch()
+    assert not facts and len(read) == (3 if tamper else 0)  # (the round from the bad fact on is read back)
+    plain.close()
+    st.close()
+    assert _derived(tmp_path / "facts") == _derived(tmp_path / "plain")
+
+
+def test_facts_are_bounded_and_those_behind_the_dispatcher_dropped(open_store, monkeypatch):
+    monkeypatch.setattr(G, "FACTS_MAX", 3)
+    st = open_store()
+    st.set_background_dispatch(False)
+    st.put_group([[msg("T", b"%d" % i)] for i in range(5)])
+    assert len(st.commit_log.put_facts) == 3
+    st.put_message(msg("T", b"one"))  # (no fact)
+    st.dispatch()
+    assert not st.commit_log.put_facts and st.reput.reput_from == st.dispatch_end()
+    assert st.get_message("g", "T", 0, 0, 32).messages[-1].body == b"one"

@@ -24,6 +24,11 @@ JAVA_LIKE = [b"WAIT\x01true\x02TAGS\x01TagA\x02UNIQ_KEY\x01AC1%03d\x02" % i for 
     ([b"K\x01v\x01w\x02"], False),            # a second 0x01 (kept by the parser, not taken here)
     (["K\x01v\u00e9\x02".encode()], False),   # not ASCII
     ([b"A\x01x\x02", b"B\x01y"], False),
+    ([b"A\x01x\x02B\x01y\x02", b"A\x01x\x02", b"B\x01y\x02A\x01z\x02"], True),  # names repeat across messages
+    ([b"A\x01x\x02", b"B\x01y\x02A\x01z\x02B\x01w\x02"], False),  # ... and within the second
+    ([b"A\x00\x01x\x02B\x01y\x02", b"A\x00\x01z\x02"], True),  # a name holding 0x00
+    ([b"A\x01x\x02A\x00\x01y\x02", b"B\x01y\x02"], True),
+    ([b"A\x00\x01x\x02A\x00\x01y\x02"], False),
 ])
 def test_canonical_properties(props, ok):
     assert canonical_properties(props) is ok
