@@ -57,9 +57,9 @@ def test_console_script_in_a_pipe(vectors):
 
 
 def test_the_core_needs_neither_pyarrow_nor_pyspark(tmp_path):
-    """The core install is numpy, isal (CRC-32), click, rich and javaproperties (broker.conf as Java reads it): the
-    store, a consumer and the CLI work with pyarrow and pyspark made unimportable (pyproject's
-    dependencies say the same)."""
+    """The core install is numpy, isal (CRC-32), click, rich, javaproperties (broker.conf as Java reads it) and
+    orjson (the broker's JSON headers): the store, a consumer and the CLI work with pyarrow and pyspark made
+    unimportable (pyproject's dependencies say the same)."""
     import subprocess
     import sys
     import tomllib
@@ -67,7 +67,7 @@ def test_the_core_needs_neither_pyarrow_nor_pyspark(tmp_path):
 
     meta = tomllib.loads((Path(__file__).resolve().parents[2] / "pyproject.toml").read_text())["project"]
     names = {d.split(">")[0].split("=")[0].split("[")[0].strip() for d in meta["dependencies"]}
-    assert names == {"numpy", "isal", "click", "rich", "javaproperties"}
+    assert names == {"numpy", "isal", "click", "rich", "javaproperties", "orjson"}
     assert {"pyarrow", "pyspark"} <= {d.split(">")[0] for d in meta["optional-dependencies"]["spark"]}
     code = (
         "import sys\n"
