@@ -225,14 +225,20 @@ class ReputMessageService:
             flags.append(sys_flag)
         if not phys or (whole and (len(phys) < len(starts) or at != limit)):
             return None
+        self._write_round(units, index, (phys, tss, flags, item_rec, item_hash))
+        return mf.file_from_offset + at, set(units)
+
+    def _write_round(self, units: dict, index, cols: tuple) -> None:
+        """Write a small round: its consume-queue units by queue, its index items (``cols``: the
+        records' phys, store times and sysFlags, each item's record and key hash), the dispatch mark."""
+        store = self.store
         for (topic, qid), us in units.items():
             cq = store.find_consume_queue(topic, qid)
             for u in us:
                 cq.put_unit(*u)
         if index is not None:
-            index.build_index_lists(phys, tss, flags, item_rec, item_hash)
-        store.on_dispatched(tss[-1])
-        return mf.file_from_offset + at, set(units)
+            index.build_index_lists(*cols)
+        store.on_dispatched(cols[1][-1])
 
     def _dispatch_facts(self, mf, end: int):
         """Dispatch from what the group commit's single puts left in ``commit_log.put_facts``
@@ -287,13 +293,7 @@ class ReputMessageService:
             phys.append(phy)
             tss.append(store_ts)
             flags.append(sys_flag)
-        for (topic, qid), us in units.items():
-            cq = store.find_consume_queue(topic, qid)
-            for u in us:
-                cq.put_unit(*u)
-        if index is not None:
-            index.build_index_lists(phys, tss, flags, item_rec, item_hash)
-        store.on_dispatched(tss[-1])
+        self._write_round(units, index, (phys, tss, flags, item_rec, item_hash))
         return set(units)
 
     def do_reput(self, end: int | None = None) -> None:
