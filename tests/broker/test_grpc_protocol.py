@@ -361,12 +361,18 @@ def test_offsets_and_pull(start_broker, api):
     assert (q.status.code, q.offset) == (pb.OK, 5)
     q = a.QueryOffset(pb.QueryOffsetRequest(message_queue=mq, query_offset_policy=pb.BEGINNING))
     assert q.offset == 0
+    found, missed = b.pulls.calls
     pulled = a.PullMessage(pb.PullMessageRequest(group=group, message_queue=mq, offset=2, batch_size=10,
                                                  filter_expression=pb.FilterExpression(type=pb.TAG, expression="*"),
                                                  long_polling_timeout=Duration(seconds=0)))
     assert pulled[0].status.code == pb.OK
     assert [r.message.body for r in pulled if r.WhichOneof("content") == "message"] == [b"p2", b"p3", b"p4"]
     assert pulled[-1].next_offset == 5
+    none = a.PullMessage(pb.PullMessageRequest(group=group, message_queue=mq, offset=5, batch_size=10,
+                                               filter_expression=pb.FilterExpression(type=pb.TAG, expression="*"),
+                                               long_polling_timeout=Duration(seconds=0)))
+    assert none[0].status.code == pb.MESSAGE_NOT_FOUND
+    assert b.pulls.calls == [found + 1, missed + 1]  # counted as remoting pulls are (getFoundTps, getMissTps)
     bad = pb.MessageQueue(topic=pb.Resource(name="P"), id=7)
     assert a.GetOffset(pb.GetOffsetRequest(group=group, message_queue=bad)).status.code == pb.BAD_REQUEST
 

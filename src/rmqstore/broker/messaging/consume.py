@@ -268,6 +268,7 @@ class ConsumeRpcs:
             b.traffic.out(topic, request.group.name, len(r.messages), sum(rec.store_size for rec in r.messages))
         else:
             yield pb.PullMessageResponse(status=status(pb.MESSAGE_NOT_FOUND, "no new message"))
+        b.pulls.calls[0 if r.messages else 1] += 1  # brokerStatus' getFoundTps / getMissTps, as a remoting pull
         b.store.consumer_offsets.commit_pull_offset(request.group.name, topic, qid, r.next_begin_offset)  # inflight
         yield pb.PullMessageResponse(next_offset=r.next_begin_offset)
 
