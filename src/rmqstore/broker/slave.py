@@ -114,21 +114,28 @@ class SlaveSync:
             raise ValueError("the body is not a JSON object")
         return doc
 
-    async def sync_topics(self) -> None:
+    async def _paged(self, code: int, seq_key: str, num_key: str, table_key: str, total_key: str):
+        """A table the master answers a page at a time (GET_ALL_TOPIC_CONFIG, GET_ALL_SUBSCRIPTIONGROUP_CONFIG:
+        ``seq_key`` the first entry wanted, ``num_key`` the page size); the whole table and its dataVersion.
+        A master that answers without ``total_key`` (older than 5.x) sends everything in one page."""
         table: dict = {}
         version = None
         seq = 0
         for _ in range(10_000):
-            r = await self._call(GET_ALL_TOPIC_CONFIG, {"topicSeq": seq, "maxTopicNum": PAGE_SIZE,
-                                                        "dataVersion": ""})
+            r = await self._call(code, {seq_key: seq, num_key: PAGE_SIZE, "dataVersion": ""})
             doc = self._doc(r)
-            page = doc.get("topicConfigTable") or {}
+            page = doc.get(table_key) or {}
             table.update({str(k): dict(v) for k, v in page.items() if isinstance(v, dict)})
             seq += len(page)
             version = version or doc.get("dataVersion")
-            total = r.ext.get("totalTopicNum")
+            total = r.ext.get(total_key)
             if total is None or not page or seq >= int(total) - 1:
                 break
+        return table, version
+
+    async def sync_topics(self) -> None:
+        table, version = await self._paged(GET_ALL_TOPIC_CONFIG, "topicSeq", "maxTopicNum", "topicConfigTable",
+                                           "totalTopicNum")
         key = data_version_key(version)
         if key == self._topics_version:
             return
@@ -172,20 +179,8 @@ class SlaveSync:
         d.persist()
 
     async def sync_groups(self) -> None:
-        table: dict = {}
-        version = None
-        seq = 0
-        for _ in range(10_000):
-            r = await self._call(GET_ALL_SUBSCRIPTIONGROUP_CONFIG, {"groupSeq": seq, "maxGroupNum": PAGE_SIZE,
-                                                                    "dataVersion": ""})
-            doc = self._doc(r)
-            page = doc.get("subscriptionGroupTable") or {}
-            table.update({str(k): dict(v) for k, v in page.items() if isinstance(v, dict)})
-            seq += len(page)
-            version = version or doc.get("dataVersion")
-            total = r.ext.get("totalGroupNum")
-            if total is None or not page or seq >= int(total) - 1:
-                break
+        table, version = await self._paged(GET_ALL_SUBSCRIPTIONGROUP_CONFIG, "groupSeq", "maxGroupNum",
+                                           "subscriptionGroupTable", "totalGroupNum")
         key = data_version_key(version)
         if key == self._groups_version:
             return
