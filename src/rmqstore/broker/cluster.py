@@ -277,7 +277,7 @@ class ClusterMember:
         self.start_ha()
         if self.embedded:
             self.register_locally()
-            self._tasks.append(asyncio.ensure_future(self._expire_loop()))
+            self._tasks.append(asyncio.ensure_future(self.routes.expire_every(self.expire_scan_s)))
             return
         await self.start_fast_port()
         await self.register_all()
@@ -303,15 +303,6 @@ class ClusterMember:
                 await self.register_all()
             except Exception:  # noqa: BLE001 - the next round retries
                 log.exception("registration with the name servers failed")
-
-    async def _expire_loop(self) -> None:
-        """The embedded name server expires other brokers' registrations as the standalone one does."""
-        while True:
-            await asyncio.sleep(self.expire_scan_s)
-            try:
-                self.routes.expire()
-            except Exception:  # noqa: BLE001 - the next scan retries
-                log.exception("expiry scan failed")
 
     async def _sync_loop(self) -> None:
         last = time.monotonic()

@@ -21,12 +21,11 @@ import logging
 import threading
 import zlib
 
-import javaproperties
 
 from ..engine.consumer_offsets import parse_broker_json
 from ..errors import CorruptRecordError
 from ..io.mapped_file import atomic_write_text
-from .remoting import Header, RemotingCommand, ResponseCode
+from .remoting import Header, RemotingCommand, ResponseCode, config_text, config_update
 from .routes import MASTER_ID, RegisterBodyError, Registration, RouteTable, decode_register_body, encode_fastjson
 from .server import RemotingServer, parse_listen
 
@@ -148,19 +147,15 @@ class NameServerProcessor:
 
     def get_config(self, conn, cmd: RemotingCommand) -> RemotingCommand:
         """``getAllConfigsFormatString``: sorted ``key=value`` lines (no body when there is none)."""
-        text = "".join(f"{k}={v}\n" for k, v in sorted(self.config().items()))
-        return cmd.response(ResponseCode.SUCCESS, None, None, text.encode())
+        return cmd.response(ResponseCode.SUCCESS, None, None, config_text(self.config()))
 
     def update_config(self, conn, cmd: RemotingCommand) -> RemotingCommand:
         """Upstream's black list refused as upstream refuses it; this name server's own settings
         (its listener) cannot change while it runs and are refused by name; other keys are
         ignored (``mergeIfExist``)."""
-        try:
-            props = javaproperties.loads(cmd.body.decode("utf-8")) if cmd.body else {}
-        except (ValueError, UnicodeDecodeError) as e:
-            return cmd.response(ResponseCode.SYSTEM_ERROR, f"string2Properties error: {e}")
-        if NAMESRV_CONFIG_BLACK_LIST & set(props):
-            return cmd.response(ResponseCode.NO_PERMISSION, "Can not update config in black list.")
+        props, refused = config_update(cmd, NAMESRV_CONFIG_BLACK_LIST)
+        if refused is not None:
+            return refused
         fixed = sorted(set(props) & set(self.config()))
         if fixed:
             return cmd.response(ResponseCode.NO_PERMISSION, f"cannot change {', '.join(fixed)} while the name "
@@ -350,16 +345,8 @@ class NameServer:
         host, port = await self.server.start(self.listen_host, self.listen_port)
         shown = host if host not in ("0.0.0.0", "::") else "127.0.0.1"
         self.address = f"{shown}:{port}"
-        self._scan = asyncio.ensure_future(self._expire_loop())
+        self._scan = asyncio.ensure_future(self.routes.expire_every(self.scan_interval_s))
         log.info("name server listening on %s:%d", host, port)
-
-    async def _expire_loop(self) -> None:
-        while True:
-            await asyncio.sleep(self.scan_interval_s)
-            try:
-                self.routes.expire()
-            except Exception:  # noqa: BLE001 - the next scan retries
-                log.exception("expiry scan failed")
 
     async def stop_async(self) -> None:
         self.server.stop_accepting()

@@ -19,6 +19,7 @@ The table is used from one event loop (no locks). Bodies are encoded as fastjson
 """
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import time
@@ -311,6 +312,16 @@ class RouteTable:
             elif not removed and name in qmap and bd is not None and bd["enableActingMaster"] \
                     and (not bd["brokerAddrs"] or min(bd["brokerAddrs"]) > 0):
                 qmap[name]["perm"] &= ~PERM_WRITE
+
+    async def expire_every(self, interval_s: float) -> None:
+        """:meth:`expire` every ``interval_s`` seconds until cancelled (a failed scan is logged; the
+        next one retries): the standalone name server's loop and a broker's embedded one."""
+        while True:
+            await asyncio.sleep(interval_s)
+            try:
+                self.expire()
+            except Exception:  # noqa: BLE001 - the next scan retries
+                log.exception("expiry scan failed")
 
     def expire(self) -> list[tuple[str, str]]:
         """``scanNotActiveBroker``: unregister what was not renewed in time; the expired (cluster,
