@@ -10,12 +10,11 @@ import json
 import shutil
 import time
 
-import javaproperties
 
 from ..config import camel_name, coerce_value
 from ..errors import OffsetError, RmqStoreError
 from .config import java_key
-from .remoting import Header, RemotingCommand, ResponseCode
+from .remoting import Header, RemotingCommand, ResponseCode, config_text, config_update
 from .routes import encode_fastjson
 from .stats_windows import GROUP_GET_NUMS, StatsWindows
 from .traffic import is_system_topic
@@ -197,20 +196,17 @@ class AdminOps:
     def get_config(self, conn, cmd: RemotingCommand) -> RemotingCommand:
         """``Configuration.getAllConfigsFormatString``: sorted ``key=value`` lines; the response header's
         ``version`` is the configuration's ``DataVersion``."""
-        text = "".join(f"{k}={v}\n" for k, v in sorted(self.config_properties().items()))
         version = encode_fastjson({"counter": self.config_version, "stateVersion": 0, "timestamp": self.boot_ms})
-        return cmd.response(ResponseCode.SUCCESS, None, {"version": version.decode()}, text.encode())
+        return cmd.response(ResponseCode.SUCCESS, None, {"version": version.decode()},
+                            config_text(self.config_properties()))
 
     def update_config(self, conn, cmd: RemotingCommand) -> RemotingCommand:
         """The body is properties text; keys this broker does not have are ignored (upstream's
         ``mergeIfExist``), keys in the black list refused as upstream refuses them."""
         b = self.broker
-        try:
-            props = javaproperties.loads(cmd.body.decode("utf-8")) if cmd.body else {}
-        except (ValueError, UnicodeDecodeError) as e:
-            return cmd.response(ResponseCode.SYSTEM_ERROR, f"string2Properties error: {e}")
-        if BLACK_LIST & set(props):
-            return cmd.response(ResponseCode.NO_PERMISSION, "Can not update config in black list.")
+        props, refused = config_update(cmd, BLACK_LIST)
+        if refused is not None:
+            return refused
         by_key = {java_key(f.name): f for f in dataclasses.fields(b.cfg)}
         fixed = sorted(k for k in props if k in by_key and k not in RUNTIME_KEYS)
         if fixed:

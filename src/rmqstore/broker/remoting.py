@@ -20,6 +20,8 @@ import json
 import struct
 from dataclasses import dataclass, field
 
+import javaproperties
+
 from ..errors import RmqStoreError
 from ..format.javalang import parse_int, parse_long
 
@@ -393,3 +395,21 @@ class Header:
     def bool(self, name: str, default: bool = False) -> bool:
         v = self.fields.get(name)
         return default if v is None else v.lower() == "true"
+
+
+def config_text(settings: dict) -> bytes:
+    """``Configuration.getAllConfigsFormatString``: sorted ``key=value`` lines (the body of the
+    broker's and the name server's config answers)."""
+    return "".join(f"{k}={v}\n" for k, v in sorted(settings.items())).encode()
+
+
+def config_update(cmd: "RemotingCommand", black_list) -> tuple[dict, "RemotingCommand | None"]:
+    """The properties of an UPDATE_BROKER_CONFIG / UPDATE_NAMESRV_CONFIG body, or upstream's refusal:
+    SYSTEM_ERROR for a body that does not parse, NO_PERMISSION for a key in ``black_list``."""
+    try:
+        props = javaproperties.loads(cmd.body.decode("utf-8")) if cmd.body else {}
+    except (ValueError, UnicodeDecodeError) as e:
+        return {}, cmd.response(ResponseCode.SYSTEM_ERROR, f"string2Properties error: {e}")
+    if set(black_list) & set(props):
+        return props, cmd.response(ResponseCode.NO_PERMISSION, "Can not update config in black list.")
+    return props, None
