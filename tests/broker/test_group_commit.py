@@ -150,3 +150,40 @@ def test_a_lone_send_is_committed_at_the_end_of_its_read(start_broker, connect):
     assert at_end.count(True) >= 2  # (one read may have come with another callback due in its pass)
     _check_answers(_burst(b.address, 4, 10), 40)  # together: still grouped
     assert b.put_groups.groups < b.put_groups.puts
+
+
+def _raw_answers(address: str, cmds: list[R.RemotingCommand]) -> list[bytes]:
+    """Each command's answer frame, as the broker wrote it (length prefix included)."""
+    host, _, port = address.rpartition(":")
+    with socket.create_connection((host, int(port)), timeout=20) as s:
+        out, reader = [], R.FrameReader()
+        for cmd in cmds:
+            s.sendall(R.encode(cmd))
+            got = []
+            while not got:
+                got = reader.feed(s.recv(1 << 16))
+            out += [len(f).to_bytes(4, "big") + f for f in got]
+    return out
+
+
+def test_a_send_answer_is_the_encoders_frame(start_broker):
+    """The send's answer frame, formatted by the send processor for JSON requests, is byte for byte
+    what the encoder writes for the command it decodes to, with the put's values; a ROCKETMQ-serialized
+    request is answered in its serialization."""
+    b = start_broker(broker={"regionId": 'Re"gion\\é', "traceOn": "false"})
+    uniqs = ["0100007F00000EF10000000000000001", 'u "q\\é\u2028', None]
+    cmds = [R.request(C.SEND_MESSAGE, dict(SEND_EXT, properties=f"UNIQ_KEY\x01{u}\x02" if u else "KEYS\x01k\x02"),
+                      b"body", opaque=40 + i) for i, u in enumerate(uniqs)]
+    cmds.append(R.request(C.SEND_MESSAGE, dict(SEND_EXT, properties="UNIQ_KEY\x01x\x02"), b"body", opaque=9,
+                          serialize=R.ROCKETMQ))
+    frames = _raw_answers(b.address, cmds)
+    for i, (frame, u) in enumerate(zip(frames, uniqs + ["x"])):
+        answer = R.decode(frame[4:])
+        assert R.encode(answer) == frame
+        assert answer.opaque == cmds[i].opaque and answer.code == R.ResponseCode.SUCCESS
+        assert answer.serialize == cmds[i].serialize
+        ext = answer.ext
+        assert ext["MSG_REGION"] == 'Re"gion\\é' and ext["TRACE_ON"] == "false"
+        assert (ext["queueId"], ext["queueOffset"]) == ("0", str(i))
+        assert ext["transactionId"] == (u or ext["transactionId"]) and len(ext["msgId"]) == 32
+        assert b.store.look_message_by_offset(int(ext["msgId"][16:], 16)).properties["UNIQ_KEY"] == ext["transactionId"]

@@ -160,3 +160,30 @@ def test_json_answer_text_is_the_encoders(code, flag, opaque, remark, ext, langu
     if remark is not None:
         doc["remark"] = remark
     assert R._encode_json(cmd) == json.dumps(doc, ensure_ascii=False, separators=(",", ":")).encode()
+
+
+@given(st.integers(-2**31, 2**31 - 1), st.integers(-2**31, 2**31 - 1),
+       st.dictionaries(st.text(), st.text(), max_size=6))
+def test_json_answer_frame_is_what_encode_writes(code, opaque, ext):
+    """A handler's own answer frame (extFields formatted by it) equals the encoder's frame of the command."""
+    cmd = R.RemotingCommand(code, opaque, R.RESPONSE_FLAG, None, ext)
+    ext_json = "{" + ",".join(f"{R.json_string(k)}:{R.json_string(v)}" for k, v in ext.items()) + "}"
+    assert R.json_answer_frame(code, opaque, ext_json) == R.encode(cmd)
+
+
+@given(st.text())
+def test_json_string_escapes_as_the_encoder(text):
+    assert R.json_string(text) == json.dumps(text, ensure_ascii=False)
+
+
+@given(st.lists(st.binary(max_size=40), min_size=1, max_size=6), st.lists(st.integers(0, 200), max_size=8))
+def test_frame_reader_gives_the_same_frames_however_the_stream_is_cut(bodies, cuts):
+    """Whole frames per read (the reader's shortcut), several per read, and frames split anywhere."""
+    frames = [R.encode(R.request(i, body=body)) for i, body in enumerate(bodies)]
+    stream = b"".join(frames)
+    points = sorted({0, len(stream), *(c % (len(stream) + 1) for c in cuts)})
+    for reads in ([stream[a:b] for a, b in zip(points, points[1:])], frames):
+        reader, got = R.FrameReader(), []
+        for chunk in reads:
+            got += reader.feed(chunk)
+        assert [bytes(f) for f in got] == [f[4:] for f in frames] and reader.pending == 0

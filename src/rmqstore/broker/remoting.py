@@ -188,6 +188,22 @@ def _encode_json(cmd: RemotingCommand) -> bytes:
 _LANGUAGE_JSON = {name: f'"{name}"' for name in LANGUAGES}
 
 
+def json_string(text: str) -> str:
+    """``text`` as a JSON string, escaped as :func:`encode` escapes the values of a JSON header."""
+    return f'"{text}"' if text.isalnum() and text.isascii() else _JSON_ENCODE(text)
+
+
+def json_answer_frame(code: int, opaque: int, ext_json: str) -> bytes:
+    """The whole frame of a JSON answer without remark or body (the response flag, language JAVA,
+    version :data:`VERSION_V4_9_4`) whose extFields' JSON text is ``ext_json``: the bytes
+    :func:`encode` writes for that command, for a handler that formats its extFields itself (a
+    send's answer) instead of building the command."""
+    header = (f'{{"code":{code},"extFields":{ext_json},"flag":{RESPONSE_FLAG},"language":"JAVA","opaque":{opaque},'
+              f'"serializeTypeCurrentRPC":"JSON","version":{VERSION_V4_9_4}}}').encode()
+    n = len(header)
+    return (4 + n).to_bytes(4, "big") + n.to_bytes(4, "big") + header
+
+
 def _encode_binary(cmd: RemotingCommand) -> bytes:
     parts = [_FIXED.pack(_i16(cmd.code), _LANGUAGE_CODE.get(cmd.language, 0), _i16(cmd.version), cmd.opaque,
                          cmd.flag)]
@@ -228,30 +244,35 @@ def decode(frame: bytes | memoryview) -> RemotingCommand:
 
 
 def _decode_json(header: bytes) -> RemotingCommand:
-    doc = _json_object(header)
+    doc, ext_types = _json_object(header)
     try:
         ext = doc.get("extFields") or {}
         if type(ext) is not dict:
             raise TypeError("extFields is not an object")
-        for v in ext.values():
-            if type(v) is not str:  # (clients send numbers too: the C++ client's queueId, flag, ...)
-                ext = {k: v if type(v) is str else str(v) if type(v) is int else _json_text(v)
-                       for k, v in ext.items() if v is not None}
-                break
+        if ext_types is None:
+            ext_types = set(map(type, ext.values()))
+        if ext_types and ext_types != _STR_ONLY:  # (clients send numbers too: the C++ client's queueId, flag, ...)
+            ext = {k: v if type(v) is str else str(v) if type(v) is int else _json_text(v)
+                   for k, v in ext.items() if v is not None}
+        code, opaque, flag, version = doc.get("code", 0), doc.get("opaque", 0), doc.get("flag", 0), doc.get("version", 0)
+        if not (type(code) is int and type(opaque) is int and type(flag) is int and type(version) is int):
+            code, opaque, flag, version = _json_int(code), _json_int(opaque), _json_int(flag), _json_int(version)
         remark = doc.get("remark")
-        return RemotingCommand(_json_int(doc.get("code", 0)), _json_int(doc.get("opaque", 0)),
-                               _json_int(doc.get("flag", 0)), None if remark is None else str(remark), ext, b"",
-                               str(doc.get("language") or "JAVA"), _json_int(doc.get("version", 0)), JSON)
+        return RemotingCommand(code, opaque, flag, None if remark is None else str(remark), ext, b"",
+                               str(doc.get("language") or "JAVA"), version, JSON)
     except (TypeError, ValueError) as e:
         raise FrameError(f"bad JSON header: {e}") from None
 
 
-def _json_object(header: bytes) -> dict:
+_STR_ONLY = {str}
+
+
+def _json_object(header: bytes) -> tuple[dict, set | None]:
     """The header's JSON object: orjson's parse (several times faster) when it takes the text and
     holds no float, else the standard library's, which also takes what orjson refuses (lone
     surrogates as fastjson writes them, NaN) and keeps integers past 64 bits exact: the same
-    object either way."""
-    doc = None
+    object either way. Also the types of the extFields' values when they were looked at (orjson)."""
+    doc = ext_types = None
     if _ORJSON_LOADS is not None:
         try:
             doc = _ORJSON_LOADS(header)
@@ -259,9 +280,10 @@ def _json_object(header: bytes) -> dict:
             pass
         else:
             ext = doc.get("extFields") if type(doc) is dict else None
-            if type(doc) is dict and (float in set(map(type, doc.values()))
-                                      or type(ext) is dict and _NESTED & set(map(type, ext.values()))):
-                doc = None  # (orjson reads an integer past 64 bits as a float)
+            if type(ext) is dict:
+                ext_types = set(map(type, ext.values()))
+            if type(doc) is dict and (float in set(map(type, doc.values())) or ext_types and _NESTED & ext_types):
+                doc = ext_types = None  # (orjson reads an integer past 64 bits as a float)
     if doc is None:
         try:
             doc = json.loads(header) if header[:1] != b"{" else _JSON_DECODE(header.decode("utf-8", "surrogatepass"))
@@ -269,7 +291,7 @@ def _json_object(header: bytes) -> dict:
             raise FrameError(f"header is not JSON: {e}") from None
     if type(doc) is not dict:
         raise FrameError(f"header is JSON {type(doc).__name__}, expected an object")
-    return doc
+    return doc, ext_types
 
 
 def _json_int(v: object) -> int:
@@ -339,6 +361,10 @@ class FrameReader:
 
     def feed(self, data: bytes) -> list[bytes]:
         buf = self._buf
+        if not buf and len(data) >= 4:  # (the usual read: one whole frame, nothing pending)
+            length = int.from_bytes(data[:4], "big", signed=True)
+            if length == len(data) - 4 and 4 <= length <= self.max_frame:
+                return [bytes(data[4:])]
         buf += data
         out: list[bytes] = []
         pos, n = 0, len(buf)

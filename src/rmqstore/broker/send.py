@@ -11,8 +11,9 @@ from ..types import Message, PutMessageStatus
 from . import messages as M
 from .metadata import (DLQ_PREFIX, NOT_ALLOWED_SEND, PERM_INHERIT, PERM_READ, PERM_WRITE, RETRY_PREFIX,
                        TRANS_HALF_TOPIC, topic_config, validate_topic)
-from .timer import TimerError, timer_message
-from .remoting import RESPONSE_FLAG, Header, HeaderError, RemotingCommand, RequestCode, ResponseCode
+from .timer import TIMER_DELAY_MS, TIMER_DELAY_SEC, TIMER_DELIVER_MS, TimerError, timer_message
+from .remoting import (JSON, RESPONSE_FLAG, Header, HeaderError, RemotingCommand, RequestCode, ResponseCode,
+                       json_answer_frame, json_string)
 
 #: V2 header field names (``SendMessageRequestHeaderV2``) -> V1 names
 _V2_NAMES = {"a": "producerGroup", "b": "topic", "c": "defaultTopic", "d": "defaultTopicQueueNums", "e": "queueId",
@@ -21,6 +22,8 @@ _V2_NAMES = {"a": "producerGroup", "b": "topic", "c": "defaultTopic", "d": "defa
 #: ``MQVersion.Version.V3_4_9.ordinal()``
 V3_4_9 = 121
 DLQ_NUMS_PER_GROUP = 1
+#: the properties that make a send more than a plain put: a delay level, a transaction half, a timer
+_SPECIAL_PROPERTIES = frozenset({P.DELAY, M.TRAN_MSG, TIMER_DELIVER_MS, TIMER_DELAY_SEC, TIMER_DELAY_MS})
 
 _PUT_OK = PutMessageStatus.PUT_OK
 _STATUS_CODES = {
@@ -47,6 +50,7 @@ class SendProcessor:
     def __init__(self, broker):
         self.broker = broker
         self.random = random.Random()
+        self._ext_heads: dict[tuple[str, str], str] = {}  # (region, trace) -> the answers' first extFields
 
     def handlers(self) -> dict:
         return {RequestCode.SEND_MESSAGE: self.send, RequestCode.SEND_MESSAGE_V2: self.send,
@@ -119,6 +123,8 @@ class SendProcessor:
         msg = Message(topic=topic, body=cmd.body, queue_id=qid, flag=h.int("flag"), sys_flag=sys_flag,
                       properties=M.java_properties(props), born_timestamp=h.long("bornTimestamp"),
                       born_host=conn.peer, store_host=b.store_host, reconsume_times=reconsume)
+        if _SPECIAL_PROPERTIES.isdisjoint(props):  # (no delay, half or timer: the checks below change nothing)
+            return self._put_and_answer(cmd, [msg], qid, props.get(P.UNIQ_KEY))
         try:
             level = M.delay_level(props)
         except ValueError as e:
@@ -186,12 +192,17 @@ class SendProcessor:
         first = msgs.template if type(msgs) is RawBatch else msgs[0]  # (the batch's topic and type)
         count = len(msgs)
 
-        def answer(result) -> RemotingCommand:
+        frame = self._answer_frame if cmd.serialize == JSON and type(msgs) is list else None
+
+        def answer(result) -> "RemotingCommand | bytes":
             status = result.status
             if status is _PUT_OK or status is PutMessageStatus.FLUSH_DISK_TIMEOUT:
                 b.stats.puts += count
                 b.traffic.put(first, count, result.wrote_bytes)
                 msg_id = result.msg_id
+                if frame is not None and msg_id is not None and msg_id.isalnum():
+                    return frame(_STATUS_CODES[status], cmd.opaque, region, trace, msg_id, qid,
+                                 result.queue_offset, uniq)
                 ext = {"MSG_REGION": region, "TRACE_ON": trace, "msgId": msg_id, "queueId": str(qid),
                        "queueOffset": str(result.queue_offset)}
                 if msg_id is None:
@@ -208,6 +219,17 @@ class SendProcessor:
             return cmd.response(code, remark, {"MSG_REGION": region, "TRACE_ON": trace})
 
         return b.put(msgs, answer)
+
+    def _answer_frame(self, code: int, opaque: int, region: str, trace: str, msg_id: str, qid: int,
+                      queue_offset: int, uniq: str | None) -> bytes:
+        """A put's answer to a JSON request as the frame :func:`~.remoting.encode` writes for the
+        command the general path builds (same extFields in the same order), formatted directly."""
+        head = self._ext_heads.get((region, trace))
+        if head is None:
+            head = self._ext_heads[(region, trace)] = f'{{"MSG_REGION":{json_string(region)},"TRACE_ON":"{trace}"'
+        tail = "}" if uniq is None else f',"transactionId":{json_string(uniq)}}}'
+        return json_answer_frame(code, opaque, f'{head},"msgId":"{msg_id}","queueId":"{qid}",'
+                                               f'"queueOffset":"{queue_offset}"{tail}')
 
     # --- CONSUMER_SEND_MSG_BACK --------------------------------------------------------------------
     def send_back(self, conn, cmd: RemotingCommand):

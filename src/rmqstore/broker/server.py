@@ -23,7 +23,7 @@ log = logging.getLogger("rmqstore.broker")
 MAX_IN_FLIGHT = 256
 WRITE_HIGH_WATER = 4 * 1024 * 1024
 
-Handler = Callable[["Connection", R.RemotingCommand], "R.RemotingCommand | None | Awaitable"]
+Handler = Callable[["Connection", R.RemotingCommand], "R.RemotingCommand | bytes | None | Awaitable"]
 
 
 def parse_listen(listen: str) -> tuple[str, int]:
@@ -293,7 +293,14 @@ class RemotingServer:
             self._reply(conn, cmd, result)
 
     @staticmethod
-    def _reply(conn: Connection, cmd: R.RemotingCommand, response: R.RemotingCommand) -> None:
+    def _reply(conn: Connection, cmd: R.RemotingCommand, response: "R.RemotingCommand | bytes") -> None:
+        """Send ``response`` unless ``cmd`` was oneway: a command (given the request's opaque), or
+        the bytes of a whole frame a handler encoded itself for this request
+        (:func:`~.remoting.json_answer_frame`)."""
         if not cmd.is_oneway:
-            response.opaque = cmd.opaque
-            conn.send(response)
+            if type(response) is bytes:
+                if not conn.closed:
+                    conn.transport.write(response)
+            else:
+                response.opaque = cmd.opaque
+                conn.send(response)
