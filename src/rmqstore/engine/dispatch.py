@@ -53,6 +53,18 @@ def index_keys(topic: str, props: dict[str, str]) -> list[str]:
     return keys
 
 
+def index_hashes(topic: str, props: dict[str, str]) -> list[int]:
+    """The index key hashes of :func:`index_keys` (``index_key_hash`` of each, in its order)."""
+    out = []
+    u = props.get("UNIQ_KEY")
+    if u is not None:
+        out.append(H.index_key_hash(topic, u))
+    kv = props.get("KEYS")
+    if kv:
+        out += [H.index_key_hash(topic, k) for k in kv.split(" ") if k]
+    return out
+
+
 def extract_dispatch_fields(buf, batch: M.RecordBatch, delay_levels_ms, topic_cache: dict):
     """Per record: topic, tagsCode and the index keys (``topic#key`` strings, UNIQ_KEY first)."""
     mv = memoryview(buf)

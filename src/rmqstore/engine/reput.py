@@ -12,11 +12,10 @@ import time
 import numpy as np
 
 from ..format import cursor as C
-from ..format import hashes as H
 from ..format import message as M
 from ..format.record import tags_code_of
 from ..format.record_layout import FIELDS
-from .dispatch import BATCH_RECORDS, COALESCE_S, DispatchTarget, dispatch_batch, dispatch_properties, index_keys
+from .dispatch import BATCH_RECORDS, COALESCE_S, DispatchTarget, dispatch_batch, dispatch_properties, index_hashes
 from .recovery import find_resync
 
 log = logging.getLogger("rmqstore.engine.dispatch")
@@ -217,9 +216,9 @@ class ReputMessageService:
                 tags_code = tags_code_of(topic, props, store_ts, levels) if props_len > 0 else 0
                 units.setdefault((topic, f[3]), []).append((f[5], f[6], f[0], tags_code))
             if index is not None and props:
-                for k in index_keys(topic, props):
-                    item_rec.append(len(phys))
-                    item_hash.append(H.abs_key_hash(H.java_hash(k)))
+                hashes = index_hashes(topic, props)
+                item_rec += [len(phys)] * len(hashes)
+                item_hash += hashes
             phys.append(f[6])
             tss.append(store_ts)
             flags.append(sys_flag)
@@ -287,9 +286,9 @@ class ReputMessageService:
                 units.setdefault((topic, qid), []).append((qoff, phy, total,
                                                            tags_code_of(topic, props, store_ts, levels) if raw else 0))
             if index is not None and props:
-                for k in index_keys(topic, props):
-                    item_rec.append(len(phys))
-                    item_hash.append(H.abs_key_hash(H.java_hash(k)))
+                hashes = index_hashes(topic, props)
+                item_rec += [len(phys)] * len(hashes)
+                item_hash += hashes
             phys.append(phy)
             tss.append(store_ts)
             flags.append(sys_flag)

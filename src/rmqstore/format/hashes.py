@@ -74,8 +74,26 @@ def abs_key_hash(h: int) -> int:
     return 0 if h == INT_MIN else abs(h)
 
 
+#: :func:`index_key_hash` hashes a key's last this many characters each time and memoises the hash of
+#: ``topic#`` and the rest: a producer's unique keys share their first 20 of 32 characters (host,
+#: process, class loader), so a broker hashes 12 characters a key instead of topic and key
+_TAIL = 12
+_TAIL_SHIFT = pow(31, _TAIL, 1 << 32)
+_TAIL_WEIGHTS = _POW31_WEIGHTS[_TAIL]
+
+
+@functools.lru_cache(maxsize=16384)
+def _head_hash(head: str) -> int:
+    return java_hash(head) & _MASK32
+
+
 def index_key_hash(topic: str, key: str) -> int:
-    """Index key hash of ``topic#key`` (FORMAT.md §6.2)."""
+    """Index key hash of ``topic#key`` (FORMAT.md §6.2). For a longer ASCII key, ``hash(head + tail)
+    = hash(head) * 31**len(tail) + hash(tail)`` (mod 2**32), the head's hash memoised."""
+    if len(key) > 2 * _TAIL and key.isascii():
+        h = (_head_hash(f"{topic}#{key[:-_TAIL]}") * _TAIL_SHIFT
+             + sum(map(mul, key[-_TAIL:].encode(), _TAIL_WEIGHTS))) & _MASK32
+        return 0 if h == 0x80000000 else (h if h < 0x80000000 else (1 << 32) - h)
     return abs_key_hash(java_hash(f"{topic}#{key}"))
 
 

@@ -197,3 +197,16 @@ def test_the_fast_crc32_is_zlibs(data, cut):
 
     assert crc32_raw(data) == zlib.crc32(data)
     assert crc32_raw(memoryview(data)[cut:]) == zlib.crc32(data[cut:])
+
+
+@given(st.text(max_size=12), st.text(max_size=50), st.text(alphabet="0123456789ABCDEF", min_size=20, max_size=40))
+def test_index_key_hash_of_long_keys_is_the_whole_strings_hash(topic, key, uniq):
+    """Keys past 24 ASCII characters take the memoised-head path: the same value as hashing ``topic#key``."""
+    for k in (key, uniq, key + uniq, uniq + key):
+        assert H.index_key_hash(topic, k) == abs(reference_hash(f"{topic}#{k}")) % (1 << 31)
+        assert H.index_key_hash(topic, k) == H.abs_key_hash(H.java_hash(f"{topic}#{k}"))
+
+
+def test_index_key_hash_min_value_is_zero_on_the_long_key_path():
+    s = string_with_hash("T#" + "0100007F00000EF1" * 2, -2**31)
+    assert len(s) - 2 > 24 and H.index_key_hash("T", s[2:]) == 0
