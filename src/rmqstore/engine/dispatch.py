@@ -41,6 +41,23 @@ def dispatch_properties(raw: bytes) -> dict[str, str]:
     return props
 
 
+_DISPATCH_NAMES = frozenset({"TAGS", "KEYS", "UNIQ_KEY", "DELAY"})
+
+
+def dispatch_fields(properties) -> dict[str, str] | None:
+    """:func:`dispatch_properties` of the bytes a ``Message``'s checked properties encode to (a
+    mapping or name/value pairs; no name empty, no separator in a name or value), taken from the
+    properties themselves: None when a value is not a ``str`` (the bytes then say)."""
+    out = {}
+    for k, v in (properties.items() if type(properties) is dict else properties or ()):
+        if k in _DISPATCH_NAMES and v is not None:
+            if type(v) is not str:
+                return None
+            if v:
+                out[k] = v
+    return out
+
+
 def index_keys(topic: str, props: dict[str, str]) -> list[str]:
     """The record's index keys, ``topic#key``: UNIQ_KEY first, then each KEYS token."""
     keys = []

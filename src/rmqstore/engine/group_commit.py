@@ -16,6 +16,7 @@ import struct
 
 from ..errors import StoreIOError
 from ..types import Message, PutMessageResult, PutMessageStatus
+from .dispatch import dispatch_fields
 from .put_batch import RawBatch, put_raw_batch
 from .put_encode import illegal, out_of_range
 
@@ -24,7 +25,8 @@ log = logging.getLogger(__name__)
 _PUT_OK = PutMessageStatus.PUT_OK
 _NO_WAIT = b"WAIT\x01false\x02"
 #: at most this many appends wait in ``CommitLog.put_facts`` for the dispatcher: ``(phy offset, total
-#: size, queue offset, store time, topic, queue id, sysFlag, encoded properties)`` of each single put
+#: size, queue offset, store time, topic, queue id, sysFlag, the properties dispatch reads (a dict:
+#: :func:`~.dispatch.dispatch_fields`) or else the encoded properties)`` of each single put
 #: of a group, in commitlog order. The dispatcher writes their consume-queue units and index items
 #: from these (after checking each record's head in the segment) instead of reading the records
 #: back; it alone pops them, and records without facts are read as before.
@@ -86,7 +88,9 @@ def _append_run(cl, run: list, out: list) -> None:
                     out[i] = illegal(out_of_range([msg]) or "a field does not fit its width")
                     continue
                 if len(facts) < FACTS_MAX:
-                    facts.append((phy, total, qoff, store_ts, msg.topic, msg.queue_id, msg.sys_flag, props))
+                    fields = dispatch_fields(msg.properties)
+                    facts.append((phy, total, qoff, store_ts, msg.topic, msg.queue_id, msg.sys_flag,
+                                  props if fields is None else fields))
                 done.append((i, props, PutMessageResult(_PUT_OK, f"{store_hex}{phy:016X}", phy, total, qoff,
                                                         store_ts, 1)))
     except (OSError, StoreIOError) as ex:

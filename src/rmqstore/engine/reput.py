@@ -279,12 +279,12 @@ class ReputMessageService:
         index = store.index_service if store.cfg.message_index_enable else None
         units: dict[tuple[str, int], list] = {}
         phys, tss, flags, item_rec, item_hash = [], [], [], [], []
-        for phy, total, qoff, store_ts, topic, qid, sys_flag, raw in run:
-            props = dispatch_properties(raw) if raw else {}
+        for phy, total, qoff, store_ts, topic, qid, sys_flag, fields in run:
+            props = fields if type(fields) is dict else dispatch_properties(fields) if fields else {}
             tx = sys_flag & M.SYSFLAG_TX_MASK
             if tx != M.TX_PREPARED and tx != M.TX_ROLLBACK:
                 units.setdefault((topic, qid), []).append((qoff, phy, total,
-                                                           tags_code_of(topic, props, store_ts, levels) if raw else 0))
+                                                           tags_code_of(topic, props, store_ts, levels) if props else 0))
             if index is not None and props:
                 hashes = index_hashes(topic, props)
                 item_rec += [len(phys)] * len(hashes)

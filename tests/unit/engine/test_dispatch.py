@@ -7,11 +7,13 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from rmqstore import Message
+from rmqstore.engine import dispatch as D
 from rmqstore.engine.dispatch import _gather_ranges, extract_dispatch_columns, extract_dispatch_fields, iter_record_batches
 from rmqstore.format import message as M
 from rmqstore.format.hashes import abs_key_hash, java_hash
 from rmqstore.format.msgid import parse_host
-from rmqstore.format.properties import parse_properties, split_keys
+from rmqstore.format.properties import encode_properties, parse_properties, split_keys
 from rmqstore.io.mapped_file_queue import MappedFileQueue
 from rmqstore.types import tags_code_of
 
@@ -210,3 +212,21 @@ def test_pad_gaps_keeps_the_queue_offsets_of_records_lost_in_a_corrupt_span(open
     assert cq.get_unit(2)[0] == rs[2].phy_offset
     pad_gaps(st, mf, batch, [span], {}, lambda key: None)  # a queue the caller does not hold: untouched
     assert cq.max_offset == 5
+
+
+_NAMES = st.sampled_from(["TAGS", "KEYS", "UNIQ_KEY", "DELAY", "WAIT", "k"])
+_VALUES = st.text(alphabet=st.characters(blacklist_characters="\x01\x02", blacklist_categories=("Cs",)), max_size=8)
+
+
+@given(st.lists(st.tuples(_NAMES, _VALUES), max_size=8), st.booleans())
+def test_dispatch_fields_are_what_parsing_the_encoded_properties_reads(pairs, as_dict):
+    """The fields a put hands to dispatch (taken from the checked properties) are the ones dispatch
+    would parse from the bytes they encode to: empty values dropped, the last of a name winning."""
+    props = dict(pairs) if as_dict else pairs
+    Message(topic="T", body=b"", properties=props)  # (checked as a put checks them)
+    assert D.dispatch_fields(props) == D.dispatch_properties(encode_properties(props))
+
+
+def test_dispatch_fields_leave_values_that_are_not_str_to_the_bytes():
+    assert D.dispatch_fields({"KEYS": 5}) is None
+    assert D.dispatch_fields({"WAIT": 5, "TAGS": "a", "DELAY": None}) == {"TAGS": "a"}
