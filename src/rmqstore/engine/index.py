@@ -159,19 +159,25 @@ class IndexService:
         """:meth:`build_index_hashed` of a few records, without numpy (same items, same files); ``ok``:
         whether each record is indexed (:func:`~rmqstore.engine.index_file.indexed`)."""
         n = len(phys)
-        keep = [j for j, r in enumerate(item_rec) if ok[r]]
-        if not keep:
+        if all(ok):  # (the usual round: every record is indexed)
+            recs, hashes = item_rec, item_hash
+        else:
+            keep = [j for j, r in enumerate(item_rec) if ok[r]]
+            hashes = [item_hash[j] for j in keep]
+            recs = [item_rec[j] for j in keep]
+        if not recs:
             return
-        hashes = [item_hash[j] for j in keep]
-        recs = [item_rec[j] for j in keep]
         item_phys = [phys[r] for r in recs]
         item_ts = [ts[r] for r in recs]
-        i, total = 0, len(keep)
+        i, total = 0, len(recs)
         while i < total:
             if cur.is_write_full:
                 cur = self._new_file()
             m = min(total - i, cur.capacity_left)
-            cur.put_small(hashes[i:i + m], item_phys[i:i + m], item_ts[i:i + m])
+            if i == 0 and m == total:
+                cur.put_small(hashes, item_phys, item_ts)
+            else:
+                cur.put_small(hashes[i:i + m], item_phys[i:i + m], item_ts[i:i + m])
             i += m
         if cur.is_write_full and recs[-1] < n - 1:
             self._new_file()

@@ -169,28 +169,30 @@ class IndexFile:
         if count <= 1:
             diffs = [F.time_diff_seconds(ts[0], self.begin_ts)] + [F.time_diff_seconds(t, ts[0]) for t in ts[1:]]
             self.begin_phy, self.begin_ts = phys[0], ts[0]
+        elif self.begin_ts > 0:  # (time_diff_seconds inline: whole seconds since the file's first item, clamped)
+            begin = self.begin_ts
+            diffs = [0 if t <= begin else min((t - begin) // 1000, 0x7FFFFFFF) for t in ts]
         else:
-            diffs = [F.time_diff_seconds(t, self.begin_ts) for t in ts]
-        slots = self._slots
+            diffs = [0] * m
+        slots, slot_num, pack = self._slots, self.slot_num, _ITEM.pack
         heads: dict[int, int] = {}
         items = []
         new_slots = 0
         for j in range(m):
-            slot = hashes[j] % self.slot_num
+            h = hashes[j]
+            slot = h % slot_num
             prev = heads.get(slot)
             if prev is None:
                 prev = int(slots[slot])
                 if prev <= 0 or prev > count:
                     prev = 0
-                if prev == 0:
                     new_slots += 1
-            num = count + j
-            heads[slot] = num
-            items.append(_ITEM.pack(hashes[j], phys[j], diffs[j], prev))
-        self.mf.write_at(F.item_pos(self.slot_num, count), b"".join(items))
-        mm = self.mf.mm
+            heads[slot] = count + j
+            items.append(pack(h, phys[j], diffs[j], prev))
+        self.mf.write_at(F.item_pos(slot_num, count), b"".join(items))
+        mm, pack_slot = self.mf.mm, _SLOT.pack_into
         for slot, head in heads.items():
-            _SLOT.pack_into(mm, F.HEADER_SIZE + 4 * slot, head)
+            pack_slot(mm, F.HEADER_SIZE + 4 * slot, head)
         self.slot_count += new_slots
         self.index_count = count + m
         self.end_phy, self.end_ts = phys[-1], ts[-1]
