@@ -23,6 +23,8 @@ _V2_NAMES = {"a": "producerGroup", "b": "topic", "c": "defaultTopic", "d": "defa
 V3_4_9 = 121
 DLQ_NUMS_PER_GROUP = 1
 #: the properties that make a send more than a plain put: a delay level, a transaction half, a timer
+#: at most this many topic names are remembered as valid (the set starts again when full)
+_VALID_TOPICS_MAX = 4096
 _SPECIAL_PROPERTIES = frozenset({P.DELAY, M.TRAN_MSG, TIMER_DELIVER_MS, TIMER_DELAY_SEC, TIMER_DELAY_MS})
 
 _PUT_OK = PutMessageStatus.PUT_OK
@@ -51,6 +53,7 @@ class SendProcessor:
         self.broker = broker
         self.random = random.Random()
         self._ext_heads: dict[tuple[str, str], str] = {}  # (region, trace) -> the answers' first extFields
+        self._valid_topics: set[str] = set()  # topic names that passed validate_topic and NOT_ALLOWED_SEND
 
     def handlers(self) -> dict:
         return {RequestCode.SEND_MESSAGE: self.send, RequestCode.SEND_MESSAGE_V2: self.send,
@@ -58,30 +61,39 @@ class SendProcessor:
 
     # --- checks shared by single and batch sends (msgCheck) ---------------------------------------
     def _check(self, conn, cmd: RemotingCommand, h: Header):
-        """The topic config to send to, or the response refusing the send."""
+        """``(topic config, queue id)`` to send to, or the response refusing the send."""
         b = self.broker
         topic = h.str("topic")
-        ext = {"MSG_REGION": b.cfg.region_id, "TRACE_ON": b.cfg.trace_on}
         if b.read_only:
             return cmd.response(ResponseCode.NO_PERMISSION, f"the broker[{b.advertised_host}] sending message is "
-                                "forbidden (read-only)", ext)
-        bad = validate_topic(topic)
-        if bad:
-            return cmd.response(ResponseCode.INVALID_PARAMETER, bad, ext)
-        if topic in NOT_ALLOWED_SEND:
-            return cmd.response(ResponseCode.NO_PERMISSION, f"Sending message to topic[{topic}] is forbidden.", ext)
+                                "forbidden (read-only)", self._refusal_ext())
+        if topic not in self._valid_topics:
+            bad = validate_topic(topic)
+            if bad:
+                return cmd.response(ResponseCode.INVALID_PARAMETER, bad, self._refusal_ext())
+            if topic in NOT_ALLOWED_SEND:
+                return cmd.response(ResponseCode.NO_PERMISSION, f"Sending message to topic[{topic}] is forbidden.",
+                                    self._refusal_ext())
+            if len(self._valid_topics) >= _VALID_TOPICS_MAX:
+                self._valid_topics.clear()
+            self._valid_topics.add(topic)
         tc = b.topics.get(topic)
         if tc is None:
             tc = self._auto_create(topic, h.str("defaultTopic", ""), h.int("defaultTopicQueueNums", 4))
             if tc is None and topic.startswith(RETRY_PREFIX):
                 tc = b.topics.create_if_absent(topic, 1, PERM_WRITE | PERM_READ)
             if tc is None:
-                return cmd.response(ResponseCode.TOPIC_NOT_EXIST, f"topic[{topic}] not exist, apply first please!", ext)
+                return cmd.response(ResponseCode.TOPIC_NOT_EXIST, f"topic[{topic}] not exist, apply first please!",
+                                    self._refusal_ext())
         qid = h.int("queueId")
         if qid >= max(tc["writeQueueNums"], tc["readQueueNums"]):
             return cmd.response(ResponseCode.INVALID_PARAMETER, f"request queueId[{qid}] is illegal, {tc} "
-                                f"Producer: {conn.peer}", ext)
-        return tc
+                                f"Producer: {conn.peer}", self._refusal_ext())
+        return tc, qid
+
+    def _refusal_ext(self) -> dict:
+        cfg = self.broker.cfg
+        return {"MSG_REGION": cfg.region_id, "TRACE_ON": cfg.trace_on}
 
     def _auto_create(self, topic: str, default_topic: str, client_queue_nums: int) -> dict | None:
         """``createTopicInSendMessageMethod``: a new topic inheriting the default topic's config."""
@@ -100,12 +112,13 @@ class SendProcessor:
     def send(self, conn, cmd: RemotingCommand):
         b = self.broker
         h = send_header(cmd)
-        tc = self._check(conn, cmd, h)
-        if isinstance(tc, RemotingCommand):
-            return tc
+        checked = self._check(conn, cmd, h)
+        if type(checked) is not tuple:
+            return checked
+        tc, qid = checked
         if h.bool("batch"):
-            return self._send_batch(conn, cmd, h, tc)
-        topic, qid = h.str("topic"), h.int("queueId")
+            return self._send_batch(conn, cmd, h, tc, qid)
+        topic = h.fields["topic"]
         if qid < 0:
             qid = self.random.randrange(max(1, tc["writeQueueNums"]))
         props = M.parse_properties(h.str("properties", None))
@@ -145,9 +158,9 @@ class SendProcessor:
                     return cmd.response(ResponseCode.MESSAGE_ILLEGAL, str(e))
         return self._put_and_answer(cmd, [msg], qid, props.get(P.UNIQ_KEY))
 
-    def _send_batch(self, conn, cmd: RemotingCommand, h: Header, tc: dict):
+    def _send_batch(self, conn, cmd: RemotingCommand, h: Header, tc: dict, qid: int):
         b = self.broker
-        topic, qid = h.str("topic"), h.int("queueId")
+        topic = h.fields["topic"]
         if topic.startswith(RETRY_PREFIX):
             return cmd.response(ResponseCode.MESSAGE_ILLEGAL, "batch request does not support retry group " + topic)
         if len(cmd.body) > b.store.cfg.max_message_size:
