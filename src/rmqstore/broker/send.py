@@ -214,8 +214,7 @@ class SendProcessor:
                 b.traffic.put(first, count, result.wrote_bytes)
                 msg_id = result.msg_id
                 if frame is not None and msg_id is not None and msg_id.isalnum():
-                    return frame(_STATUS_CODES[status], cmd.opaque, region, trace, msg_id, qid,
-                                 result.queue_offset, uniq)
+                    return frame(_STATUS_CODES[status], cmd, result, qid, uniq)
                 ext = {"MSG_REGION": region, "TRACE_ON": trace, "msgId": msg_id, "queueId": str(qid),
                        "queueOffset": str(result.queue_offset)}
                 if msg_id is None:
@@ -233,16 +232,17 @@ class SendProcessor:
 
         return b.put(msgs, answer)
 
-    def _answer_frame(self, code: int, opaque: int, region: str, trace: str, msg_id: str, qid: int,
-                      queue_offset: int, uniq: str | None) -> bytes:
+    def _answer_frame(self, code: int, cmd: RemotingCommand, result, qid: int, uniq: str | None) -> bytes:
         """A put's answer to a JSON request as the frame :func:`~.remoting.encode` writes for the
         command the general path builds (same extFields in the same order), formatted directly."""
+        cfg = self.broker.cfg
+        region, trace = cfg.region_id, "true" if cfg.trace_on else "false"
         head = self._ext_heads.get((region, trace))
         if head is None:
             head = self._ext_heads[(region, trace)] = f'{{"MSG_REGION":{json_string(region)},"TRACE_ON":"{trace}"'
         tail = "}" if uniq is None else f',"transactionId":{json_string(uniq)}}}'
-        return json_answer_frame(code, opaque, f'{head},"msgId":"{msg_id}","queueId":"{qid}",'
-                                               f'"queueOffset":"{queue_offset}"{tail}')
+        return json_answer_frame(code, cmd.opaque, f'{head},"msgId":"{result.msg_id}","queueId":"{qid}",'
+                                                   f'"queueOffset":"{result.queue_offset}"{tail}')
 
     # --- CONSUMER_SEND_MSG_BACK --------------------------------------------------------------------
     def send_back(self, conn, cmd: RemotingCommand):
