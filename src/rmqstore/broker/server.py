@@ -141,6 +141,11 @@ class Connection(asyncio.Protocol):
         if not self.closed:
             self.transport.write(R.encode(cmd))
 
+    def send_frame(self, frame: bytes) -> None:
+        """A whole frame encoded already (length prefix included)."""
+        if not self.closed:
+            self.transport.write(frame)
+
     def send_request_oneway(self, code: int, ext: dict | None = None, body: bytes = b"") -> None:
         """A oneway request from the broker to this client (NOTIFY_CONSUMER_IDS_CHANGED, transaction
         checks)."""
@@ -299,8 +304,7 @@ class RemotingServer:
         (:func:`~.remoting.json_answer_frame`)."""
         if not cmd.is_oneway:
             if type(response) is bytes:
-                if not conn.closed:
-                    conn.transport.write(response)
+                conn.send_frame(response)
             else:
                 response.opaque = cmd.opaque
                 conn.send(response)
