@@ -21,6 +21,7 @@ from ..format import message as M
 from ..format import properties as P
 from ..format.encode_batch import BatchFields, encode_batch
 from ..types import Message, PutMessageResult
+from .batch_facts import SEP
 from .put_encode import SLOW_SYSFLAGS, illegal
 
 #: every byte but the two separators (deleted to see the separators' pattern)
@@ -84,7 +85,7 @@ def _put_fast(cl, template: Message, flags: list[int], bodies: list[bytes], prop
     if (plan is None or not bodies or template.sys_flag & SLOW_SYSFLAGS or type(template.queue_id) is not int
             or template.queue_id < 0 or not -(1 << 31) <= template.queue_id < 1 << 31):
         return None
-    joined = b"\x00".join(props)
+    joined = SEP.join(props)  # (canonical properties are ASCII: the separator is in none of them)
     if b"DELAY\x01" in joined or b"INNER_NUM\x01" in joined or not canonical_properties(props):
         return None
     if sum(map(len, bodies)) > cl.max_body:
@@ -104,4 +105,4 @@ def _put_fast(cl, template: Message, flags: list[int], bodies: list[bytes], prop
         return None
     if batch.size + M.END_FILE_MIN_BLANK_LENGTH > cl.cfg.mapped_file_size_commit_log:
         return illegal(f"batch of {batch.size} bytes cannot fit one commitlog segment")
-    return cl.append_batch(template, batch, True if born is None else None, props[0], shape.store_host)
+    return cl.append_batch(template, batch, True if born is None else None, props[0], shape.store_host, joined)

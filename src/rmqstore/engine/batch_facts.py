@@ -1,0 +1,206 @@
+"""Dispatch of a producer's batch from what its put already knew (mirrors what
+``CommitLogDispatcherBuildConsumeQueue`` and ``CommitLogDispatcherBuildIndex`` write for each of
+its records), instead of walking and decoding the records again.
+
+A batch copied through by :func:`~.put_batch.put_raw_batch` leaves one :class:`BatchFact` in
+``CommitLog.batch_facts``: its offsets and sizes (the encoded batch's columns), first queue offset,
+store time, topic, queue, sysFlag and its messages' properties as one bytes object. The dispatcher
+(:meth:`~.reput.ReputMessageService._reput_round`) checks the first and last record's head of each
+fact against the segment (:func:`heads_match`), then writes the consume-queue units and index items
+of a run of facts with :func:`dispatch_facts`: columns, one regex pass per property name over the
+whole run, each distinct TAGS hashed once, the index keys (UNIQ_KEY first, then each KEYS token, as
+:func:`~.dispatch.index_keys`) hashed column-wise. Same files, byte for byte, as the walk.
+"""
+from __future__ import annotations
+
+import functools
+import re
+import struct
+from itertools import chain
+from typing import NamedTuple
+
+import numpy as np
+
+from ..format import hashes as H
+from ..format import message as M
+from ..format.record import SCHEDULE_TOPIC, tags_code_of
+from ..format.record_layout import FIELDS
+from .dispatch import dispatch_properties, index_keys
+
+#: at most this many batches' facts wait for the dispatcher (each: a bytes object of the batch's
+#: properties and two small arrays); past that, batches are dispatched from their records
+BATCH_FACTS_MAX = 1024
+#: the separator of messages in :attr:`BatchFact.props`: not ASCII, so never inside the properties
+#: of a fact (only batches whose properties are canonical ASCII leave one)
+SEP = b"\xff"
+_HEAD = struct.Struct(">" + "".join(fmt for _, fmt in FIELDS[:8]))
+assert [name for name, _ in FIELDS[:8]] == ["total", "magic", "body_crc", "queue_id", "flag", "queue_offset",
+                                              "phy_offset", "sys_flag"]
+_MAGICS = (M.MAGIC_V1, M.MAGIC_V2)
+_TAGS = re.compile(rb"[\x02\xff]TAGS\x01([^\x02]+)")
+_UNIQ = re.compile(rb"[\x02\xff]UNIQ_KEY\x01([^\x02]+)")
+_KEYS = re.compile(rb"[\x02\xff]KEYS\x01([^\x02]+)")
+_MASK32 = 0xFFFFFFFF
+
+
+class BatchFact(NamedTuple):
+    """What the put of one batch knew of its records (commitlog offsets are absolute).
+    ``CommitLog.append_batch(..., fact_props)`` leaves one when given ``fact_props``: the batch's
+    properties, canonical ASCII (``put_batch.canonical_properties``), joined by :data:`SEP`; the
+    template's sysFlag is then every record's."""
+
+    phy: int  # the first record's offset
+    end: int  # where the last record ends
+    starts: np.ndarray  # record starts relative to ``phy`` (int64)
+    totals: np.ndarray  # record sizes (int64)
+    queue_offset: int  # the first record's (the rest follow one by one)
+    store_ts: int
+    topic: str
+    queue_id: int
+    sys_flag: int  # every record's
+    props: bytes  # the records' properties, ``SEP`` between two records
+
+
+def heads_match(mm, base: int, f: BatchFact) -> bool:
+    """Whether the segment mapped in ``mm`` (from commitlog offset ``base``) holds ``f``'s records: the
+    first and last record's TOTALSIZE, magic, queue id, queue offset, PHYSICALOFFSET and sysFlag as
+    the fact says, and the records back to back up to ``f.end``."""
+    n = f.starts.size
+    last = n - 1
+    start_last = int(f.starts[last])
+    if not n or int(f.starts[0]) or start_last + int(f.totals[last]) != f.end - f.phy:
+        return False
+    for i, rel in ((0, 0), (last, start_last)) if last else ((0, 0),):
+        phy = f.phy + rel
+        h = _HEAD.unpack_from(mm, phy - base)
+        if (h[0] != int(f.totals[i]) or h[1] not in _MAGICS or h[3] != f.queue_id or h[5] != f.queue_offset + i
+                or h[6] != phy or h[7] != f.sys_flag):
+            return False
+    return True
+
+
+def dispatch_facts(store, run: list[BatchFact]) -> set[tuple[str, int]]:
+    """Write the consume-queue units and index items of ``run`` (facts back to back, in commitlog
+    order) and the dispatch mark; returns the queues that got units."""
+    counts = [f.starts.size for f in run]
+    phys = np.concatenate([f.starts + f.phy for f in run]) if len(run) > 1 else run[0].starts + run[0].phy
+    totals = np.concatenate([f.totals for f in run]) if len(run) > 1 else run[0].totals
+    tags, item_rec, item_hash = fact_columns(run, counts, store.delay_levels_ms)
+    queues: dict[tuple[str, int], list[int]] = {}
+    for i, f in enumerate(run):
+        queues.setdefault((f.topic, f.queue_id), []).append(i)
+    at = np.cumsum([0] + counts).tolist()
+    tx_skip = {i for i, f in enumerate(run) if f.sys_flag & M.SYSFLAG_TX_MASK in (M.TX_PREPARED, M.TX_ROLLBACK)}
+    touched = set()
+    for key, idx in queues.items():
+        idx = [i for i in idx if i not in tx_skip]
+        if not idx:
+            continue
+        sl = [slice(at[i], at[i + 1]) for i in idx]
+        qoffs = [np.arange(run[i].queue_offset, run[i].queue_offset + counts[i], dtype=np.int64) for i in idx]
+        if len(idx) == 1:
+            cols = qoffs[0], phys[sl[0]], totals[sl[0]], tags[sl[0]]
+        else:
+            cols = (np.concatenate(qoffs), *(np.concatenate([c[s] for s in sl]) for c in (phys, totals, tags)))
+        store.find_consume_queue(*key).put_units(*cols)
+        touched.add(key)
+    if store.cfg.message_index_enable:
+        same = len(run) == 1
+        tss = np.full(phys.size, run[0].store_ts, np.int64) if same else np.repeat([f.store_ts for f in run], counts)
+        flags = np.full(phys.size, run[0].sys_flag, np.int64) if same else np.repeat([f.sys_flag for f in run], counts)
+        store.index_service.build_index_hashed(phys, tss, flags, item_rec, item_hash)
+    store.on_dispatched(run[-1].store_ts)
+    return touched
+
+
+def fact_columns(run: list[BatchFact], counts: list[int], delay_levels_ms) -> tuple:
+    """``(tagsCodes, item_rec, item_hash)`` of the records of ``run``, as :func:`~.dispatch.dispatch_batch`
+    finds them: one ``findall`` per property name over the run's properties; when a name is in some
+    records but not all, or the topic is the schedule topic, record by record."""
+    n = sum(counts)
+    joined = SEP + SEP.join([f.props for f in run])
+    found = [rx.findall(joined) for rx in (_TAGS, _UNIQ, _KEYS)]
+    if any(len(v) not in (0, n) for v in found) or any(f.topic == SCHEDULE_TOPIC for f in run):
+        return _columns_per_record(run, delay_levels_ms)
+    tags, uniq, keys = found
+    tags_codes = _tags_codes(tags, n)
+    prefix = _prefix_hashes(run, counts)
+    if keys and b" " in b"".join(keys):  # a KEYS value of more than one token: items record by record
+        items, rec = [], []
+        for r, (u, kv) in enumerate(zip(uniq or [None] * n, keys)):
+            toks = ([u] if u is not None else []) + [k for k in kv.split(b" ") if k]
+            items += toks
+            rec += [r] * len(toks)
+        item_rec = np.array(rec, dtype=np.int64)
+    elif uniq and keys:
+        items = list(chain.from_iterable(zip(uniq, keys)))
+        item_rec = np.repeat(np.arange(n, dtype=np.int64), 2)
+    else:
+        items = uniq or keys
+        item_rec = np.arange(len(items), dtype=np.int64)
+    if not items:
+        return tags_codes, item_rec, np.zeros(0, dtype=np.int64)
+    return tags_codes, item_rec, key_hashes(prefix[item_rec], items)
+
+
+def _tags_codes(tags: list[bytes], n: int) -> np.ndarray:
+    """The tagsCode of each of ``n`` records from their TAGS values (all or none), each distinct
+    value hashed once."""
+    if not tags:
+        return np.zeros(n, dtype=np.int64)
+    distinct = set(tags)
+    if len(distinct) == 1:
+        return np.full(n, H.java_hash_cached(tags[0].decode("ascii")), dtype=np.int64)
+    codes = {t: H.java_hash_cached(t.decode("ascii")) for t in distinct}
+    return np.array([codes[t] for t in tags], dtype=np.int64)
+
+
+def _prefix_hashes(run: list[BatchFact], counts: list[int]) -> np.ndarray:
+    """Per record the Java hash of ``topic + "#"`` (uint64, < 2**32), an index key's prefix."""
+    topics = [f.topic for f in run]
+    if topics.count(topics[0]) == len(topics):
+        return np.full(sum(counts), H.java_hash_cached(topics[0] + "#") & _MASK32, dtype=np.uint64)
+    return np.repeat(np.array([H.java_hash_cached(t + "#") & _MASK32 for t in topics], dtype=np.uint64), counts)
+
+
+@functools.lru_cache(maxsize=64)
+def _weights(width: int) -> np.ndarray:
+    """``31**(width-1-j) mod 2**32`` for byte j of a ``width``-byte ASCII string (uint32)."""
+    return np.array([pow(31, width - 1 - j, 1 << 32) for j in range(width)], dtype=np.uint32)
+
+
+def key_hashes(prefix: np.ndarray, keys: list[bytes]) -> np.ndarray:
+    """``abs(hash(topic + "#" + key))`` (int64; ``Integer.MIN_VALUE`` gives 0) of ASCII ``keys``
+    given each one's prefix hash: keys of one length as the rows of one matrix (the usual
+    UNIQ_KEYs), any others through :func:`~rmqstore.format.hashes.java_hash_ranges`."""
+    lens = list(map(len, keys))
+    width = lens[0]
+    if lens.count(width) == len(lens) and width <= 256:
+        rows = np.frombuffer(b"".join(keys), dtype=np.uint8).reshape(len(keys), width)
+        kh = rows.dot(_weights(width)).astype(np.uint64)
+        full = (prefix * np.uint64(pow(31, width, 1 << 32)) + kh) & np.uint64(_MASK32)
+    else:
+        ln = np.array(lens, dtype=np.int64)
+        ends = np.cumsum(ln)
+        kh, ok = H.java_hash_ranges(np.frombuffer(b"".join(keys), dtype=np.uint8), ends - ln, ends)
+        if not ok.all():  # (facts hold ASCII properties only)
+            raise ValueError("a batch fact's index key is not ASCII")
+        full = H.combine_hash(prefix, kh, ln)
+    h = H.to_int32(full).astype(np.int64)
+    return np.where(h == H.INT_MIN, 0, np.abs(h))
+
+
+def _columns_per_record(run: list[BatchFact], delay_levels_ms) -> tuple:
+    """:func:`fact_columns` record by record (properties parsed as the walk parses them)."""
+    codes, item_rec, item_hash = [], [], []
+    r = 0
+    for f in run:
+        for raw in f.props.split(SEP):
+            props = dispatch_properties(raw) if raw else {}
+            codes.append(tags_code_of(f.topic, props, f.store_ts, delay_levels_ms) if raw else 0)
+            for k in index_keys(f.topic, props):
+                item_rec.append(r)
+                item_hash.append(H.abs_key_hash(H.java_hash(k)))
+            r += 1
+    return (np.array(codes, dtype=np.int64), np.array(item_rec, dtype=np.int64),
+            np.array(item_hash, dtype=np.int64))
