@@ -31,15 +31,16 @@ from .dispatch import dispatch_properties, index_keys
 #: properties and two small arrays); past that, batches are dispatched from their records
 BATCH_FACTS_MAX = 1024
 #: the separator of messages in :attr:`BatchFact.props`: not ASCII, so never inside the properties
-#: of a fact (only batches whose properties are canonical ASCII leave one)
-SEP = b"\xff"
+#: of a fact (only batches whose properties are canonical ASCII leave one); its 0x02 puts one before
+#: every entry, so that each name pattern starts with a literal (``re`` searches those fast)
+SEP = b"\xff\x02"
 _HEAD = struct.Struct(">" + "".join(fmt for _, fmt in FIELDS[:8]))
 assert [name for name, _ in FIELDS[:8]] == ["total", "magic", "body_crc", "queue_id", "flag", "queue_offset",
                                               "phy_offset", "sys_flag"]
 _MAGICS = (M.MAGIC_V1, M.MAGIC_V2)
-_TAGS = re.compile(rb"[\x02\xff]TAGS\x01([^\x02]+)")
-_UNIQ = re.compile(rb"[\x02\xff]UNIQ_KEY\x01([^\x02]+)")
-_KEYS = re.compile(rb"[\x02\xff]KEYS\x01([^\x02]+)")
+_TAGS = re.compile(rb"\x02TAGS\x01([^\x02]+)")
+_UNIQ = re.compile(rb"\x02UNIQ_KEY\x01([^\x02]+)")
+_KEYS = re.compile(rb"\x02KEYS\x01([^\x02]+)")
 _MASK32 = 0xFFFFFFFF
 
 
@@ -118,7 +119,7 @@ def fact_columns(run: list[BatchFact], counts: list[int], delay_levels_ms) -> tu
     finds them: one ``findall`` per property name over the run's properties; when a name is in some
     records but not all, or the topic is the schedule topic, record by record."""
     n = sum(counts)
-    joined = SEP + SEP.join([f.props for f in run])
+    joined = b"\x02" + SEP.join([f.props for f in run])
     found = [rx.findall(joined) for rx in (_TAGS, _UNIQ, _KEYS)]
     if any(len(v) not in (0, n) for v in found) or any(f.topic == SCHEDULE_TOPIC for f in run):
         return _columns_per_record(run, delay_levels_ms)

@@ -13,6 +13,7 @@ the records and the answers are the same either way.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import re
 
 import numpy as np
@@ -29,11 +30,34 @@ _NOT_SEPARATORS = bytes(b for b in range(256) if b not in (1, 2))
 _NAMES = re.compile(rb"\x01[^\x02]*")
 
 
-def canonical_properties(props: list[bytes]) -> bool:
+#: one entry of canonical properties: an ASCII name and value, neither empty nor holding 0x01 or 0x02
+_ENTRY = re.compile(rb"([\x00\x03-\x7f]+)\x01[\x00\x03-\x7f]+\x02")
+
+
+@functools.lru_cache(maxsize=256)
+def _shape(names: tuple[bytes, ...]) -> re.Pattern:
+    """Messages joined by ``SEP`` (and one after the last) whose properties are canonical entries
+    named ``names``, in that order."""
+    one = b"".join(re.escape(n) + b"\x01[\x00\x03-\x7f]+\x02" for n in names)
+    return re.compile(b"(?:" + one + re.escape(SEP) + b")*")
+
+
+def _same_shape(props: list[bytes], joined: bytes) -> bool:
+    """Whether every message of ``props`` (``joined`` by ``SEP``) has canonical properties with the
+    names of the first, in its order, each once (the usual batch: one regex match for all)."""
+    names = tuple(_ENTRY.findall(props[0]))
+    if len(set(names)) != len(names) or joined.count(SEP) != len(props) - 1:  # (no SEP inside a message)
+        return False
+    return _shape(names).fullmatch(joined + SEP) is not None
+
+
+def canonical_properties(props: list[bytes], joined: bytes | None = None) -> bool:
     """Whether each of ``props`` is what parsing it as upstream (``string2messageProperties``) and
     encoding the result again writes: ASCII ``name\\x01value\\x02`` entries with non-empty names and
     values, one 0x01 each, and no name twice in a message. (Checked over the whole batch at once
-    where it can be.)"""
+    where it can be: ``joined``, the properties joined by ``SEP``, first as all shaped as the first.)"""
+    if joined is not None and props and _same_shape(props, joined):
+        return True
     joined = b"".join(props)
     if not joined.isascii() or b"\x02\x01" in joined or b"\x01\x02" in joined or joined[:1] == b"\x01":
         return False
@@ -86,7 +110,7 @@ def _put_fast(cl, template: Message, flags: list[int], bodies: list[bytes], prop
             or template.queue_id < 0 or not -(1 << 31) <= template.queue_id < 1 << 31):
         return None
     joined = SEP.join(props)  # (canonical properties are ASCII: the separator is in none of them)
-    if b"DELAY\x01" in joined or b"INNER_NUM\x01" in joined or not canonical_properties(props):
+    if b"DELAY\x01" in joined or b"INNER_NUM\x01" in joined or not canonical_properties(props, joined):
         return None
     if sum(map(len, bodies)) > cl.max_body:
         return illegal("message body size exceeded")

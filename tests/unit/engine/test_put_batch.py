@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from rmqstore import Message, PutMessageStatus
+from rmqstore.engine.batch_facts import SEP
 from rmqstore.engine.put_batch import RawBatch, canonical_properties, put_raw_batch
 from tests import kit
 
@@ -31,6 +32,22 @@ JAVA_LIKE = [b"WAIT\x01true\x02TAGS\x01TagA\x02UNIQ_KEY\x01AC1%03d\x02" % i for 
     ([b"A\x00\x01x\x02A\x00\x01y\x02"], False),
 ])
 def test_canonical_properties(props, ok):
+    assert canonical_properties(props) is ok
+    assert canonical_properties(props, SEP.join(props)) is ok  # (the batch-at-once check first)
+
+
+@pytest.mark.parametrize("props, ok", [
+    ([b"A\x01x\x02", b"A\x01x\x02\xff\x02A\x01y\x02"], False),  # the separator inside a message
+    ([b"A\x01x\x02", b"A\x01\xffx\x02"], False),
+    ([b"A\x01x\x02B\x01y\x02"] * 3 + [b"B\x01y\x02A\x01x\x02"], True),  # another order: the general check
+    ([b"A\x01x\x02B\x01y\x02"] * 3 + [b"A\x01x\x02"], True),
+    ([b"A\x01x\x02B\x01y\x02"] * 3 + [b"A\x01x\x02B\x01\x02"], False),
+    ([b"A\x01x\x02A\x01y\x02"] * 2, False),
+    ([b""] * 3, True),
+    ([b"A\x01x\x00\x02"] * 3, True),
+])
+def test_canonical_properties_of_a_batch_at_once(props, ok):
+    assert canonical_properties(props, SEP.join(props)) is ok
     assert canonical_properties(props) is ok
 
 
