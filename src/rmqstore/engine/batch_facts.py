@@ -47,8 +47,9 @@ _MASK32 = 0xFFFFFFFF
 class BatchFact(NamedTuple):
     """What the put of one batch knew of its records (commitlog offsets are absolute).
     ``CommitLog.append_batch(..., fact_props)`` leaves one when given ``fact_props``: the batch's
-    properties, canonical ASCII (``put_batch.canonical_properties``), joined by :data:`SEP`; the
-    template's sysFlag is then every record's."""
+    properties, canonical ASCII (``put_batch.canonical_properties``), joined by :data:`SEP`, and
+    what ``put_batch.batch_shape`` found in them (or None); the template's sysFlag is then every
+    record's."""
 
     phy: int  # the first record's offset
     end: int  # where the last record ends
@@ -60,6 +61,7 @@ class BatchFact(NamedTuple):
     queue_id: int
     sys_flag: int  # every record's
     props: bytes  # the records' properties, ``SEP`` between two records
+    values: tuple | None = None  # (names, per record a tuple of their values): TAGS, UNIQ_KEY, KEYS they have
 
 
 def heads_match(mm, base: int, f: BatchFact) -> bool:
@@ -119,8 +121,10 @@ def fact_columns(run: list[BatchFact], counts: list[int], delay_levels_ms) -> tu
     finds them: one ``findall`` per property name over the run's properties; when a name is in some
     records but not all, or the topic is the schedule topic, record by record."""
     n = sum(counts)
-    joined = b"\x02" + SEP.join([f.props for f in run])
-    found = [rx.findall(joined) for rx in (_TAGS, _UNIQ, _KEYS)]
+    found = _captured(run)
+    if found is None:
+        joined = b"\x02" + SEP.join([f.props for f in run])
+        found = [rx.findall(joined) for rx in (_TAGS, _UNIQ, _KEYS)]
     if any(len(v) not in (0, n) for v in found) or any(f.topic == SCHEDULE_TOPIC for f in run):
         return _columns_per_record(run, delay_levels_ms)
     tags, uniq, keys = found
@@ -142,6 +146,18 @@ def fact_columns(run: list[BatchFact], counts: list[int], delay_levels_ms) -> tu
     if not items:
         return tags_codes, item_rec, np.zeros(0, dtype=np.int64)
     return tags_codes, item_rec, key_hashes(prefix[item_rec], items)
+
+
+def _captured(run: list[BatchFact]) -> list[list] | None:
+    """``[TAGS values, UNIQ_KEY values, KEYS values]`` of the records of ``run`` from what the puts
+    captured (:attr:`BatchFact.values`), a list empty when no record has that name; None when a fact
+    has none, or the facts differ in which names they have."""
+    names = run[0].values[0] if run[0].values is not None else None
+    if names is None or any(f.values is None or f.values[0] != names for f in run):
+        return None
+    cols = [list(chain.from_iterable(c)) for c in zip(*(list(zip(*f.values[1]))[:-1] for f in run))]
+    by_name = dict(zip(names, cols))
+    return [by_name.get(name, []) for name in (b"TAGS", b"UNIQ_KEY", b"KEYS")]
 
 
 def _tags_codes(tags: list[bytes], n: int) -> np.ndarray:

@@ -338,7 +338,7 @@ class CommitLog:
         return self.append_batch(first, batch, born_unset, pbytes[0], shape.store_host)
 
     def append_batch(self, first: Message, batch, born_unset, props0: bytes, store_host: bytes, fact_props=None):
-        """Under the lock: stamp and write an encoded batch (``fact_props``: see ``BatchFact``)."""
+        """Under the lock: stamp and write an encoded batch (``fact_props``: a ``BatchFact``'s props, values)."""
         total, n = batch.size, len(batch.totals)
         key = (first.topic, first.queue_id)
         try:
@@ -355,7 +355,7 @@ class CommitLog:
                     self.batch_starts.append((phy0, end, batch.starts))
                 if fact_props is not None and len(self.batch_facts) < BATCH_FACTS_MAX:
                     self.batch_facts.append(BatchFact(phy0, end, batch.starts, batch.totals, qoff0, store_ts, key[0],
-                                                      key[1], first.sys_flag, fact_props))
+                                                      key[1], first.sys_flag, *fact_props))
         except (OSError, StoreIOError) as ex:
             return append_failed(ex)
         status = self.after_append(end, props0)

@@ -157,7 +157,7 @@ class ConsumeQueue:
             room = (self.file_size - mf.wrote_position) // UNIT
             k = min(room, n - i)
             run = queue_offsets[i:i + k]
-            if q0 * UNIT == current and (k == 1 or bool(np.all(np.diff(run) == 1))):
+            if q0 * UNIT == current and (k == 1 or bool((run[1:] - run[:-1] == 1).all())):
                 # in order, in one copy: a reader in another process validates units one by one
                 # (recovery.validated_unit_end) and takes a missing unit before written ones for damage
                 mf.append(F.encode_units(phys[i:i + k], sizes[i:i + k], tags[i:i + k]), publish_last=False)

@@ -34,21 +34,33 @@ _NAMES = re.compile(rb"\x01[^\x02]*")
 _ENTRY = re.compile(rb"([\x00\x03-\x7f]+)\x01[\x00\x03-\x7f]+\x02")
 
 
+#: the properties dispatch reads of a copied-through batch (``batch_facts``), captured by :func:`batch_shape`
+CAPTURED = (b"TAGS", b"UNIQ_KEY", b"KEYS")
+
+
 @functools.lru_cache(maxsize=256)
-def _shape(names: tuple[bytes, ...]) -> re.Pattern:
-    """Messages joined by ``SEP`` (and one after the last) whose properties are canonical entries
-    named ``names``, in that order."""
-    one = b"".join(re.escape(n) + b"\x01[\x00\x03-\x7f]+\x02" for n in names)
-    return re.compile(b"(?:" + one + re.escape(SEP) + b")*")
+def _shape(names: tuple[bytes, ...]) -> tuple[re.Pattern, tuple[bytes, ...]]:
+    """A message (after a ``SEP``, before the next) whose properties are canonical entries named
+    ``names`` in that order, the values of the ``CAPTURED`` names as groups (and an empty group: a
+    match is always a tuple); and those names in group order."""
+    value = rb"[\x00\x03-\x7f]+"
+    one = b"".join(re.escape(n) + b"\x01" + (b"(" + value + b")" if n in CAPTURED else value) + b"\x02" for n in names)
+    return re.compile(re.escape(SEP) + one + b"()(?=\xff)"), tuple(n for n in names if n in CAPTURED)
 
 
-def _same_shape(props: list[bytes], joined: bytes) -> bool:
-    """Whether every message of ``props`` (``joined`` by ``SEP``) has canonical properties with the
-    names of the first, in its order, each once (the usual batch: one regex match for all)."""
+def batch_shape(props: list[bytes], joined: bytes) -> tuple[tuple[bytes, ...], list[tuple]] | None:
+    """When every message of ``props`` (``joined`` by ``SEP``) has canonical properties with the names
+    of the first, in its order, each once (the usual batch: one regex pass for all): the
+    ``CAPTURED`` names they have and, per message, those values (a tuple, in that order, then b""; no
+    tuples when they have none of those names); else None."""
     names = tuple(_ENTRY.findall(props[0]))
     if len(set(names)) != len(names) or joined.count(SEP) != len(props) - 1:  # (no SEP inside a message)
-        return False
-    return _shape(names).fullmatch(joined + SEP) is not None
+        return None
+    rx, captured = _shape(names)
+    rows = rx.findall(SEP + joined + SEP)  # each match starts at a SEP and ends before the next: all or none
+    if len(rows) != len(props):
+        return None
+    return captured, rows if captured else []  # (with no group but the empty one, findall gives strings)
 
 
 def canonical_properties(props: list[bytes], joined: bytes | None = None) -> bool:
@@ -56,7 +68,7 @@ def canonical_properties(props: list[bytes], joined: bytes | None = None) -> boo
     encoding the result again writes: ASCII ``name\\x01value\\x02`` entries with non-empty names and
     values, one 0x01 each, and no name twice in a message. (Checked over the whole batch at once
     where it can be: ``joined``, the properties joined by ``SEP``, first as all shaped as the first.)"""
-    if joined is not None and props and _same_shape(props, joined):
+    if joined is not None and props and batch_shape(props, joined) is not None:
         return True
     joined = b"".join(props)
     if not joined.isascii() or b"\x02\x01" in joined or b"\x01\x02" in joined or joined[:1] == b"\x01":
@@ -110,7 +122,10 @@ def _put_fast(cl, template: Message, flags: list[int], bodies: list[bytes], prop
             or template.queue_id < 0 or not -(1 << 31) <= template.queue_id < 1 << 31):
         return None
     joined = SEP.join(props)  # (canonical properties are ASCII: the separator is in none of them)
-    if b"DELAY\x01" in joined or b"INNER_NUM\x01" in joined or not canonical_properties(props, joined):
+    if b"DELAY\x01" in joined or b"INNER_NUM\x01" in joined:
+        return None
+    values = batch_shape(props, joined)
+    if values is None and not canonical_properties(props):
         return None
     if sum(map(len, bodies)) > cl.max_body:
         return illegal("message body size exceeded")
@@ -129,4 +144,5 @@ def _put_fast(cl, template: Message, flags: list[int], bodies: list[bytes], prop
         return None
     if batch.size + M.END_FILE_MIN_BLANK_LENGTH > cl.cfg.mapped_file_size_commit_log:
         return illegal(f"batch of {batch.size} bytes cannot fit one commitlog segment")
-    return cl.append_batch(template, batch, True if born is None else None, props[0], shape.store_host, joined)
+    return cl.append_batch(template, batch, True if born is None else None, props[0], shape.store_host,
+                           (joined, values))
