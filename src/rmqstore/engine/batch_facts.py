@@ -16,7 +16,7 @@ from __future__ import annotations
 import functools
 import re
 import struct
-from itertools import chain
+from itertools import accumulate, chain
 from typing import NamedTuple
 
 import numpy as np
@@ -92,7 +92,7 @@ def dispatch_facts(store, run: list[BatchFact]) -> set[tuple[str, int]]:
     queues: dict[tuple[str, int], list[int]] = {}
     for i, f in enumerate(run):
         queues.setdefault((f.topic, f.queue_id), []).append(i)
-    at = np.cumsum([0] + counts).tolist()
+    at = list(accumulate(counts, initial=0))
     tx_skip = {i for i, f in enumerate(run) if f.sys_flag & M.SYSFLAG_TX_MASK in (M.TX_PREPARED, M.TX_ROLLBACK)}
     touched = set()
     for key, idx in queues.items():
@@ -108,12 +108,18 @@ def dispatch_facts(store, run: list[BatchFact]) -> set[tuple[str, int]]:
         store.find_consume_queue(*key).put_units(*cols)
         touched.add(key)
     if store.cfg.message_index_enable:
-        same = len(run) == 1
-        tss = np.full(phys.size, run[0].store_ts, np.int64) if same else np.repeat([f.store_ts for f in run], counts)
-        flags = np.full(phys.size, run[0].sys_flag, np.int64) if same else np.repeat([f.sys_flag for f in run], counts)
-        store.index_service.build_index_hashed(phys, tss, flags, item_rec, item_hash)
+        tss = _per_record([f.store_ts for f in run], counts)
+        store.index_service.build_index_hashed(phys, tss, _per_record([f.sys_flag for f in run], counts), item_rec,
+                                                item_hash)
     store.on_dispatched(run[-1].store_ts)
     return touched
+
+
+def _per_record(values: list[int], counts: list[int]) -> np.ndarray:
+    """Each fact's value repeated for its records (int64)."""
+    if values.count(values[0]) == len(values):
+        return np.full(sum(counts), values[0], dtype=np.int64)
+    return np.repeat(np.array(values, dtype=np.int64), counts)
 
 
 def fact_columns(run: list[BatchFact], counts: list[int], delay_levels_ms) -> tuple:
@@ -137,15 +143,14 @@ def fact_columns(run: list[BatchFact], counts: list[int], delay_levels_ms) -> tu
             items += toks
             rec += [r] * len(toks)
         item_rec = np.array(rec, dtype=np.int64)
-    elif uniq and keys:
-        items = list(chain.from_iterable(zip(uniq, keys)))
-        item_rec = np.repeat(np.arange(n, dtype=np.int64), 2)
-    else:
-        items = uniq or keys
-        item_rec = np.arange(len(items), dtype=np.int64)
+        return tags_codes, item_rec, key_hashes(prefix if type(prefix) is int else prefix[item_rec], items)
+    if uniq and keys:  # per record UNIQ_KEY, then its one KEYS token
+        both = np.stack([key_hashes(prefix, uniq), key_hashes(prefix, keys)], axis=1)
+        return tags_codes, np.repeat(np.arange(n, dtype=np.int64), 2), both.ravel()
+    items = uniq or keys
     if not items:
-        return tags_codes, item_rec, np.zeros(0, dtype=np.int64)
-    return tags_codes, item_rec, key_hashes(prefix[item_rec], items)
+        return tags_codes, np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
+    return tags_codes, np.arange(n, dtype=np.int64), key_hashes(prefix, items)
 
 
 def _captured(run: list[BatchFact]) -> list[list] | None:
@@ -172,11 +177,12 @@ def _tags_codes(tags: list[bytes], n: int) -> np.ndarray:
     return np.array([codes[t] for t in tags], dtype=np.int64)
 
 
-def _prefix_hashes(run: list[BatchFact], counts: list[int]) -> np.ndarray:
-    """Per record the Java hash of ``topic + "#"`` (uint64, < 2**32), an index key's prefix."""
+def _prefix_hashes(run: list[BatchFact], counts: list[int]) -> int | np.ndarray:
+    """The Java hash of ``topic + "#"`` (< 2**32), an index key's prefix: one int when the records
+    share their topic, else per record (uint64)."""
     topics = [f.topic for f in run]
     if topics.count(topics[0]) == len(topics):
-        return np.full(sum(counts), H.java_hash_cached(topics[0] + "#") & _MASK32, dtype=np.uint64)
+        return H.java_hash_cached(topics[0] + "#") & _MASK32
     return np.repeat(np.array([H.java_hash_cached(t + "#") & _MASK32 for t in topics], dtype=np.uint64), counts)
 
 
@@ -186,25 +192,31 @@ def _weights(width: int) -> np.ndarray:
     return np.array([pow(31, width - 1 - j, 1 << 32) for j in range(width)], dtype=np.uint32)
 
 
-def key_hashes(prefix: np.ndarray, keys: list[bytes]) -> np.ndarray:
+def key_hashes(prefix: int | np.ndarray, keys: list[bytes]) -> np.ndarray:
     """``abs(hash(topic + "#" + key))`` (int64; ``Integer.MIN_VALUE`` gives 0) of ASCII ``keys``
-    given each one's prefix hash: keys of one length as the rows of one matrix (the usual
-    UNIQ_KEYs), any others through :func:`~rmqstore.format.hashes.java_hash_ranges`."""
+    given the prefix hash (one, or each key's as uint64): keys of one length as the rows of one
+    matrix in uint32 arithmetic, whose wrap-around is Java's (the usual UNIQ_KEYs), any others
+    through :func:`~rmqstore.format.hashes.java_hash_ranges`."""
     lens = list(map(len, keys))
     width = lens[0]
     if lens.count(width) == len(lens) and width <= 256:
         rows = np.frombuffer(b"".join(keys), dtype=np.uint8).reshape(len(keys), width)
-        kh = rows.dot(_weights(width)).astype(np.uint64)
-        full = (prefix * np.uint64(pow(31, width, 1 << 32)) + kh) & np.uint64(_MASK32)
+        kh = rows.dot(_weights(width))  # uint32
+        shift = pow(31, width, 1 << 32)
+        if type(prefix) is int:
+            full = kh + np.uint32(prefix * shift & _MASK32)
+        else:
+            full = ((prefix * np.uint64(shift) + kh) & np.uint64(_MASK32)).astype(np.uint32)
     else:
         ln = np.array(lens, dtype=np.int64)
         ends = np.cumsum(ln)
         kh, ok = H.java_hash_ranges(np.frombuffer(b"".join(keys), dtype=np.uint8), ends - ln, ends)
         if not ok.all():  # (facts hold ASCII properties only)
             raise ValueError("a batch fact's index key is not ASCII")
-        full = H.combine_hash(prefix, kh, ln)
-    h = H.to_int32(full).astype(np.int64)
-    return np.where(h == H.INT_MIN, 0, np.abs(h))
+        pre = np.full(len(keys), prefix, dtype=np.uint64) if type(prefix) is int else prefix
+        full = H.combine_hash(pre, kh, ln).astype(np.uint32)
+    h = np.abs(full.view(np.int32))  # (abs of Integer.MIN_VALUE wraps to itself: the maximum makes it 0)
+    return np.maximum(h, 0, out=h).astype(np.int64)
 
 
 def _columns_per_record(run: list[BatchFact], delay_levels_ms) -> tuple:

@@ -181,9 +181,20 @@ def test_facts_are_bounded(tmp_path, monkeypatch, used):
                                   [b"k", b"key-10", b"x" * 70, b"a b"]])
 def test_key_hashes(keys):
     for topic in ("T", "TopicTest"):
-        prefix = np.full(len(keys), H.java_hash(topic + "#") & 0xFFFFFFFF, dtype=np.uint64)
+        prefix = H.java_hash(topic + "#") & 0xFFFFFFFF
         want = [H.index_key_hash(topic, k.decode()) for k in keys]
         assert BF.key_hashes(prefix, keys).tolist() == want
+        assert BF.key_hashes(np.full(len(keys), prefix, dtype=np.uint64), keys).tolist() == want
+
+
+def test_key_hashes_of_integer_min_value():
+    """A key whose ``topic#key`` hashes to Integer.MIN_VALUE gets 0 (``Math.abs`` stays negative)."""
+    key = b"a" * 6  # find a prefix hash p with p * 31**6 + hash(key) = 2**31 (mod 2**32)
+    inv = pow(pow(31, 6, 1 << 32), -1, 1 << 32)
+    prefix = ((1 << 31) - H.java_hash(key.decode())) * inv % (1 << 32)
+    assert BF.key_hashes(prefix, [key, b"b" * 6]).tolist()[0] == 0
+    assert BF.key_hashes(np.array([prefix], dtype=np.uint64), [key]).tolist() == [0]
+    assert BF.key_hashes(prefix, [key, b"bb"]).tolist()[0] == 0  # (the ranges path)
 
 
 _NAMES = hs.sampled_from(["TAGS", "KEYS", "UNIQ_KEY", "WAIT", "X"])
