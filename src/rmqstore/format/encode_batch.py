@@ -33,7 +33,7 @@ class BatchV4:
     totals: np.ndarray
     props_max: int  # the longest properties (bytes)
 
-    @property
+    @functools.cached_property
     def size(self) -> int:
         return int(self.totals.sum())
 
@@ -145,9 +145,9 @@ def encode_batch(f: BatchFields) -> BatchV4:
     n = len(bodies)
     blen = np.fromiter(map(len, bodies), dtype=np.int64, count=n)
     plens = list(map(len, props))
-    plen = np.array(plens, dtype=np.int64)
-    props_max = int(plen.max()) if n else 0
-    totals = V4.size + blen + len(f.topic_tail) + PROPS_LEN + plen
+    props_max = max(plens, default=0)
+    totals = blen + np.array(plens, dtype=np.int64)
+    totals += V4.size + len(f.topic_tail) + PROPS_LEN
     starts = np.cumsum(totals) - totals
     if n <= ROWS_KEPT:
         hdr = np.frombuffer(bytearray(_batch_rows(f.topic_tail, f.queue_id, f.born_host, f.store_host, n)),
