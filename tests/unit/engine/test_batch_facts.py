@@ -213,3 +213,55 @@ def test_random_batches_write_what_the_walk_writes(batches):
                             ["".join(f"{k}\x01{v}\x02" for k, v in m.items()).encode() for m in msgs]))
     with tempfile.TemporaryDirectory() as d:
         _twice(pathlib.Path(d), raw, kit.cfg(GEOMETRY))
+
+
+def test_a_cut_tail_drops_the_facts_of_the_records_cut(tmp_path):
+    """A writer's divergent tail cut (an old master rejoining) and the master's records of the same
+    sizes appended in its place: dispatch indexes the records there, not what the facts said."""
+    cfg = kit.cfg(GEOMETRY)
+
+    def batch(keys: bytes) -> RawBatch:
+        b = _batch(4, 0, "none")
+        b.props = [b"KEYS\x01%s%d\x02" % (keys, j) for j in range(4)]
+        return b
+
+    master = _store(tmp_path / "master", cfg)
+    for b in (batch(b"one"), batch(b"TWO")):
+        assert put_raw_batch(master.commit_log, b).ok
+    second = master.commit_log.batch_facts[1].phy
+    master.reput.do_reput()
+    tail = bytes(master.commit_log.get_data(second, master.commit_log.confirm_offset - second))
+    master.close()
+
+    from rmqstore.engine.ha.replica import append_replicated, cut_tail
+    writer = _store(tmp_path / "writer", cfg)
+    for b in (batch(b"one"), batch(b"two")):  # the same sizes, other keys
+        assert put_raw_batch(writer.commit_log, b).ok
+    assert cut_tail(writer, second, "test") == second
+    assert not writer.commit_log.batch_facts
+    append_replicated(writer.commit_log, second, tail)
+    writer.reput.do_reput()
+    assert writer.query_message("TB", "TWO1", 10, 0, 1 << 62).messages  # the master's keys
+    assert not writer.query_message("TB", "two1", 10, 0, 1 << 62).messages
+    writer.close()
+    assert _derived_files(tmp_path / "writer") == _derived_files(tmp_path / "master")
+
+
+def test_the_dispatcher_thread_takes_facts_while_batches_are_put(tmp_path, used):
+    """The background dispatcher pops facts while another thread appends batches and single
+    messages: the files are those of the walk."""
+    cfg = kit.cfg(GEOMETRY)
+    batches = _mixed() * 3
+    live = MessageStore.open(str(tmp_path / "facts"), cfg)  # its dispatcher thread runs
+    for x in batches:
+        assert (live.put_message(x) if isinstance(x, Message) else put_raw_batch(live.commit_log, x)).ok
+    live.wait_dispatched(timeout=30)
+    live.close()
+    assert used[0] > 0
+    walk = _store(tmp_path / "walk", cfg)
+    for x in batches:
+        assert (walk.put_message(x) if isinstance(x, Message) else put_raw_batch(walk.commit_log, x)).ok
+        walk.commit_log.batch_facts.clear()
+    walk.reput.do_reput()
+    walk.close()
+    assert _derived_files(tmp_path / "facts") == _derived_files(tmp_path / "walk")
