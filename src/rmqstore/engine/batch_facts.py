@@ -4,12 +4,14 @@ its records), instead of walking and decoding the records again.
 
 A batch copied through by :func:`~.put_batch.put_raw_batch` leaves one :class:`BatchFact` in
 ``CommitLog.batch_facts``: its offsets and sizes (the encoded batch's columns), first queue offset,
-store time, topic, queue, sysFlag and its messages' properties as one bytes object. The dispatcher
+store time, topic, queue, sysFlag, its messages' properties as one bytes object and the TAGS,
+UNIQ_KEY and KEYS values the put's check of those properties captured. The dispatcher
 (:meth:`~.reput.ReputMessageService._reput_round`) checks the first and last record's head of each
 fact against the segment (:func:`heads_match`), then writes the consume-queue units and index items
-of a run of facts with :func:`dispatch_facts`: columns, one regex pass per property name over the
-whole run, each distinct TAGS hashed once, the index keys (UNIQ_KEY first, then each KEYS token, as
-:func:`~.dispatch.index_keys`) hashed column-wise. Same files, byte for byte, as the walk.
+of a run of facts with :func:`dispatch_facts`: columns, each distinct TAGS hashed once, the index
+keys (UNIQ_KEY first, then each KEYS token, as :func:`~.dispatch.index_keys`) hashed column-wise;
+without captured values, one regex pass per name over the run's properties, or record by record.
+Same files, byte for byte, as the walk.
 """
 from __future__ import annotations
 
@@ -68,10 +70,11 @@ def heads_match(mm, base: int, f: BatchFact) -> bool:
     """Whether the segment mapped in ``mm`` (from commitlog offset ``base``) holds ``f``'s records: the
     first and last record's TOTALSIZE, magic, queue id, queue offset, PHYSICALOFFSET and sysFlag as
     the fact says, and the records back to back up to ``f.end``."""
-    n = f.starts.size
-    last = n - 1
+    last = f.starts.size - 1
+    if last < 0 or int(f.starts[0]):
+        return False
     start_last = int(f.starts[last])
-    if not n or int(f.starts[0]) or start_last + int(f.totals[last]) != f.end - f.phy:
+    if start_last + int(f.totals[last]) != f.end - f.phy:
         return False
     for i, rel in ((0, 0), (last, start_last)) if last else ((0, 0),):
         phy = f.phy + rel
@@ -124,8 +127,9 @@ def _per_record(values: list[int], counts: list[int]) -> np.ndarray:
 
 def fact_columns(run: list[BatchFact], counts: list[int], delay_levels_ms) -> tuple:
     """``(tagsCodes, item_rec, item_hash)`` of the records of ``run``, as :func:`~.dispatch.dispatch_batch`
-    finds them: one ``findall`` per property name over the run's properties; when a name is in some
-    records but not all, or the topic is the schedule topic, record by record."""
+    finds them: from the values the puts captured, else one ``findall`` per property name over the
+    run's properties; when a name is in some records but not all, or the topic is the schedule
+    topic, record by record."""
     n = sum(counts)
     found = _captured(run)
     if found is None:

@@ -164,6 +164,8 @@ def test_heads_match_reads_the_first_and_last_record(tmp_path):
     f = st.commit_log.batch_facts[0]
     mf = st.commit_log.queue.find(f.phy)
     assert BF.heads_match(mf.mm, mf.file_from_offset, f)
+    empty = np.zeros(0, dtype=np.int64)
+    assert not BF.heads_match(mf.mm, mf.file_from_offset, f._replace(starts=empty, totals=empty))
     mf.mm[int(f.starts[-1]) + 4] ^= 0xFF  # the last record's magic
     assert not BF.heads_match(mf.mm, mf.file_from_offset, f)
     st.close()
