@@ -140,7 +140,7 @@ def _put_fast(cl, template: Message, flags: list[int], bodies: list[bytes], prop
             prepared_offsets=template.prepared_transaction_offset))
     except (OverflowError, ValueError, TypeError):
         return None  # (a field out of range: put_messages says which)
-    if batch.props_max > P.MAX_PROPERTIES_SIZE or int(batch.totals.max()) > cl.max_record:
+    if batch.props_max > P.MAX_PROPERTIES_SIZE or batch.largest > cl.max_record:
         return None
     if batch.size + M.END_FILE_MIN_BLANK_LENGTH > cl.cfg.mapped_file_size_commit_log:
         return illegal(f"batch of {batch.size} bytes cannot fit one commitlog segment")

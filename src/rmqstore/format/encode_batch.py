@@ -35,7 +35,12 @@ class BatchV4:
 
     @functools.cached_property
     def size(self) -> int:
-        return int(self.totals.sum())
+        return int(np.add.reduce(self.totals))
+
+    @functools.cached_property
+    def largest(self) -> int:
+        """The largest record's size (0 for no record)."""
+        return int(np.maximum.reduce(self.totals)) if self.totals.size else 0
 
     def render(self, queue_offset0: int, phy0: int, store_timestamp: int,
                born_unset: np.ndarray | bool | None = None) -> bytes:
@@ -148,7 +153,8 @@ def encode_batch(f: BatchFields) -> BatchV4:
     props_max = max(plens, default=0)
     totals = blen + np.array(plens, dtype=np.int64)
     totals += V4.size + len(f.topic_tail) + PROPS_LEN
-    starts = np.cumsum(totals) - totals
+    starts = totals.cumsum()  # (the methods and ufunc reductions, not numpy's Python-level wrappers)
+    starts -= totals
     if n <= ROWS_KEPT:
         hdr = np.frombuffer(bytearray(_batch_rows(f.topic_tail, f.queue_id, f.born_host, f.store_host, n)),
                             dtype=FIXED_V4_DTYPE)

@@ -112,3 +112,11 @@ def test_headers_from_the_kept_rows_and_built_anew_are_the_same(n):
             want += rec
             pos += len(rec)
         assert out == want
+
+
+def test_size_and_largest_record():
+    batch = _batch(b"T", [b"a", b"b" * 40, b""], [b"", b"K\x01v\x02", b""])
+    assert batch.size == sum(batch.totals.tolist()) and batch.size == len(batch.render(0, 0, 0))
+    assert batch.largest == 91 + 1 + 40 + 4 == max(batch.totals.tolist())
+    empty = _batch(b"T", [], [])
+    assert (empty.size, empty.largest) == (0, 0)
