@@ -102,13 +102,15 @@ def dispatch_facts(store, run: list[BatchFact]) -> set[tuple[str, int]]:
         idx = [i for i in idx if i not in tx_skip]
         if not idx:
             continue
-        sl = [slice(at[i], at[i + 1]) for i in idx]
-        qoffs = [np.arange(run[i].queue_offset, run[i].queue_offset + counts[i], dtype=np.int64) for i in idx]
-        if len(idx) == 1:
-            cols = qoffs[0], phys[sl[0]], totals[sl[0]], tags[sl[0]]
+        cq = store.find_consume_queue(*key)
+        q0, a, b = run[idx[0]].queue_offset, at[idx[0]], at[idx[-1] + 1]
+        together = b - a == sum(counts[i] for i in idx)  # (no other queue's records between its facts)
+        if together and all(run[i].queue_offset == q0 + at[i] - a for i in idx):  # (and offsets following)
+            cq.put_run(q0, phys[a:b], totals[a:b], tags[a:b])
         else:
-            cols = (np.concatenate(qoffs), *(np.concatenate([c[s] for s in sl]) for c in (phys, totals, tags)))
-        store.find_consume_queue(*key).put_units(*cols)
+            sl = [slice(at[i], at[i + 1]) for i in idx]
+            qoffs = np.concatenate([np.arange(run[i].queue_offset, run[i].queue_offset + counts[i]) for i in idx])
+            cq.put_units(qoffs.astype(np.int64), *(np.concatenate([c[s] for s in sl]) for c in (phys, totals, tags)))
         touched.add(key)
     if store.cfg.message_index_enable:
         tss = _per_record([f.store_ts for f in run], counts)

@@ -167,6 +167,25 @@ class ConsumeQueue:
                 self._put_one(mf, q0, int(phys[i]), int(sizes[i]), int(tags[i]))
                 i += 1
 
+    def put_run(self, q0: int, phys: np.ndarray, sizes: np.ndarray, tags: np.ndarray) -> None:
+        """:meth:`put_units` for records with consecutive queue offsets from ``q0`` (a producer's
+        batch, in commitlog order): the same bytes, without an offsets array to build and check.
+        Units already present, or not right after the queue's last one, go through :meth:`put_units`."""
+        n = int(phys.size)
+        if n == 1 or int(phys[0]) + int(sizes[0]) <= self.max_physic_offset:
+            self.put_units(np.arange(q0, q0 + n, dtype=np.int64), phys, sizes, tags)
+            return
+        i = 0
+        while i < n:
+            mf = self._file_for(q0 + i)
+            if (q0 + i) * UNIT != mf.file_from_offset + mf.wrote_position:
+                self.put_units(np.arange(q0 + i, q0 + n, dtype=np.int64), phys[i:], sizes[i:], tags[i:])
+                return
+            k = min((self.file_size - mf.wrote_position) // UNIT, n - i)
+            mf.append(F.encode_units(phys[i:i + k], sizes[i:i + k], tags[i:i + k]), publish_last=False)
+            self.max_physic_offset = int(phys[i + k - 1]) + int(sizes[i + k - 1])
+            i += k
+
     def put_unit(self, q: int, phy: int, size: int, tag: int) -> None:
         """:meth:`put_units` for one unit, with plain ints."""
         if phy + size <= self.max_physic_offset:
