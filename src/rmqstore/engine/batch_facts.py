@@ -71,15 +71,15 @@ def heads_match(mm, base: int, f: BatchFact) -> bool:
     first and last record's TOTALSIZE, magic, queue id, queue offset, PHYSICALOFFSET and sysFlag as
     the fact says, and the records back to back up to ``f.end``."""
     last = f.starts.size - 1
-    if last < 0 or int(f.starts[0]):
+    if last < 0 or f.starts.item(0):
         return False
-    start_last = int(f.starts[last])
-    if start_last + int(f.totals[last]) != f.end - f.phy:
+    start_last, total_last = f.starts.item(last), f.totals.item(last)  # (item: no numpy scalar made)
+    if start_last + total_last != f.end - f.phy:
         return False
-    for i, rel in ((0, 0), (last, start_last)) if last else ((0, 0),):
+    for i, rel, total in ((0, 0, f.totals.item(0)), (last, start_last, total_last)) if last else ((0, 0, total_last),):
         phy = f.phy + rel
         h = _HEAD.unpack_from(mm, phy - base)
-        if (h[0] != int(f.totals[i]) or h[1] not in _MAGICS or h[3] != f.queue_id or h[5] != f.queue_offset + i
+        if (h[0] != total or h[1] not in _MAGICS or h[3] != f.queue_id or h[5] != f.queue_offset + i
                 or h[6] != phy or h[7] != f.sys_flag):
             return False
     return True

@@ -168,6 +168,11 @@ def test_heads_match_reads_the_first_and_last_record(tmp_path):
     assert not BF.heads_match(mf.mm, mf.file_from_offset, f._replace(starts=empty, totals=empty))
     mf.mm[int(f.starts[-1]) + 4] ^= 0xFF  # the last record's magic
     assert not BF.heads_match(mf.mm, mf.file_from_offset, f)
+    assert put_raw_batch(st.commit_log, _batch(1, 6, "java")).ok  # one record: first and last
+    one = st.commit_log.batch_facts[1]
+    assert BF.heads_match(mf.mm, mf.file_from_offset, one)
+    assert not BF.heads_match(mf.mm, mf.file_from_offset, one._replace(totals=one.totals + 1, end=one.end + 1))
+    assert not BF.heads_match(mf.mm, mf.file_from_offset, one._replace(queue_offset=one.queue_offset + 1))
     st.close()
 
 
