@@ -3,9 +3,12 @@ messages."""
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as hs
 
 from rmqstore import Message
 from rmqstore.broker import messages as M
@@ -40,7 +43,7 @@ def _batch(*msgs: tuple[int, bytes, bytes]) -> bytes:
     out = b""
     for flag, body, props in msgs:
         total = 22 + len(body) + len(props)
-        out += (total.to_bytes(4, "big") + b"\0" * 8 + flag.to_bytes(4, "big") + len(body).to_bytes(4, "big") + body
+        out += (total.to_bytes(4, "big") + b"\0" * 8 + flag.to_bytes(4, "big", signed=True) + len(body).to_bytes(4, "big") + body
                 + len(props).to_bytes(2, "big") + props)
     return out
 
@@ -58,6 +61,29 @@ def test_decode_batch_and_its_errors():
     bad[0:4] = (99).to_bytes(4, "big")
     with pytest.raises(ValueError, match="totalSize 99"):
         M.decode_batch(bytes(bad))
+    stuck = bytearray(_batch((0, b"", b"")))  # totalSize 0 = 22 + bodyLen 0 + propertiesLen -22: no progress
+    stuck[0:4], stuck[20:22] = bytes(4), (-22).to_bytes(2, "big", signed=True)
+    with pytest.raises(ValueError, match="properties length -22"):
+        M.decode_batch(bytes(stuck))
+
+
+@settings(max_examples=300, deadline=None)
+@given(hs.lists(hs.tuples(hs.integers(-5, 5), hs.binary(max_size=8), hs.binary(max_size=8)), max_size=4),
+       hs.lists(hs.tuples(hs.integers(0, 40), hs.integers(0, 255)), max_size=3), hs.integers(0, 3))
+def test_batch_columns_take_what_the_careful_walk_takes(messages, edits, cut):
+    """The fast walk of a batch body answers as the field-by-field one (which says what is wrong)."""
+    raw = bytearray(_batch(*messages))
+    for at, value in edits:  # damage some bytes
+        if at < len(raw):
+            raw[at] = value
+    raw = bytes(raw[:len(raw) - cut])
+    try:
+        want = M._checked_columns(raw)
+    except ValueError as e:
+        with pytest.raises(ValueError, match=re.escape(str(e))):
+            M.batch_columns(raw)
+    else:
+        assert M.batch_columns(raw) == want
 
 
 def test_delayed_message_goes_to_schedule_topic_capped_at_max_level():

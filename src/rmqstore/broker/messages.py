@@ -100,21 +100,44 @@ def decode_batch(body: bytes) -> list[tuple[int, bytes, str]]:
     return [(f, b, p.decode("utf-8", "replace")) for f, b, p in zip(flags, bodies, props)]
 
 
-_I32 = struct.Struct(">i")
-_FLAG_BLEN = struct.Struct(">ii")
+_HEAD = struct.Struct(">i8xii")  # totalSize, (magic, bodyCRC), flag, bodyLen
 _I16 = struct.Struct(">h")
 
 
 def batch_columns(body: bytes) -> tuple[list[int], list[bytes], list[bytes]]:
     """:func:`decode_batch` as columns, in one pass: the flags, the bodies and the encoded properties
-    (bytes, as sent); ValueError when the bytes do not hold whole messages."""
+    (bytes, as sent); ValueError when the bytes do not hold whole messages (:func:`_checked_columns`
+    says where and why)."""
+    flags: list[int] = []
+    bodies: list[bytes] = []
+    props: list[bytes] = []
+    add_flag, add_body, add_props = flags.append, bodies.append, props.append
+    head, i16 = _HEAD.unpack_from, _I16.unpack_from
+    pos, n = 0, len(body)
+    try:
+        while pos < n:
+            total, flag, blen = head(body, pos)
+            p = pos + 20 + blen
+            end = pos + total
+            if blen < 0 or end > n or end < p + 2 or total != 22 + blen + i16(body, p)[0]:
+                raise ValueError
+            add_flag(flag)
+            add_body(body[pos + 20:p])
+            add_props(body[p + 2:end])
+            pos = end
+    except (ValueError, struct.error):
+        return _checked_columns(body)
+    return flags, bodies, props
+
+
+def _checked_columns(body: bytes) -> tuple[list[int], list[bytes], list[bytes]]:
+    """:func:`batch_columns` with a check and its own message for each field."""
     flags, bodies, props = [], [], []
     pos, n = 0, len(body)
     while pos < n:
         if n - pos < 22:
             raise ValueError(f"batch message at byte {pos}: {n - pos} bytes left, a message needs at least 22")
-        total = _I32.unpack_from(body, pos)[0]
-        flag, blen = _FLAG_BLEN.unpack_from(body, pos + 12)
+        total, flag, blen = _HEAD.unpack_from(body, pos)
         if blen < 0 or pos + 22 + blen > n:
             raise ValueError(f"batch message at byte {pos}: body length {blen} runs past the batch")
         p = pos + 20 + blen

@@ -25,6 +25,7 @@ from ..format.msgid import encode_offset_msg_id, encode_offset_msg_ids, parse_ho
 from ..io.mapped_file_queue import MappedFileQueue
 from ..types import SCHEDULE_TOPIC, Message, MessageRecord, PutMessageResult, PutMessageStatus
 from ..io import paths
+from .batch_facts import BATCH_FACTS_MAX, BatchFact
 from .put_encode import (DEFAULT_BORN_HOST, MAX_TOTAL_EXTRA, SLOW_SYSFLAGS, TOPIC_RE, Encoded, append_failed,
                          batch_properties, born_columns, encode_message, illegal, is_delayed, message_columns,
                          props_bytes, range_checked, shared_columns)
@@ -120,6 +121,7 @@ class CommitLog:
         self.batch_starts: collections.deque = collections.deque()
         #: what the group commit's single puts appended, for the dispatcher (engine/group_commit.py: FACTS)
         self.put_facts: collections.deque = collections.deque()
+        self.batch_facts: collections.deque = collections.deque()  # for the dispatcher (engine/batch_facts.py)
 
     # ------------------------------------------------------------------------------------------
     # Appending (under the lock)
@@ -335,8 +337,8 @@ class CommitLog:
             return illegal(f"batch of {batch.size} bytes cannot fit one commitlog segment")
         return self.append_batch(first, batch, born_unset, pbytes[0], shape.store_host)
 
-    def append_batch(self, first: Message, batch, born_unset, props0: bytes, store_host: bytes) -> PutMessageResult:
-        """Under the lock: stamp and write a batch encoded by :meth:`_put_batch_fast`."""
+    def append_batch(self, first: Message, batch, born_unset, props0: bytes, store_host: bytes, fact_props=None):
+        """Under the lock: stamp and write an encoded batch (``fact_props``: a ``BatchFact``'s props, values)."""
         total, n = batch.size, len(batch.totals)
         key = (first.topic, first.queue_id)
         try:
@@ -351,6 +353,9 @@ class CommitLog:
                 end = self._publish(mf, pos + total, store_ts, key, qoff0 + n)
                 if len(self.batch_starts) < START_HINTS_MAX:
                     self.batch_starts.append((phy0, end, batch.starts))
+                if fact_props is not None and len(self.batch_facts) < BATCH_FACTS_MAX:
+                    self.batch_facts.append(BatchFact(phy0, end, batch.starts, batch.totals, qoff0, store_ts, key[0],
+                                                      key[1], first.sys_flag, *fact_props))
         except (OSError, StoreIOError) as ex:
             return append_failed(ex)
         status = self.after_append(end, props0)
@@ -493,6 +498,3 @@ def apply_delay_levels(rec: MessageRecord, delay_levels_ms) -> MessageRecord:
     if rec.topic == SCHEDULE_TOPIC:
         rec.tags_code = tags_code_of(rec.topic, rec.properties, rec.store_timestamp, delay_levels_ms)
     return rec
-
-
-

@@ -157,7 +157,7 @@ class ConsumeQueue:
             room = (self.file_size - mf.wrote_position) // UNIT
             k = min(room, n - i)
             run = queue_offsets[i:i + k]
-            if q0 * UNIT == current and (k == 1 or bool(np.all(np.diff(run) == 1))):
+            if q0 * UNIT == current and (k == 1 or bool((run[1:] - run[:-1] == 1).all())):
                 # in order, in one copy: a reader in another process validates units one by one
                 # (recovery.validated_unit_end) and takes a missing unit before written ones for damage
                 mf.append(F.encode_units(phys[i:i + k], sizes[i:i + k], tags[i:i + k]), publish_last=False)
@@ -166,6 +166,25 @@ class ConsumeQueue:
             else:
                 self._put_one(mf, q0, int(phys[i]), int(sizes[i]), int(tags[i]))
                 i += 1
+
+    def put_run(self, q0: int, phys: np.ndarray, sizes: np.ndarray, tags: np.ndarray) -> None:
+        """:meth:`put_units` for records with consecutive queue offsets from ``q0`` (a producer's
+        batch, in commitlog order): the same bytes, without an offsets array to build and check.
+        Units already present, or not right after the queue's last one, go through :meth:`put_units`."""
+        n = int(phys.size)
+        if n == 1 or int(phys[0]) + int(sizes[0]) <= self.max_physic_offset:
+            self.put_units(np.arange(q0, q0 + n, dtype=np.int64), phys, sizes, tags)
+            return
+        i = 0
+        while i < n:
+            mf = self._file_for(q0 + i)
+            if (q0 + i) * UNIT != mf.file_from_offset + mf.wrote_position:
+                self.put_units(np.arange(q0 + i, q0 + n, dtype=np.int64), phys[i:], sizes[i:], tags[i:])
+                return
+            k = min((self.file_size - mf.wrote_position) // UNIT, n - i)
+            mf.append(F.encode_units(phys[i:i + k], sizes[i:i + k], tags[i:i + k]), publish_last=False)
+            self.max_physic_offset = int(phys[i + k - 1]) + int(sizes[i + k - 1])
+            i += k
 
     def put_unit(self, q: int, phy: int, size: int, tag: int) -> None:
         """:meth:`put_units` for one unit, with plain ints."""

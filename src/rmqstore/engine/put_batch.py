@@ -13,6 +13,7 @@ the records and the answers are the same either way.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import re
 
 import numpy as np
@@ -21,6 +22,7 @@ from ..format import message as M
 from ..format import properties as P
 from ..format.encode_batch import BatchFields, encode_batch
 from ..types import Message, PutMessageResult
+from .batch_facts import SEP
 from .put_encode import SLOW_SYSFLAGS, illegal
 
 #: every byte but the two separators (deleted to see the separators' pattern)
@@ -28,11 +30,46 @@ _NOT_SEPARATORS = bytes(b for b in range(256) if b not in (1, 2))
 _NAMES = re.compile(rb"\x01[^\x02]*")
 
 
-def canonical_properties(props: list[bytes]) -> bool:
+#: one entry of canonical properties: an ASCII name and value, neither empty nor holding 0x01 or 0x02
+_ENTRY = re.compile(rb"([\x00\x03-\x7f]+)\x01[\x00\x03-\x7f]+\x02")
+
+
+#: the properties dispatch reads of a copied-through batch (``batch_facts``), captured by :func:`batch_shape`
+CAPTURED = (b"TAGS", b"UNIQ_KEY", b"KEYS")
+
+
+@functools.lru_cache(maxsize=256)
+def _shape(names: tuple[bytes, ...]) -> tuple[re.Pattern, tuple[bytes, ...]]:
+    """A message (after a ``SEP``, before the next) whose properties are canonical entries named
+    ``names`` in that order, the values of the ``CAPTURED`` names as groups (and an empty group: a
+    match is always a tuple); and those names in group order."""
+    value = rb"[\x00\x03-\x7f]+"
+    one = b"".join(re.escape(n) + b"\x01" + (b"(" + value + b")" if n in CAPTURED else value) + b"\x02" for n in names)
+    return re.compile(re.escape(SEP) + one + b"()(?=\xff)"), tuple(n for n in names if n in CAPTURED)
+
+
+def batch_shape(props: list[bytes], joined: bytes) -> tuple[tuple[bytes, ...], list[tuple]] | None:
+    """When every message of ``props`` (``joined`` by ``SEP``) has canonical properties with the names
+    of the first, in its order, each once (the usual batch: one regex pass for all): the
+    ``CAPTURED`` names they have and, per message, those values (a tuple, in that order, then b""; no
+    tuples when they have none of those names); else None."""
+    names = tuple(_ENTRY.findall(props[0]))
+    if len(set(names)) != len(names) or joined.count(SEP) != len(props) - 1:  # (no SEP inside a message)
+        return None
+    rx, captured = _shape(names)
+    rows = rx.findall(SEP + joined + SEP)  # each match starts at a SEP and ends before the next: all or none
+    if len(rows) != len(props):
+        return None
+    return captured, rows if captured else []  # (with no group but the empty one, findall gives strings)
+
+
+def canonical_properties(props: list[bytes], joined: bytes | None = None) -> bool:
     """Whether each of ``props`` is what parsing it as upstream (``string2messageProperties``) and
     encoding the result again writes: ASCII ``name\\x01value\\x02`` entries with non-empty names and
     values, one 0x01 each, and no name twice in a message. (Checked over the whole batch at once
-    where it can be.)"""
+    where it can be: ``joined``, the properties joined by ``SEP``, first as all shaped as the first.)"""
+    if joined is not None and props and batch_shape(props, joined) is not None:
+        return True
     joined = b"".join(props)
     if not joined.isascii() or b"\x02\x01" in joined or b"\x01\x02" in joined or joined[:1] == b"\x01":
         return False
@@ -84,8 +121,11 @@ def _put_fast(cl, template: Message, flags: list[int], bodies: list[bytes], prop
     if (plan is None or not bodies or template.sys_flag & SLOW_SYSFLAGS or type(template.queue_id) is not int
             or template.queue_id < 0 or not -(1 << 31) <= template.queue_id < 1 << 31):
         return None
-    joined = b"\x00".join(props)
-    if b"DELAY\x01" in joined or b"INNER_NUM\x01" in joined or not canonical_properties(props):
+    joined = SEP.join(props)  # (canonical properties are ASCII: the separator is in none of them)
+    if b"DELAY\x01" in joined or b"INNER_NUM\x01" in joined:
+        return None
+    values = batch_shape(props, joined)
+    if values is None and not canonical_properties(props):
         return None
     if sum(map(len, bodies)) > cl.max_body:
         return illegal("message body size exceeded")
@@ -100,8 +140,9 @@ def _put_fast(cl, template: Message, flags: list[int], bodies: list[bytes], prop
             prepared_offsets=template.prepared_transaction_offset))
     except (OverflowError, ValueError, TypeError):
         return None  # (a field out of range: put_messages says which)
-    if batch.props_max > P.MAX_PROPERTIES_SIZE or int(batch.totals.max()) > cl.max_record:
+    if batch.props_max > P.MAX_PROPERTIES_SIZE or batch.largest > cl.max_record:
         return None
     if batch.size + M.END_FILE_MIN_BLANK_LENGTH > cl.cfg.mapped_file_size_commit_log:
         return illegal(f"batch of {batch.size} bytes cannot fit one commitlog segment")
-    return cl.append_batch(template, batch, True if born is None else None, props[0], shape.store_host)
+    return cl.append_batch(template, batch, True if born is None else None, props[0], shape.store_host,
+                           (joined, values))

@@ -15,6 +15,7 @@ from ..format import cursor as C
 from ..format import message as M
 from ..format.record import tags_code_of
 from ..format.record_layout import FIELDS
+from . import batch_facts as BF
 from .dispatch import BATCH_RECORDS, COALESCE_S, DispatchTarget, dispatch_batch, dispatch_properties, index_hashes
 from .recovery import find_resync
 
@@ -295,6 +296,37 @@ class ReputMessageService:
         self._write_round(units, index, (phys, tss, flags, item_rec, item_hash))
         return set(units)
 
+    def _dispatch_batch_facts(self, mf, end: int):
+        """Dispatch the batches whose facts (``commit_log.batch_facts``, :mod:`.batch_facts`) start at
+        ``reput_from`` and follow each other inside ``mf`` and below ``end``, each one's first and last
+        record head checked (:func:`~.batch_facts.heads_match`; a mismatch leaves the batch to the
+        walk). ``(end offset, touched queues)``, or None when no fact starts here (facts behind
+        ``reput_from`` are dropped, with the record starts of the batches dispatched)."""
+        cl = self.store.commit_log
+        facts = cl.batch_facts
+        at = self.reput_from
+        while facts and facts[0].phy < at:
+            facts.popleft()
+        if not facts or facts[0].phy != at:
+            return None
+        base, mm = mf.file_from_offset, mf.mm
+        limit = min(end, base + mf.file_size)
+        run, count = [], 0
+        while facts and count < BATCH_RECORDS:
+            f = facts[0]
+            if f.phy != at or f.end > limit or not BF.heads_match(mm, base, f):
+                break
+            run.append(f)
+            facts.popleft()
+            at = f.end
+            count += f.starts.size
+        if not run:
+            return None
+        hints = cl.batch_starts
+        while hints and hints[0][1] <= at:
+            hints.popleft()
+        return at, BF.dispatch_facts(self.store, run)
+
     def do_reput(self, end: int | None = None) -> None:
         """Dispatch everything in ``[reput_from, end)`` (default: the store's dispatch end)."""
         with self.lock:
@@ -330,6 +362,8 @@ class ReputMessageService:
         """One batch of ``mf`` from ``reput_from``: where dispatch goes on, and the touched queues."""
         store = self.store
         from_facts = self._dispatch_facts(mf, end)
+        if from_facts is None:
+            from_facts = self._dispatch_batch_facts(mf, end)
         if from_facts is not None:
             return from_facts
         base = mf.file_from_offset

@@ -47,9 +47,14 @@ def time_diff_seconds(store_ts, begin_ts):
 
     Java truncates toward zero where ``//`` floors, but the two differ only for negative
     differences, which are clamped to 0 anyway. Works on ints and numpy int64 arrays."""
-    if isinstance(store_ts, np.ndarray) or isinstance(begin_ts, np.ndarray):
+    if isinstance(begin_ts, np.ndarray):
         d = np.clip((store_ts - begin_ts) // 1000, 0, 2**31 - 1)
         return np.where(np.asarray(begin_ts) <= 0, 0, d).astype(np.int32)
+    if isinstance(store_ts, np.ndarray):  # (one begin time: np.clip's checks cost more than the work)
+        if begin_ts <= 0:
+            return np.zeros(store_ts.shape, dtype=np.int32)
+        d = (store_ts - begin_ts) // 1000
+        return np.minimum(np.maximum(d, 0, out=d), 2**31 - 1, out=d).astype(np.int32)
     if begin_ts <= 0:
         return 0
     return max(0, min((store_ts - begin_ts) // 1000, 2**31 - 1))

@@ -91,9 +91,26 @@ def encode_offset_msg_id(store_host_raw: bytes, phy_offset: int) -> str:
     return (bytes(store_host_raw) + phy_offset.to_bytes(8, "big", signed=True)).hex().upper()
 
 
+#: batches up to this many records are packed with one cached ``struct`` (:func:`_ids_of`)
+IDS_PACKED = 1024
+
+
+@functools.lru_cache(maxsize=64)
+def _ids_of(host_len: int, n: int) -> struct.Struct:
+    """``n`` pairs (raw store host, phy offset) packed back to back."""
+    return struct.Struct(">" + f"{host_len}sq" * n)
+
+
 def encode_offset_msg_ids(store_host_raw: bytes, phy_offsets) -> str:
     """:func:`encode_offset_msg_id` for many records of one store host, joined with ``,`` (the
-    ``msgId`` of a batch put); one numpy fill and one ``bytes.hex`` call."""
+    ``msgId`` of a batch put); one ``struct`` pack (a numpy fill past ``IDS_PACKED`` records) and
+    one ``bytes.hex`` call."""
+    n = len(phy_offsets)
+    if 0 < n <= IDS_PACKED:
+        host = bytes(store_host_raw)
+        flat = [host] * (2 * n)
+        flat[1::2] = phy_offsets.tolist() if isinstance(phy_offsets, np.ndarray) else phy_offsets
+        return _ids_of(len(host), n).pack(*flat).hex(",", len(host) + 8).upper()
     offs = np.asarray(phy_offsets, dtype=">i8")
     n, width = offs.size, len(store_host_raw) + 8
     if n == 0:

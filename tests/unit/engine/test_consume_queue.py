@@ -212,3 +212,38 @@ def test_units_appear_in_order(tmp_path, monkeypatch, n):
     for written in seen:
         k = int(written.sum())
         assert k == n and written[:k].all(), "a unit is missing before written ones"
+
+
+@pytest.mark.parametrize("before, start, n", [(0, 0, 9), (3, 3, 9), (4, 2, 9), (3, 5, 9), (2, 2, 1)],
+                         ids=["fresh", "rolls", "some-present", "after-a-gap", "one"])
+def test_put_run_writes_what_put_units_writes(tmp_path, before, start, n):
+    """Units 0..before-1 put first, then a run of n from queue offset ``start`` (consecutive, no
+    offsets array): the same files as put_units (5 units a file)."""
+    for sub in ("units", "run"):
+        cq = _cq(tmp_path / sub, cq_size=100)
+        _put(cq, range(before), [i * 200 for i in range(before)], [200] * before)
+        qs = np.arange(start, start + n, dtype=np.int64)
+        phys, sizes, tags = qs * 200, np.full(n, 200, dtype=np.int64), qs - 4
+        if sub == "units":
+            cq.put_units(qs, phys, sizes, tags)
+        else:
+            cq.put_run(start, phys, sizes, tags)
+        cq.flush()
+    assert _files(tmp_path / "run") == _files(tmp_path / "units")
+    assert len(_files(tmp_path / "run")) == (max(before, start + n) + 4) // 5
+
+
+def test_put_run_skips_records_the_queue_already_passed(tmp_path):
+    """Records at or before the queue's max physical offset are skipped, as put_units skips them
+    (a re-dispatch), even where their queue offsets would follow."""
+    for sub in ("units", "run"):
+        cq = _cq(tmp_path / sub, cq_size=100)
+        _put(cq, range(3), [10_000 + i * 200 for i in range(3)], [200] * 3)
+        qs = np.arange(3, 6, dtype=np.int64)
+        if sub == "units":
+            cq.put_units(qs, qs * 200, np.full(3, 200, dtype=np.int64), qs)
+        else:
+            cq.put_run(3, qs * 200, np.full(3, 200, dtype=np.int64), qs)
+        cq.flush()
+        assert cq.max_offset == 3
+    assert _files(tmp_path / "run") == _files(tmp_path / "units")

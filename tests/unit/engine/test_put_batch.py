@@ -6,7 +6,8 @@ from __future__ import annotations
 import pytest
 
 from rmqstore import Message, PutMessageStatus
-from rmqstore.engine.put_batch import RawBatch, canonical_properties, put_raw_batch
+from rmqstore.engine.batch_facts import SEP
+from rmqstore.engine.put_batch import RawBatch, batch_shape, canonical_properties, put_raw_batch
 from tests import kit
 
 T0 = 1_700_000_000_000
@@ -32,6 +33,42 @@ JAVA_LIKE = [b"WAIT\x01true\x02TAGS\x01TagA\x02UNIQ_KEY\x01AC1%03d\x02" % i for 
 ])
 def test_canonical_properties(props, ok):
     assert canonical_properties(props) is ok
+    assert canonical_properties(props, SEP.join(props)) is ok  # (the batch-at-once check first)
+
+
+@pytest.mark.parametrize("props, ok", [
+    ([b"A\x01x\x02", b"A\x01x\x02\xff\x02A\x01y\x02"], False),  # the separator inside a message
+    ([b"A\x01x\x02", b"A\x01\xffx\x02"], False),
+    ([b"A\x01x\x02B\x01y\x02"] * 3 + [b"B\x01y\x02A\x01x\x02"], True),  # another order: the general check
+    ([b"A\x01x\x02B\x01y\x02"] * 3 + [b"A\x01x\x02"], True),
+    ([b"A\x01x\x02B\x01y\x02"] * 3 + [b"A\x01x\x02B\x01\x02"], False),
+    ([b"A\x01x\x02A\x01y\x02"] * 2, False),
+    ([b""] * 3, True),
+    ([b"A\x01x\x00\x02"] * 3, True),
+])
+def test_canonical_properties_of_a_batch_at_once(props, ok):
+    assert canonical_properties(props, SEP.join(props)) is ok
+    assert canonical_properties(props) is ok
+
+
+def test_batch_shape_captures_what_dispatch_reads():
+    assert batch_shape(JAVA_LIKE, SEP.join(JAVA_LIKE)) == (
+        (b"TAGS", b"UNIQ_KEY"), [(b"TagA", b"AC1%03d" % i, b"") for i in range(4)])
+    keys = [b"KEYS\x01k%d k\x02X\x01y\x02" % i for i in range(3)]
+    assert batch_shape(keys, SEP.join(keys)) == ((b"KEYS",), [(b"k%d k" % i, b"") for i in range(3)])
+    plain = [b"X\x01y\x02", b"X\x01z\x02"]
+    assert batch_shape(plain, SEP.join(plain)) == ((), [])
+
+
+@pytest.mark.parametrize("props", [
+    [b"A\x01x\x02", b"Z\x01q\x02A\x01x\x02"],  # more entries before the first's shape
+    [b"A\x01x\x02", b"A\x01x\x02Z\x01q\x02"],  # ... after it
+    [b"A\x01x\x02", b"A\x01x\x02\xff\x02A\x01y\x02"],  # the separator inside a message
+    [b"A\x01x\x02A\x01y\x02"] * 2,
+    [b"TAGS\x01x\x02", b""],
+])
+def test_batch_shape_refuses_messages_not_shaped_as_the_first(props):
+    assert batch_shape(props, SEP.join(props)) is None
 
 
 def _template(**kw):

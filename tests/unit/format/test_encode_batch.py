@@ -94,3 +94,29 @@ def test_batch_with_too_long_properties_is_never_rendered():
     assert batch.props_max == len(props[1])
     with pytest.raises(ValueError, match="32769 bytes"):
         batch.render(0, 0, 1, True)
+
+
+@pytest.mark.parametrize("n", [1, 3, encode_batch.ROWS_KEPT, encode_batch.ROWS_KEPT + 1])
+def test_headers_from_the_kept_rows_and_built_anew_are_the_same(n):
+    """Batches up to ``ROWS_KEPT`` records start from cached header bytes, longer ones from the row
+    repeated; both render what encode_record writes, and a render does not change the cache."""
+    bodies, props = [b"b%d" % i for i in range(n)], [b"K\x01v\x02"] * n
+    for _ in range(2):  # (the second batch starts from the same cached bytes)
+        out = _batch(b"T", bodies, props, flags=3).render(4, 100, 1_700_000_000_000)
+        want, pos = b"", 0
+        for i, b in enumerate(bodies):
+            rec = bytes(E.encode_record(record_fields(
+                topic=b"T", body=b, props=props[i], queue_id=2, flag=3, sys_flag=0, born_timestamp=0,
+                born_host=HOST_V4, store_host=STORE, store_timestamp=1_700_000_000_000, reconsume_times=0,
+                prepared_transaction_offset=0, queue_offset=4 + i, phy_offset=100 + pos)))
+            want += rec
+            pos += len(rec)
+        assert out == want
+
+
+def test_size_and_largest_record():
+    batch = _batch(b"T", [b"a", b"b" * 40, b""], [b"", b"K\x01v\x02", b""])
+    assert batch.size == sum(batch.totals.tolist()) and batch.size == len(batch.render(0, 0, 0))
+    assert batch.largest == 91 + 1 + 40 + 4 == max(batch.totals.tolist())
+    empty = _batch(b"T", [], [])
+    assert (empty.size, empty.largest) == (0, 0)

@@ -56,6 +56,10 @@ def test_time_diff_seconds_scalar_and_numpy():
     assert got.tolist() == [c[2] for c in cases]
     got = IX.time_diff_seconds(np.array([1_700_000_005_500, 1_700_000_009_000]), 1_700_000_000_000)
     assert got.tolist() == [5, 9]
+    stores = np.array([c[0] for c in cases], dtype=np.int64)
+    for b in {c[1] for c in cases}:  # one begin time for a column of store times: each as the scalar gives it
+        got = IX.time_diff_seconds(stores, b)
+        assert got.dtype == np.int32 and got.tolist() == [IX.time_diff_seconds(int(s), b) for s in stores]
 
 
 def _index_bytes(slots: int, items: int, hashes) -> bytearray:

@@ -4,6 +4,7 @@ from __future__ import annotations
 import os
 import time
 
+import numpy as np
 import pytest
 
 from rmqstore import CorruptRecordError, MessageIdError
@@ -113,3 +114,14 @@ def test_uniq_key_timestamp_rejects():
         I.uniq_key_timestamp("not hex")
     with pytest.raises(MessageIdError):
         I.uniq_key_timestamp("00FF")
+
+
+@pytest.mark.parametrize("n", [1, 32, I.IDS_PACKED, I.IDS_PACKED + 1])
+def test_batch_msg_ids_packed_and_filled_are_the_ones_one_by_one(n):
+    """Up to ``IDS_PACKED`` records one cached struct packs the ids, past it a numpy fill."""
+    for host in ("10.0.0.1:10911", "[2001:db8::1]:10911"):
+        raw = I.parse_host(host)
+        offsets = [i * 1_000_003 + (1 << 40) for i in range(n)]
+        want = ",".join(I.encode_offset_msg_id(raw, o) for o in offsets)
+        assert I.encode_offset_msg_ids(raw, offsets) == want
+        assert I.encode_offset_msg_ids(raw, np.array(offsets, dtype=np.int64)) == want
