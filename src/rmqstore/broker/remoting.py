@@ -153,9 +153,12 @@ def request(code: int, ext: dict[str, object] | None = None, body: bytes = b"", 
 def encode(cmd: RemotingCommand) -> bytes:
     """The whole frame of ``cmd`` (length prefix included)."""
     header = _encode_binary(cmd) if cmd.serialize == ROCKETMQ else _encode_json(cmd)
+    return _frame(cmd.serialize, header, cmd.body)
+
+
+def _frame(serialize: int, header: bytes, body: bytes) -> bytes:
     n = len(header)
-    return b"".join(((4 + n + len(cmd.body)).to_bytes(4, "big"), ((cmd.serialize << 24) | n).to_bytes(4, "big"),
-                     header, cmd.body))
+    return b"".join(((4 + n + len(body)).to_bytes(4, "big"), ((serialize << 24) | n).to_bytes(4, "big"), header, body))
 
 
 #: one encoder for every header (``json.dumps`` with options builds a new one per call)
@@ -176,8 +179,7 @@ def _encode_json(cmd: RemotingCommand) -> bytes:
         # fields formatted here)
         lang = _LANGUAGE_JSON.get(cmd.language) or _JSON_ENCODE(cmd.language)
         tail = "}" if cmd.remark is None else f',"remark":{_JSON_ENCODE(cmd.remark)}}}'
-        return (f'{{"code":{code},"extFields":{_JSON_ENCODE(cmd.ext)},"flag":{flag},"language":{lang},'
-                f'"opaque":{opaque},"serializeTypeCurrentRPC":"JSON","version":{version}{tail}').encode()
+        return _json_header(code, _JSON_ENCODE(cmd.ext), flag, lang, opaque, f"{version}{tail}")
     doc: dict[str, object] = {"code": code, "extFields": cmd.ext, "flag": flag, "language": cmd.language,
                               "opaque": opaque, "serializeTypeCurrentRPC": "JSON", "version": version}
     if cmd.remark is not None:
@@ -198,10 +200,14 @@ def json_answer_frame(code: int, opaque: int, ext_json: str) -> bytes:
     version :data:`VERSION_V4_9_4`) whose extFields' JSON text is ``ext_json``: the bytes
     :func:`encode` writes for that command, for a handler that formats its extFields itself (a
     send's answer) instead of building the command."""
-    header = (f'{{"code":{code},"extFields":{ext_json},"flag":{RESPONSE_FLAG},"language":"JAVA","opaque":{opaque},'
-              f'"serializeTypeCurrentRPC":"JSON","version":{VERSION_V4_9_4}}}').encode()
-    n = len(header)
-    return (4 + n).to_bytes(4, "big") + n.to_bytes(4, "big") + header
+    return _frame(JSON, _json_header(code, ext_json, RESPONSE_FLAG, '"JAVA"', opaque, f"{VERSION_V4_9_4}}}"), b"")
+
+
+def _json_header(code: int, ext_json: str, flag: int, lang_json: str, opaque: int, version_tail: str) -> bytes:
+    """A JSON header's text in the encoder's key order, its extFields and language given as JSON and
+    ``version_tail`` the version and what closes the object (the remark, when there is one)."""
+    return (f'{{"code":{code},"extFields":{ext_json},"flag":{flag},"language":{lang_json},"opaque":{opaque},'
+            f'"serializeTypeCurrentRPC":"JSON","version":{version_tail}').encode()
 
 
 def _encode_binary(cmd: RemotingCommand) -> bytes:
