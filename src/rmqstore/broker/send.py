@@ -22,9 +22,9 @@ _V2_NAMES = {"a": "producerGroup", "b": "topic", "c": "defaultTopic", "d": "defa
 #: ``MQVersion.Version.V3_4_9.ordinal()``
 V3_4_9 = 121
 DLQ_NUMS_PER_GROUP = 1
-#: the properties that make a send more than a plain put: a delay level, a transaction half, a timer
 #: at most this many topic names are remembered as valid (the set starts again when full)
 _VALID_TOPICS_MAX = 4096
+#: the properties that make a send more than a plain put: a delay level, a transaction half, a timer
 _SPECIAL_PROPERTIES = frozenset({P.DELAY, M.TRAN_MSG, TIMER_DELIVER_MS, TIMER_DELAY_SEC, TIMER_DELAY_MS})
 
 _PUT_OK = PutMessageStatus.PUT_OK
@@ -48,11 +48,17 @@ def send_header(cmd: RemotingCommand) -> Header:
     return h
 
 
+def _answer_frame(code: int, opaque: int, ext: dict[str, str]) -> bytes:
+    """A put's answer to a JSON request as the frame :func:`~.remoting.encode` writes for the same
+    command (its extFields in their order), the extFields' text formatted here instead of by the
+    JSON encoder."""
+    return json_answer_frame(code, opaque, "{" + ",".join(f'"{k}":{json_string(v)}' for k, v in ext.items()) + "}")
+
+
 class SendProcessor:
     def __init__(self, broker):
         self.broker = broker
         self.random = random.Random()
-        self._ext_heads: dict[tuple[str, str], str] = {}  # (region, trace) -> the answers' first extFields
         self._valid_topics: set[str] = set()  # topic names that passed validate_topic and NOT_ALLOWED_SEND
 
     def handlers(self) -> dict:
@@ -92,8 +98,9 @@ class SendProcessor:
         return tc, qid
 
     def _refusal_ext(self) -> dict:
+        """The extFields of every send's answer (MSG_REGION, TRACE_ON)."""
         cfg = self.broker.cfg
-        return {"MSG_REGION": cfg.region_id, "TRACE_ON": cfg.trace_on}
+        return {"MSG_REGION": cfg.region_id, "TRACE_ON": "true" if cfg.trace_on else "false"}
 
     def _auto_create(self, topic: str, default_topic: str, client_queue_nums: int) -> dict | None:
         """``createTopicInSendMessageMethod``: a new topic inheriting the default topic's config."""
@@ -201,26 +208,24 @@ class SendProcessor:
 
     def _put_and_answer(self, cmd: RemotingCommand, msgs: "list[Message] | RawBatch", qid: int, uniq: str | None):
         b = self.broker
-        region, trace = b.cfg.region_id, "true" if b.cfg.trace_on else "false"
+        ext = self._refusal_ext()
         first = msgs.template if type(msgs) is RawBatch else msgs[0]  # (the batch's topic and type)
         count = len(msgs)
-
-        frame = self._answer_frame if cmd.serialize == JSON and type(msgs) is list else None
+        as_frame = cmd.serialize == JSON and type(msgs) is list
 
         def answer(result) -> "RemotingCommand | bytes":
             status = result.status
             if status is _PUT_OK or status is PutMessageStatus.FLUSH_DISK_TIMEOUT:
-                b.stats.puts += count
+                b.stats.put(count)
                 b.traffic.put(first, count, result.wrote_bytes)
                 msg_id = result.msg_id
-                if frame is not None and msg_id is not None and msg_id.isalnum():
-                    return frame(_STATUS_CODES[status], cmd, result, qid, uniq)
-                ext = {"MSG_REGION": region, "TRACE_ON": trace, "msgId": msg_id, "queueId": str(qid),
-                       "queueOffset": str(result.queue_offset)}
-                if msg_id is None:
-                    del ext["msgId"]
+                if msg_id is not None:
+                    ext["msgId"] = msg_id
+                ext["queueId"], ext["queueOffset"] = str(qid), str(result.queue_offset)
                 if uniq is not None:
                     ext["transactionId"] = uniq
+                if as_frame and msg_id is not None and msg_id.isalnum():
+                    return _answer_frame(_STATUS_CODES[status], cmd.opaque, ext)
                 return RemotingCommand(_STATUS_CODES[status], cmd.opaque, RESPONSE_FLAG, None, ext,
                                        serialize=cmd.serialize)
             code = _STATUS_CODES.get(status, ResponseCode.SYSTEM_ERROR)
@@ -228,21 +233,9 @@ class SendProcessor:
             if code == ResponseCode.MESSAGE_ILLEGAL:
                 remark = (f"the message is illegal, maybe msg body or properties length not matched. msg body length "
                           f"limit {b.store.cfg.max_message_size}B, msg properties length limit 32KB. ({remark})")
-            return cmd.response(code, remark, {"MSG_REGION": region, "TRACE_ON": trace})
+            return cmd.response(code, remark, ext)
 
         return b.put(msgs, answer)
-
-    def _answer_frame(self, code: int, cmd: RemotingCommand, result, qid: int, uniq: str | None) -> bytes:
-        """A put's answer to a JSON request as the frame :func:`~.remoting.encode` writes for the
-        command the general path builds (same extFields in the same order), formatted directly."""
-        cfg = self.broker.cfg
-        region, trace = cfg.region_id, "true" if cfg.trace_on else "false"
-        head = self._ext_heads.get((region, trace))
-        if head is None:
-            head = self._ext_heads[(region, trace)] = f'{{"MSG_REGION":{json_string(region)},"TRACE_ON":"{trace}"'
-        tail = "}" if uniq is None else f',"transactionId":{json_string(uniq)}}}'
-        return json_answer_frame(code, cmd.opaque, f'{head},"msgId":"{result.msg_id}","queueId":"{qid}",'
-                                                   f'"queueOffset":"{result.queue_offset}"{tail}')
 
     # --- CONSUMER_SEND_MSG_BACK --------------------------------------------------------------------
     def send_back(self, conn, cmd: RemotingCommand):
