@@ -11,16 +11,13 @@ the one-by-one puts.
 """
 from __future__ import annotations
 
-import logging
 import struct
 
 from ..errors import StoreIOError
 from ..types import Message, PutMessageResult, PutMessageStatus
 from .dispatch import dispatch_fields
 from .put_batch import RawBatch, put_raw_batch
-from .put_encode import illegal, out_of_range
-
-log = logging.getLogger(__name__)
+from .put_encode import append_failed, illegal, out_of_range
 
 _PUT_OK = PutMessageStatus.PUT_OK
 _NO_WAIT = b"WAIT\x01false\x02"
@@ -94,8 +91,7 @@ def _append_run(cl, run: list, out: list) -> None:
                 done.append((i, props, PutMessageResult(_PUT_OK, f"{store_hex}{phy:016X}", phy, total, qoff,
                                                         store_ts, 1)))
     except (OSError, StoreIOError) as ex:
-        log.error("append failed: %s", ex)
-        failed = PutMessageResult(PutMessageStatus.CREATE_MAPPED_FILE_FAILED, error=str(ex))
+        failed = append_failed(ex)
     for i, _, _ in run:
         if out[i] is None:
             out[i] = failed
