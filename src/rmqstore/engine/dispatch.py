@@ -18,6 +18,7 @@ from ..format import cursor as C
 from ..format import hashes as H
 from ..format import message as M
 from ..format.arrays import padded_rows, range_positions, rows_at, stable_argsort
+from ..format.properties import split_keys
 from ..format.record import SCHEDULE_TOPIC, tags_code_of
 
 log = logging.getLogger(__name__)
@@ -58,28 +59,20 @@ def dispatch_fields(properties) -> dict[str, str] | None:
     return out
 
 
+def _keys_of(props: dict[str, str]) -> list[str]:
+    """The record's index keys without their topic: UNIQ_KEY first, then each KEYS token."""
+    u = props.get("UNIQ_KEY")
+    return ([] if u is None else [u]) + split_keys(props.get("KEYS"))
+
+
 def index_keys(topic: str, props: dict[str, str]) -> list[str]:
     """The record's index keys, ``topic#key``: UNIQ_KEY first, then each KEYS token."""
-    keys = []
-    u = props.get("UNIQ_KEY")
-    if u is not None:
-        keys.append(f"{topic}#{u}")
-    kv = props.get("KEYS")
-    if kv:
-        keys.extend(f"{topic}#{k}" for k in kv.split(" ") if k)
-    return keys
+    return [f"{topic}#{k}" for k in _keys_of(props)]
 
 
 def index_hashes(topic: str, props: dict[str, str]) -> list[int]:
     """The index key hashes of :func:`index_keys` (``index_key_hash`` of each, in its order)."""
-    out = []
-    u = props.get("UNIQ_KEY")
-    if u is not None:
-        out.append(H.index_key_hash(topic, u))
-    kv = props.get("KEYS")
-    if kv:
-        out += [H.index_key_hash(topic, k) for k in kv.split(" ") if k]
-    return out
+    return [H.index_key_hash(topic, k) for k in _keys_of(props)]
 
 
 def extract_dispatch_fields(buf, batch: M.RecordBatch, delay_levels_ms, topic_cache: dict):
