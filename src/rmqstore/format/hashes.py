@@ -93,7 +93,7 @@ def index_key_hash(topic: str, key: str) -> int:
     if len(key) > 2 * _TAIL and key.isascii():
         h = (_head_hash(f"{topic}#{key[:-_TAIL]}") * _TAIL_SHIFT
              + sum(map(mul, key[-_TAIL:].encode(), _TAIL_WEIGHTS))) & _MASK32
-        return 0 if h == 0x80000000 else (h if h < 0x80000000 else (1 << 32) - h)
+        return abs_key_hash(_to_i32(h))
     return abs_key_hash(java_hash(f"{topic}#{key}"))
 
 
