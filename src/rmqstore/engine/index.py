@@ -174,10 +174,7 @@ class IndexService:
             if cur.is_write_full:
                 cur = self._new_file()
             m = min(total - i, cur.capacity_left)
-            if i == 0 and m == total:
-                cur.put_small(hashes, item_phys, item_ts)
-            else:
-                cur.put_small(hashes[i:i + m], item_phys[i:i + m], item_ts[i:i + m])
+            cur.put_small(hashes[i:i + m], item_phys[i:i + m], item_ts[i:i + m])
             i += m
         if cur.is_write_full and recs[-1] < n - 1:
             self._new_file()

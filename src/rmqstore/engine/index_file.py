@@ -169,11 +169,8 @@ class IndexFile:
         if count <= 1:
             diffs = [F.time_diff_seconds(ts[0], self.begin_ts)] + [F.time_diff_seconds(t, ts[0]) for t in ts[1:]]
             self.begin_phy, self.begin_ts = phys[0], ts[0]
-        elif self.begin_ts > 0:  # (time_diff_seconds inline: whole seconds since the file's first item, clamped)
-            begin = self.begin_ts
-            diffs = [0 if t <= begin else min((t - begin) // 1000, 0x7FFFFFFF) for t in ts]
         else:
-            diffs = [0] * m
+            diffs = [F.time_diff_seconds(t, self.begin_ts) for t in ts]
         slots, slot_num, pack = self._slots, self.slot_num, _ITEM.pack
         heads: dict[int, int] = {}
         items = []
