@@ -172,15 +172,6 @@ def test_the_dispatcher_says_whether_its_thread_runs(open_store, monkeypatch):
     fresh.shutdown()
 
 
-def _wait(cond, timeout: float = 10.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while not cond():
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.002)
-    return True
-
-
 def test_with_a_writer_dispatching_the_thread_is_only_a_safety_net(open_store, monkeypatch):
     """``set_background_dispatch(False)``: appends do not wake the dispatcher and it no longer polls
     every millisecond behind the writer (it took the lock and the GIL from a broker's event loop);
@@ -199,10 +190,10 @@ def test_with_a_writer_dispatching_the_thread_is_only_a_safety_net(open_store, m
     st.dispatch()  # the writer's round
     assert done() and st.get_message("g", "T", 0, 0, 8).messages
     st.put_message(Message(topic="T", body=b"b"))
-    assert _wait(done)  # left behind: the safety net takes it
+    kit.wait_for(done, 10, what="the safety net's round")  # left behind: the safety net takes it
     st.put_message(Message(topic="T", body=b"c"))
     st.wait_dispatched(10)  # asked for: at once
     assert done() and len(st.get_message("g", "T", 0, 0, 8).messages) == 3
     st.set_background_dispatch(True)
     st.put_message(Message(topic="T", body=b"d"))
-    assert _wait(done, 0.8)  # woken by the append again (before the safety net's interval)
+    kit.wait_for(done, 0.8, what="a round woken by the append")  # (before the safety net's interval)
