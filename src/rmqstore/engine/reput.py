@@ -38,6 +38,47 @@ def _contiguous(batch: M.RecordBatch, end_pos: int) -> bool:
     return bool(len(batch)) and int(ends[-1]) == end_pos and np.array_equal(ends[:-1], batch.starts[1:])
 
 
+class _SmallRound:
+    """A round dispatched record by record with plain ints (no numpy): each record's consume-queue
+    unit (grouped by queue) and index items, written together by :meth:`write`."""
+
+    __slots__ = ("store", "levels", "index", "units", "phys", "tss", "flags", "item_rec", "item_hash")
+
+    def __init__(self, store):
+        self.store, self.levels = store, store.delay_levels_ms
+        self.index = store.index_service if store.cfg.message_index_enable else None
+        self.units: dict[tuple[str, int], list] = {}
+        self.phys, self.tss, self.flags, self.item_rec, self.item_hash = [], [], [], [], []
+
+    def add(self, rec: tuple, props: dict[str, str]) -> None:
+        """One record: ``rec`` starts with ``(phy, total size, queue offset, store time, topic, queue
+        id, sysFlag)`` (a put's fact), ``props`` the properties dispatch reads."""
+        phy, total, qoff, store_ts, topic, qid, sys_flag = rec[:7]
+        tx = sys_flag & M.SYSFLAG_TX_MASK
+        if tx != M.TX_PREPARED and tx != M.TX_ROLLBACK:  # (a half or rolled-back message gets no unit)
+            tags = tags_code_of(topic, props, store_ts, self.levels) if props else 0
+            self.units.setdefault((topic, qid), []).append((qoff, phy, total, tags))
+        if self.index is not None and props:
+            hashes = index_hashes(topic, props)
+            self.item_rec += [len(self.phys)] * len(hashes)
+            self.item_hash += hashes
+        self.phys.append(phy)
+        self.tss.append(store_ts)
+        self.flags.append(sys_flag)
+
+    def write(self) -> set[tuple[str, int]]:
+        """Write the units by queue, the index items and the dispatch mark; the touched queues."""
+        store = self.store
+        for (topic, qid), us in self.units.items():
+            cq = store.find_consume_queue(topic, qid)
+            for u in us:
+                cq.put_unit(*u)
+        if self.index is not None:
+            self.index.build_index_lists(self.phys, self.tss, self.flags, self.item_rec, self.item_hash)
+        store.on_dispatched(self.tss[-1])
+        return set(self.units)
+
+
 class ReputMessageService:
     """Background dispatcher: follows the commitlog from ``reput_from`` to the confirm offset."""
 
@@ -194,11 +235,8 @@ class ReputMessageService:
         is not one this path takes (IPv6 hosts, invalid framing), or with ``whole`` (starts handed
         over by the producer) when not all of them are records ending at ``limit``: the batch path
         then decides."""
-        store = self.store
-        mm, cache, levels = mf.mm, self._topic_cache, store.delay_levels_ms
-        index = store.index_service if store.cfg.message_index_enable else None
-        units: dict[tuple[str, int], list] = {}
-        phys, tss, flags, item_rec, item_hash = [], [], [], [], []
+        mm, cache = mf.mm, self._topic_cache
+        rnd = _SmallRound(self.store)
         at = starts[0]
         for st in starts:
             scanned = M.scan_v4(mm, st, limit) if st == at else None
@@ -211,34 +249,10 @@ class ReputMessageService:
             if topic is None:
                 topic = cache[tb] = tb.decode("utf-8", "replace")
             props = dispatch_properties(mm[props_pos:props_pos + props_len]) if props_len > 0 else {}
-            sys_flag, store_ts = f[7], f[11]
-            tx = sys_flag & M.SYSFLAG_TX_MASK
-            if tx != M.TX_PREPARED and tx != M.TX_ROLLBACK:
-                tags_code = tags_code_of(topic, props, store_ts, levels) if props_len > 0 else 0
-                units.setdefault((topic, f[3]), []).append((f[5], f[6], f[0], tags_code))
-            if index is not None and props:
-                hashes = index_hashes(topic, props)
-                item_rec += [len(phys)] * len(hashes)
-                item_hash += hashes
-            phys.append(f[6])
-            tss.append(store_ts)
-            flags.append(sys_flag)
-        if not phys or (whole and (len(phys) < len(starts) or at != limit)):
+            rnd.add((f[6], f[0], f[5], f[11], topic, f[3], f[7]), props)
+        if not rnd.phys or (whole and (len(rnd.phys) < len(starts) or at != limit)):
             return None
-        self._write_round(units, index, (phys, tss, flags, item_rec, item_hash))
-        return mf.file_from_offset + at, set(units)
-
-    def _write_round(self, units: dict, index, cols: tuple) -> None:
-        """Write a small round: its consume-queue units by queue, its index items (``cols``: the
-        records' phys, store times and sysFlags, each item's record and key hash), the dispatch mark."""
-        store = self.store
-        for (topic, qid), us in units.items():
-            cq = store.find_consume_queue(topic, qid)
-            for u in us:
-                cq.put_unit(*u)
-        if index is not None:
-            index.build_index_lists(*cols)
-        store.on_dispatched(cols[1][-1])
+        return mf.file_from_offset + at, rnd.write()
 
     def _dispatch_facts(self, mf, end: int):
         """Dispatch from what the group commit's single puts left in ``commit_log.put_facts``
@@ -275,26 +289,11 @@ class ReputMessageService:
 
     def _write_facts(self, run: list) -> set:
         """The consume-queue units and index items of ``run`` (facts in commitlog order)."""
-        store = self.store
-        levels = store.delay_levels_ms
-        index = store.index_service if store.cfg.message_index_enable else None
-        units: dict[tuple[str, int], list] = {}
-        phys, tss, flags, item_rec, item_hash = [], [], [], [], []
-        for phy, total, qoff, store_ts, topic, qid, sys_flag, fields in run:
-            props = fields if type(fields) is dict else dispatch_properties(fields) if fields else {}
-            tx = sys_flag & M.SYSFLAG_TX_MASK
-            if tx != M.TX_PREPARED and tx != M.TX_ROLLBACK:
-                units.setdefault((topic, qid), []).append((qoff, phy, total,
-                                                           tags_code_of(topic, props, store_ts, levels) if props else 0))
-            if index is not None and props:
-                hashes = index_hashes(topic, props)
-                item_rec += [len(phys)] * len(hashes)
-                item_hash += hashes
-            phys.append(phy)
-            tss.append(store_ts)
-            flags.append(sys_flag)
-        self._write_round(units, index, (phys, tss, flags, item_rec, item_hash))
-        return set(units)
+        rnd = _SmallRound(self.store)
+        for f in run:
+            fields = f[7]
+            rnd.add(f, fields if type(fields) is dict else dispatch_properties(fields) if fields else {})
+        return rnd.write()
 
     def _dispatch_batch_facts(self, mf, end: int):
         """Dispatch the batches whose facts (``commit_log.batch_facts``, :mod:`.batch_facts`) start at
