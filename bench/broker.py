@@ -19,6 +19,7 @@ import argparse
 import datetime as dt
 import json
 import os
+import shlex
 import shutil
 import signal
 import socket
@@ -396,9 +397,8 @@ def main() -> None:
         os.makedirs(OUT, exist_ok=True)
         t0 = time.time()
         table = paired_table(a, paired_rows(a))
-        text = "\n".join([f"Command: `.venv/bin/python bench/broker.py --paired --rounds {a.rounds} --sends {a.sends} "
-                          f"--grpc-sends {a.grpc_sends} --batches {a.batches}" + (f" --old {a.old}" if a.old else "")
-                          + f"`, run {dt.datetime.now(dt.timezone.utc):%Y-%m-%d %H:%M} UTC, {time.time() - t0:.0f} s; "
+        text = "\n".join([f"Command: `.venv/bin/python bench/broker.py {shlex.join(sys.argv[1:])}`, run "
+                          f"{dt.datetime.now(dt.timezone.utc):%Y-%m-%d %H:%M} UTC, {time.time() - t0:.0f} s; "
                           f"medians of {a.rounds} rounds, ratios the medians of the paired rounds.", ""] + table) + "\n"
         os.makedirs(os.path.dirname(a.out), exist_ok=True)
         with open(a.out, "w") as fh:
