@@ -72,14 +72,14 @@ class SendProcessor:
         topic = h.str("topic")
         if b.read_only:
             return cmd.response(ResponseCode.NO_PERMISSION, f"the broker[{b.advertised_host}] sending message is "
-                                "forbidden (read-only)", self._refusal_ext())
+                                "forbidden (read-only)", self._answer_ext())
         if topic not in self._valid_topics:
             bad = validate_topic(topic)
             if bad:
-                return cmd.response(ResponseCode.INVALID_PARAMETER, bad, self._refusal_ext())
+                return cmd.response(ResponseCode.INVALID_PARAMETER, bad, self._answer_ext())
             if topic in NOT_ALLOWED_SEND:
                 return cmd.response(ResponseCode.NO_PERMISSION, f"Sending message to topic[{topic}] is forbidden.",
-                                    self._refusal_ext())
+                                    self._answer_ext())
             if len(self._valid_topics) >= _VALID_TOPICS_MAX:
                 self._valid_topics.clear()
             self._valid_topics.add(topic)
@@ -90,14 +90,14 @@ class SendProcessor:
                 tc = b.topics.create_if_absent(topic, 1, PERM_WRITE | PERM_READ)
             if tc is None:
                 return cmd.response(ResponseCode.TOPIC_NOT_EXIST, f"topic[{topic}] not exist, apply first please!",
-                                    self._refusal_ext())
+                                    self._answer_ext())
         qid = h.int("queueId")
         if qid >= max(tc["writeQueueNums"], tc["readQueueNums"]):
             return cmd.response(ResponseCode.INVALID_PARAMETER, f"request queueId[{qid}] is illegal, {tc} "
-                                f"Producer: {conn.peer}", self._refusal_ext())
+                                f"Producer: {conn.peer}", self._answer_ext())
         return tc, qid
 
-    def _refusal_ext(self) -> dict:
+    def _answer_ext(self) -> dict:
         """The extFields of every send's answer (MSG_REGION, TRACE_ON)."""
         cfg = self.broker.cfg
         return {"MSG_REGION": cfg.region_id, "TRACE_ON": "true" if cfg.trace_on else "false"}
@@ -208,7 +208,7 @@ class SendProcessor:
 
     def _put_and_answer(self, cmd: RemotingCommand, msgs: "list[Message] | RawBatch", qid: int, uniq: str | None):
         b = self.broker
-        ext = self._refusal_ext()
+        ext = self._answer_ext()
         first = msgs.template if type(msgs) is RawBatch else msgs[0]  # (the batch's topic and type)
         count = len(msgs)
         as_frame = cmd.serialize == JSON and type(msgs) is list
