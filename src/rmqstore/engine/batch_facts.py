@@ -27,7 +27,7 @@ from ..format import hashes as H
 from ..format import message as M
 from ..format.record import SCHEDULE_TOPIC, tags_code_of
 from ..format.record_layout import FIELDS
-from .dispatch import dispatch_properties, index_keys
+from .dispatch import dispatch_properties, index_hashes
 
 #: at most this many batches' facts wait for the dispatcher (each: a bytes object of the batch's
 #: properties and two small arrays); past that, batches are dispatched from their records
@@ -233,9 +233,9 @@ def _columns_per_record(run: list[BatchFact], delay_levels_ms) -> tuple:
         for raw in f.props.split(SEP):
             props = dispatch_properties(raw) if raw else {}
             codes.append(tags_code_of(f.topic, props, f.store_ts, delay_levels_ms) if raw else 0)
-            for k in index_keys(f.topic, props):
-                item_rec.append(r)
-                item_hash.append(H.abs_key_hash(H.java_hash(k)))
+            hashes = index_hashes(f.topic, props)
+            item_rec += [r] * len(hashes)
+            item_hash += hashes
             r += 1
     return (np.array(codes, dtype=np.int64), np.array(item_rec, dtype=np.int64),
             np.array(item_hash, dtype=np.int64))
