@@ -115,6 +115,7 @@ def test_what_needs_the_general_checks_gets_them(open_store, props, sys_flag):
     st = open_store()
     r = put_raw_batch(st.commit_log, RawBatch(_template(sys_flag=sys_flag), [0], [b"x"], props))
     assert r.status is PutMessageStatus.MESSAGE_ILLEGAL  # delayed / transactional messages cannot be batched
+    assert not st.commit_log.batch_facts  # (so dispatch_facts never meets a half message)
 
 
 def test_a_group_takes_a_raw_batch_in_its_turn(open_store):
