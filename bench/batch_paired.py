@@ -2,12 +2,16 @@
 ``SEND_BATCH_MESSAGE`` cut into columns, the put of four such batches as one group, their dispatch.
 
 Run:  .venv/bin/python bench/batch_paired.py --old 31f1133 [--rounds 3] [--groups 1000]
+      .venv/bin/python bench/batch_paired.py --micro [--rounds 12]
 
 Each measurement is a fresh child process with a fresh store under ``bench/out/batch_paired``: 4
 batches of 32 x 1 KiB as the Java client builds them (``broker_loads.java_batch_body``), one queue
 each, put with ``MessageStore.put_group`` (each answer's msgId formatted, as the broker does), then one
 ``do_reput``, ``--groups`` times; prints the mean microseconds per batch of each step and the
 medians of the rounds. The old tree runs from ``git archive`` (``broker_loads.export_tree``).
+``--micro`` times three of the put's steps in this tree against the way they were done before (the
+fallback each keeps), ``timeit`` in alternating rounds: a batch's 32 offsetMsgIds, its 32 header
+rows, ``time_diff_seconds`` of a round's 128 store times against one begin time.
 """
 from __future__ import annotations
 
@@ -64,15 +68,57 @@ def run(src: str, groups: int) -> dict[str, float]:
     return json.loads(out.splitlines()[-1])
 
 
+def micro(rounds: int) -> None:
+    import timeit
+
+    import numpy as np
+
+    from rmqstore.format import encode_batch as E
+    from rmqstore.format import msgid
+    from rmqstore.format.index_file import time_diff_seconds
+
+    host, tail = bytes([127, 0, 0, 1, 0, 0, 0x2A, 0x9F]), b"\x09BenchTopic"
+    offs, ts = np.arange(32, dtype=np.int64) * 1100 + 10**9, np.full(128, 1_700_000_123_456, dtype=np.int64)
+    row, begin = E._batch_row(tail, 0, host, host), 1_700_000_000_000
+
+    def ids(kept: int):
+        def f():
+            msgid.IDS_PACKED = kept  # (0: the numpy fill)
+            return msgid.encode_offset_msg_ids(host, offs)
+        return f
+    steps = {"32 offsetMsgIds (numpy fill / struct)": (ids(0), ids(1024)),
+             "32 header rows (np.repeat / cached bytes)": (
+                 lambda: np.repeat(row, 32),
+                 lambda: np.frombuffer(bytearray(E._batch_rows(tail, 0, host, host, 32)), dtype=E.FIXED_V4_DTYPE)),
+             "time_diff_seconds, one begin (np.clip / new)": (
+                 lambda: time_diff_seconds(ts, np.array(begin)), lambda: time_diff_seconds(ts, begin))}
+    print("| step | before (us) | now (us) | before / now (median, range) |\n|---|---:|---:|---|")
+    for name, (old, new) in steps.items():
+        assert np.asarray(old()).tobytes() == np.asarray(new()).tobytes(), name  # (the same answer)
+        t: dict[str, list[float]] = {"old": [], "new": []}
+        for r in range(rounds):
+            for which, f in ((("old", old), ("new", new)) if r % 2 == 0 else (("new", new), ("old", old))):
+                t[which].append(min(timeit.repeat(f, number=2000, repeat=3)) / 2000 * 1e6)
+        ratios = [o / n for o, n in zip(t["old"], t["new"])]
+        print(f"| {name} | {statistics.median(t['old']):.1f} | {statistics.median(t['new']):.1f} | "
+              f"{statistics.median(ratios):.2f} ({min(ratios):.2f}-{max(ratios):.2f}) |")
+    msgid.IDS_PACKED = 1024
+
+
 def main() -> None:
     sys.path.insert(0, HERE)
     import broker_loads as L
 
     ap = argparse.ArgumentParser()
-    ap.add_argument("--old", required=True, help="git revision of the old tree")
+    ap.add_argument("--old", help="git revision of the old tree (required but with --micro)")
+    ap.add_argument("--micro", action="store_true", help="time three put steps against their fallbacks")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--groups", type=int, default=1000, help="groups of 4 batches per measurement")
     a = ap.parse_args()
+    if a.micro:
+        return micro(a.rounds)
+    if not a.old:
+        ap.error("--old is required")
     os.makedirs(OUT, exist_ok=True)
     trees = {"old": L.export_tree(a.old, OUT), "new": os.path.join(ROOT, "src")}
     got: dict[str, dict[str, list[float]]] = {"old": {}, "new": {}}

@@ -27,7 +27,7 @@ from ..format import hashes as H
 from ..format import message as M
 from ..format.record import SCHEDULE_TOPIC, tags_code_of
 from ..format.record_layout import FIELDS
-from .dispatch import dispatch_properties, index_keys
+from .dispatch import dispatch_properties, index_hashes
 
 #: at most this many batches' facts wait for the dispatcher (each: a bytes object of the batch's
 #: properties and two small arrays); past that, batches are dispatched from their records
@@ -87,7 +87,9 @@ def heads_match(mm, base: int, f: BatchFact) -> bool:
 
 def dispatch_facts(store, run: list[BatchFact]) -> set[tuple[str, int]]:
     """Write the consume-queue units and index items of ``run`` (facts back to back, in commitlog
-    order) and the dispatch mark; returns the queues that got units."""
+    order) and the dispatch mark; returns the queues that got units (every fact's: facts come from
+    ``put_batch._put_fast`` only, which takes no batch with transaction sysFlag bits, so no record
+    is a prepared or rolled-back half message kept out of its queue)."""
     counts = [f.starts.size for f in run]
     phys = np.concatenate([f.starts + f.phy for f in run]) if len(run) > 1 else run[0].starts + run[0].phy
     totals = np.concatenate([f.totals for f in run]) if len(run) > 1 else run[0].totals
@@ -96,12 +98,7 @@ def dispatch_facts(store, run: list[BatchFact]) -> set[tuple[str, int]]:
     for i, f in enumerate(run):
         queues.setdefault((f.topic, f.queue_id), []).append(i)
     at = list(accumulate(counts, initial=0))
-    tx_skip = {i for i, f in enumerate(run) if f.sys_flag & M.SYSFLAG_TX_MASK in (M.TX_PREPARED, M.TX_ROLLBACK)}
-    touched = set()
     for key, idx in queues.items():
-        idx = [i for i in idx if i not in tx_skip]
-        if not idx:
-            continue
         cq = store.find_consume_queue(*key)
         q0, a, b = run[idx[0]].queue_offset, at[idx[0]], at[idx[-1] + 1]
         together = b - a == sum(counts[i] for i in idx)  # (no other queue's records between its facts)
@@ -111,13 +108,12 @@ def dispatch_facts(store, run: list[BatchFact]) -> set[tuple[str, int]]:
             sl = [slice(at[i], at[i + 1]) for i in idx]
             qoffs = np.concatenate([np.arange(run[i].queue_offset, run[i].queue_offset + counts[i]) for i in idx])
             cq.put_units(qoffs.astype(np.int64), *(np.concatenate([c[s] for s in sl]) for c in (phys, totals, tags)))
-        touched.add(key)
     if store.cfg.message_index_enable:
         tss = _per_record([f.store_ts for f in run], counts)
         store.index_service.build_index_hashed(phys, tss, _per_record([f.sys_flag for f in run], counts), item_rec,
                                                 item_hash)
     store.on_dispatched(run[-1].store_ts)
-    return touched
+    return set(queues)
 
 
 def _per_record(values: list[int], counts: list[int]) -> np.ndarray:
@@ -233,9 +229,9 @@ def _columns_per_record(run: list[BatchFact], delay_levels_ms) -> tuple:
         for raw in f.props.split(SEP):
             props = dispatch_properties(raw) if raw else {}
             codes.append(tags_code_of(f.topic, props, f.store_ts, delay_levels_ms) if raw else 0)
-            for k in index_keys(f.topic, props):
-                item_rec.append(r)
-                item_hash.append(H.abs_key_hash(H.java_hash(k)))
+            hashes = index_hashes(f.topic, props)
+            item_rec += [r] * len(hashes)
+            item_hash += hashes
             r += 1
     return (np.array(codes, dtype=np.int64), np.array(item_rec, dtype=np.int64),
             np.array(item_hash, dtype=np.int64))

@@ -63,13 +63,11 @@ def batch_shape(props: list[bytes], joined: bytes) -> tuple[tuple[bytes, ...], l
     return captured, rows if captured else []  # (with no group but the empty one, findall gives strings)
 
 
-def canonical_properties(props: list[bytes], joined: bytes | None = None) -> bool:
+def canonical_properties(props: list[bytes]) -> bool:
     """Whether each of ``props`` is what parsing it as upstream (``string2messageProperties``) and
     encoding the result again writes: ASCII ``name\\x01value\\x02`` entries with non-empty names and
     values, one 0x01 each, and no name twice in a message. (Checked over the whole batch at once
-    where it can be: ``joined``, the properties joined by ``SEP``, first as all shaped as the first.)"""
-    if joined is not None and props and batch_shape(props, joined) is not None:
-        return True
+    where it can be; :func:`_put_fast` asks :func:`batch_shape` first, which says yes to the usual batch.)"""
     joined = b"".join(props)
     if not joined.isascii() or b"\x02\x01" in joined or b"\x01\x02" in joined or joined[:1] == b"\x01":
         return False

@@ -14,6 +14,11 @@ T0 = 1_700_000_000_000
 JAVA_LIKE = [b"WAIT\x01true\x02TAGS\x01TagA\x02UNIQ_KEY\x01AC1%03d\x02" % i for i in range(4)]
 
 
+def checked_as_put(props):
+    """The check of ``put_batch._put_fast``: the batch at once (:func:`batch_shape`), else message by message."""
+    return batch_shape(props, SEP.join(props)) is not None or canonical_properties(props)
+
+
 @pytest.mark.parametrize("props, ok", [
     (JAVA_LIKE, True),
     ([b"", b"K\x01v\x02"], True),
@@ -33,7 +38,7 @@ JAVA_LIKE = [b"WAIT\x01true\x02TAGS\x01TagA\x02UNIQ_KEY\x01AC1%03d\x02" % i for 
 ])
 def test_canonical_properties(props, ok):
     assert canonical_properties(props) is ok
-    assert canonical_properties(props, SEP.join(props)) is ok  # (the batch-at-once check first)
+    assert checked_as_put(props) is ok  # (the batch-at-once check first)
 
 
 @pytest.mark.parametrize("props, ok", [
@@ -47,7 +52,7 @@ def test_canonical_properties(props, ok):
     ([b"A\x01x\x00\x02"] * 3, True),
 ])
 def test_canonical_properties_of_a_batch_at_once(props, ok):
-    assert canonical_properties(props, SEP.join(props)) is ok
+    assert checked_as_put(props) is ok
     assert canonical_properties(props) is ok
 
 
@@ -110,6 +115,7 @@ def test_what_needs_the_general_checks_gets_them(open_store, props, sys_flag):
     st = open_store()
     r = put_raw_batch(st.commit_log, RawBatch(_template(sys_flag=sys_flag), [0], [b"x"], props))
     assert r.status is PutMessageStatus.MESSAGE_ILLEGAL  # delayed / transactional messages cannot be batched
+    assert not st.commit_log.batch_facts  # (so dispatch_facts never meets a half message)
 
 
 def test_a_group_takes_a_raw_batch_in_its_turn(open_store):
