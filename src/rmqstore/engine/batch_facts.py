@@ -15,7 +15,6 @@ Same files, byte for byte, as the walk.
 """
 from __future__ import annotations
 
-import functools
 import re
 import struct
 from itertools import accumulate, chain
@@ -188,12 +187,6 @@ def _prefix_hashes(run: list[BatchFact], counts: list[int]) -> int | np.ndarray:
     return np.repeat(np.array([H.java_hash_cached(t + "#") & _MASK32 for t in topics], dtype=np.uint64), counts)
 
 
-@functools.lru_cache(maxsize=64)
-def _weights(width: int) -> np.ndarray:
-    """``31**(width-1-j) mod 2**32`` for byte j of a ``width``-byte ASCII string (uint32)."""
-    return np.array([pow(31, width - 1 - j, 1 << 32) for j in range(width)], dtype=np.uint32)
-
-
 def key_hashes(prefix: int | np.ndarray, keys: list[bytes]) -> np.ndarray:
     """``abs(hash(topic + "#" + key))`` (int64; ``Integer.MIN_VALUE`` gives 0) of ASCII ``keys``
     given the prefix hash (one, or each key's as uint64): keys of one length as the rows of one
@@ -203,7 +196,7 @@ def key_hashes(prefix: int | np.ndarray, keys: list[bytes]) -> np.ndarray:
     width = lens[0]
     if lens.count(width) == len(lens) and width <= 256:
         rows = np.frombuffer(b"".join(keys), dtype=np.uint8).reshape(len(keys), width)
-        kh = rows.dot(_weights(width))  # uint32
+        kh = rows.dot(H.column_weights(width))  # uint32
         shift = pow(31, width, 1 << 32)
         if type(prefix) is int:
             full = kh + np.uint32(prefix * shift & _MASK32)

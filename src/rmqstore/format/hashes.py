@@ -162,12 +162,12 @@ def _horner_ranges(padded: np.ndarray, ends: np.ndarray, lens: np.ndarray, width
     units = rows_at(padded, ends - width, width)
     if int(lens.min()) < width:
         units[np.arange(width) < (width - lens)[:, None]] = 0
-    h = units.dot(_column_weights(width))
+    h = units.dot(column_weights(width))
     return h.astype(np.uint64), (units.max(axis=1) < 0x80) if check_ascii else None
 
 
 @functools.lru_cache(maxsize=None)
-def _column_weights(width: int) -> np.ndarray:
+def column_weights(width: int) -> np.ndarray:
     """``31**(width-1-j) mod 2**32`` for column j of a ``width``-wide Horner matrix (uint32)."""
     return _pow31(width)[::-1].astype(np.uint32)
 
