@@ -16,7 +16,6 @@ Same files, byte for byte, as the walk.
 from __future__ import annotations
 
 import re
-import struct
 from itertools import accumulate, chain
 from typing import NamedTuple
 
@@ -25,8 +24,7 @@ import numpy as np
 from ..format import hashes as H
 from ..format import message as M
 from ..format.record import SCHEDULE_TOPIC, tags_code_of
-from ..format.record_layout import FIELDS
-from .dispatch import dispatch_properties, index_hashes
+from .dispatch import dispatch_properties, head_says, index_hashes
 
 #: at most this many batches' facts wait for the dispatcher (each: a bytes object of the batch's
 #: properties and two small arrays); past that, batches are dispatched from their records
@@ -35,10 +33,6 @@ BATCH_FACTS_MAX = 1024
 #: of a fact (only batches whose properties are canonical ASCII leave one); its 0x02 puts one before
 #: every entry, so that each name pattern starts with a literal (``re`` searches those fast)
 SEP = b"\xff\x02"
-_HEAD = struct.Struct(">" + "".join(fmt for _, fmt in FIELDS[:8]))
-assert [name for name, _ in FIELDS[:8]] == ["total", "magic", "body_crc", "queue_id", "flag", "queue_offset",
-                                              "phy_offset", "sys_flag"]
-_MAGICS = (M.MAGIC_V1, M.MAGIC_V2)
 _TAGS = re.compile(rb"\x02TAGS\x01([^\x02]+)")
 _UNIQ = re.compile(rb"\x02UNIQ_KEY\x01([^\x02]+)")
 _KEYS = re.compile(rb"\x02KEYS\x01([^\x02]+)")
@@ -77,9 +71,7 @@ def heads_match(mm, base: int, f: BatchFact) -> bool:
         return False
     for i, rel, total in ((0, 0, f.totals.item(0)), (last, start_last, total_last)) if last else ((0, 0, total_last),):
         phy = f.phy + rel
-        h = _HEAD.unpack_from(mm, phy - base)
-        if (h[0] != total or h[1] not in _MAGICS or h[3] != f.queue_id or h[5] != f.queue_offset + i
-                or h[6] != phy or h[7] != f.sys_flag):
+        if not head_says(mm, phy - base, (total, f.queue_id, f.queue_offset + i, phy, f.sys_flag)):
             return False
     return True
 

@@ -20,6 +20,7 @@ from ..format import message as M
 from ..format.arrays import padded_rows, range_positions, rows_at, stable_argsort
 from ..format.properties import split_keys
 from ..format.record import SCHEDULE_TOPIC, tags_code_of
+from ..format.record_layout import V4
 
 log = logging.getLogger(__name__)
 
@@ -43,6 +44,15 @@ def dispatch_properties(raw: bytes) -> dict[str, str]:
 
 
 _DISPATCH_NAMES = frozenset({"TAGS", "KEYS", "UNIQ_KEY", "DELAY"})
+#: a record's head from TOTALSIZE to SYSFLAG (the hosts come after: the same in every layout)
+_RECORD_HEAD = V4.head_struct("sys_flag")
+
+
+def head_says(mm, pos: int, fields: tuple[int, int, int, int, int]) -> bool:
+    """Whether the record at ``pos`` of ``mm`` has a magic code and the head a put's fact says:
+    ``fields`` is ``(TOTALSIZE, queue id, queue offset, PHYSICALOFFSET, sysFlag)``."""
+    h = _RECORD_HEAD.unpack_from(mm, pos)
+    return (h[1] == M.MAGIC_V1 or h[1] == M.MAGIC_V2) and (h[0], h[3], h[5], h[6], h[7]) == fields
 
 
 def dispatch_fields(properties) -> dict[str, str] | None:

@@ -5,7 +5,6 @@ Records a producer's batch put left as hints are not walked again."""
 from __future__ import annotations
 
 import logging
-import struct
 import threading
 import time
 
@@ -14,9 +13,9 @@ import numpy as np
 from ..format import cursor as C
 from ..format import message as M
 from ..format.record import tags_code_of
-from ..format.record_layout import FIELDS
 from . import batch_facts as BF
-from .dispatch import BATCH_RECORDS, COALESCE_S, DispatchTarget, dispatch_batch, dispatch_properties, index_hashes
+from .dispatch import (BATCH_RECORDS, COALESCE_S, DispatchTarget, dispatch_batch, dispatch_properties, head_says,
+                       index_hashes)
 from .recovery import find_resync
 
 log = logging.getLogger("rmqstore.engine.dispatch")
@@ -24,9 +23,6 @@ log = logging.getLogger("rmqstore.engine.dispatch")
 #: rounds up to this many records are dispatched record by record (:meth:`ReputMessageService._dispatch_small`):
 #: numpy's fixed cost per call is most of a small round (a broker's rounds hold a few sends each)
 SMALL_ROUND = 32
-#: a record's head up to its sysFlag: (total, magic, bodyCRC, queueId, flag, queueOffset, physicalOffset, sysFlag)
-_HEAD = struct.Struct(">" + "".join(fmt for _, fmt in FIELDS[:8]))
-assert [name for name, _ in FIELDS[:8]][5:] == ["queue_offset", "phy_offset", "sys_flag"]
 #: with a writer dispatching inline (set_inline), how often this thread looks for records it left behind
 SAFETY_NET_S = 0.05
 
@@ -276,9 +272,7 @@ class ReputMessageService:
             phy, total = f[0], f[1]
             if phy != at or phy + total > limit:
                 break
-            h = _HEAD.unpack_from(mm, phy - base)
-            if (h[0] != total or (h[1] != M.MAGIC_V1 and h[1] != M.MAGIC_V2) or h[6] != phy or h[5] != f[2]
-                    or h[3] != f[5] or h[7] != f[6]):
+            if not head_says(mm, phy - base, (total, f[5], f[2], phy, f[6])):
                 break
             run.append(f)
             facts.popleft()
