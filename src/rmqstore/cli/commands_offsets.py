@@ -17,7 +17,7 @@ from rich.table import Table
 
 from .common import StoreCommand, parse_time_ms, store_options
 from .errors import UsageProblem
-from .render import TIME_MIN_WIDTH, fmt_ts, tz_note
+from .render import fmt_ts, tz_note
 
 #: mqadmin's own time form for ``-s`` (``UtilAll.YYYY_MM_DD_HH_MM_SS_SSS``), local time
 _MQADMIN_TIME = re.compile(r"(\d{4})-(\d{2})-(\d{2})#(\d{2}):(\d{2}):(\d{2}):(\d{3})")
@@ -161,7 +161,7 @@ def _print(cmd: StoreCommand, plan: dict) -> None:
     verb = "would move" if plan["dry_run"] else "moved"
     tb = Table(title=f"{plan['group']} in {plan['topic']}: {verb} {how}", caption=tz_note())
     for c in ("queue", "old offset", "new offset", "min offset", "max offset"):
-        tb.add_column(c, justify="right", min_width=TIME_MIN_WIDTH if "time" in c else None)
+        tb.add_column(c, justify="right")
     for r in plan["queues"]:
         tb.add_row(str(r["queue_id"]), "-" if r["old_offset"] is None else str(r["old_offset"]), str(r["new_offset"]),
                    str(r["min_offset"]), str(r["max_offset"]))
