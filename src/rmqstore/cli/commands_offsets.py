@@ -15,7 +15,7 @@ import re
 import click
 from rich.table import Table
 
-from .common import StoreCommand, parse_time_ms, store_options
+from .common import StoreCommand, TimeParam, parse_time_ms, store_options
 from .errors import UsageProblem
 from .render import fmt_ts, tz_note
 
@@ -33,16 +33,11 @@ def parse_reset_time(text: str) -> int:
     return parse_time_ms(text)
 
 
-class ResetTimeParam(click.ParamType):
-    name = "TIME"
+class ResetTimeParam(TimeParam):
+    """A time as :func:`parse_reset_time` takes it."""
 
-    def convert(self, value, param, ctx) -> int:
-        if isinstance(value, int):
-            return value
-        try:
-            return parse_reset_time(str(value))
-        except ValueError as e:
-            self.fail(f"{e} (mqadmin's yyyy-MM-dd#HH:mm:ss:SSS and `now` work too)", param, ctx)
+    parse = staticmethod(parse_reset_time)
+    hint = " (mqadmin's yyyy-MM-dd#HH:mm:ss:SSS and `now` work too)"
 
 
 def read_queue_count(store_path: str, store_queues: list[int], committed: dict[int, int], topic: str) -> int:
