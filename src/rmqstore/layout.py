@@ -137,9 +137,9 @@ def infer_config(store_dir: str, base: MessageStoreConfig | None = None) -> Mess
     the keys to set when they cannot."""
     if not os.path.isdir(store_dir):
         raise StoreNotFoundError("store directory does not exist", path=store_dir)
-    cfg = config_with_sizes(base or MessageStoreConfig(), _first_segment_size(os.path.join(store_dir, COMMITLOG)),
-                            _first_cq_segment_size(store_dir), _first_index_size(store_dir))
     size = _first_index_size(store_dir)
+    cfg = config_with_sizes(base or MessageStoreConfig(), _first_segment_size(os.path.join(store_dir, COMMITLOG)),
+                            _first_cq_segment_size(store_dir), size)
     if size is None or size == cfg.index_file_size:
         return cfg
     geometry = index_geometry(os.path.join(store_dir, INDEX), size)

@@ -10,7 +10,6 @@ import json
 import shutil
 import time
 
-
 from ..config import camel_name, coerce_value
 from ..errors import OffsetError, RmqStoreError
 from .config import java_key
@@ -335,6 +334,7 @@ class AdminOps:
             diff += mx - c
             total += c
         return entries, diff, total
+
 
 def reset_target_offsets(store, topic: str, read_queues: int, timestamp: int, queue_id: int = -1,
                          offset: int | None = None) -> dict[int, int]:

@@ -21,7 +21,6 @@ import logging
 import threading
 import zlib
 
-
 from ..engine.consumer_offsets import parse_broker_json
 from ..errors import CorruptRecordError
 from ..io.mapped_file import atomic_write_text

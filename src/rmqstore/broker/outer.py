@@ -12,6 +12,7 @@ import asyncio
 import itertools
 import logging
 
+from ..engine.consumer_offsets import parse_broker_json
 from . import remoting as R
 
 log = logging.getLogger("rmqstore.broker")
@@ -151,11 +152,10 @@ class BrokerOuterAPI:
     async def topic_route(self, topic: str, timeout: float = REQUEST_TIMEOUT_S) -> dict | None:
         """GET_ROUTEINFO_BY_TOPIC from the name servers in turn: the first route answered, None when
         one says the topic does not exist (TOPIC_NOT_EXIST) or none answers."""
-        from ..engine.consumer_offsets import parse_broker_json
-
         for addr in self.namesrv_addrs:
             try:
-                r = await self.client.invoke(addr, 105, {"topic": topic}, timeout=timeout)
+                r = await self.client.invoke(addr, R.RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": topic},
+                                             timeout=timeout)
             except (OSError, TimeoutError, ConnectionError) as e:
                 log.warning("asking the name server %s for the route of %s failed: %s", addr, topic, e)
                 continue

@@ -15,9 +15,9 @@ import re
 import click
 from rich.table import Table
 
-from .common import StoreCommand, parse_time_ms, store_options
+from .common import StoreCommand, TimeParam, parse_time_ms, store_options
 from .errors import UsageProblem
-from .render import TIME_MIN_WIDTH, fmt_ts, tz_note
+from .render import fmt_ts, tz_note
 
 #: mqadmin's own time form for ``-s`` (``UtilAll.YYYY_MM_DD_HH_MM_SS_SSS``), local time
 _MQADMIN_TIME = re.compile(r"(\d{4})-(\d{2})-(\d{2})#(\d{2}):(\d{2}):(\d{2}):(\d{3})")
@@ -33,16 +33,11 @@ def parse_reset_time(text: str) -> int:
     return parse_time_ms(text)
 
 
-class ResetTimeParam(click.ParamType):
-    name = "TIME"
+class ResetTimeParam(TimeParam):
+    """A time as :func:`parse_reset_time` takes it."""
 
-    def convert(self, value, param, ctx) -> int:
-        if isinstance(value, int):
-            return value
-        try:
-            return parse_reset_time(str(value))
-        except ValueError as e:
-            self.fail(f"{e} (mqadmin's yyyy-MM-dd#HH:mm:ss:SSS and `now` work too)", param, ctx)
+    parse = staticmethod(parse_reset_time)
+    hint = " (mqadmin's yyyy-MM-dd#HH:mm:ss:SSS and `now` work too)"
 
 
 def read_queue_count(store_path: str, store_queues: list[int], committed: dict[int, int], topic: str) -> int:
@@ -161,7 +156,7 @@ def _print(cmd: StoreCommand, plan: dict) -> None:
     verb = "would move" if plan["dry_run"] else "moved"
     tb = Table(title=f"{plan['group']} in {plan['topic']}: {verb} {how}", caption=tz_note())
     for c in ("queue", "old offset", "new offset", "min offset", "max offset"):
-        tb.add_column(c, justify="right", min_width=TIME_MIN_WIDTH if "time" in c else None)
+        tb.add_column(c, justify="right")
     for r in plan["queues"]:
         tb.add_row(str(r["queue_id"]), "-" if r["old_offset"] is None else str(r["old_offset"]), str(r["new_offset"]),
                    str(r["min_offset"]), str(r["max_offset"]))

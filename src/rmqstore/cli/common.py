@@ -46,15 +46,20 @@ def parse_time_ms(text: str) -> int:
 
 
 class TimeParam(click.ParamType):
+    """A time given as :func:`parse_time_ms` takes it (a subclass: its own ``parse``, and a ``hint``
+    added to the error)."""
+
     name = "TIME"
+    parse = staticmethod(parse_time_ms)
+    hint = ""
 
     def convert(self, value: Any, param, ctx) -> int:
         if isinstance(value, int):
             return value
         try:
-            return parse_time_ms(str(value))
+            return self.parse(str(value))
         except ValueError as e:
-            self.fail(str(e), param, ctx)
+            self.fail(f"{e}{self.hint}", param, ctx)
 
 
 class KeyValueParam(click.ParamType):

@@ -10,21 +10,24 @@ import pytest
 from rmqstore import CorruptRecordError, ReadOnlyStoreError
 from rmqstore.engine.consumer_offsets import ConsumerOffsetManager, parse_broker_json
 
+
+def broker_file(counter: int, timestamp: int, members: str) -> str:
+    """A consumerOffset.json as RocketMQ's broker writes it: the ``dataVersion`` object, then
+    ``members`` (the rest of the bean's properties, as written)."""
+    return ("{\n\t\"dataVersion\":{\n"
+            f"\t\t\"counter\":{counter},\n\t\t\"stateVersion\":0,\n\t\t\"timestamp\":{timestamp}\n\t}},\n"
+            + members)
+
+
 #: what RocketMQ's broker writes (fastjson, pretty): unquoted integer keys, tabs
-FASTJSON = """{
-\t"dataVersion":{
-\t\t"counter":7,
-\t\t"stateVersion":0,
-\t\t"timestamp":1700000000000
-\t},
-\t"offsetTable":{
+FASTJSON = broker_file(7, 1700000000000, """\t"offsetTable":{
 \t\t"Orders@billing":{0:42,1:17,2:0
 \t\t},
 \t\t"%RETRY%billing@billing":{0:3
 \t\t},
 \t\t"Orders@audit":{0:40}
 \t}
-}"""
+}""")
 
 
 def test_reads_the_brokers_fastjson_file(tmp_path):
@@ -44,13 +47,7 @@ def test_reads_the_brokers_fastjson_file(tmp_path):
 #: getters by name, a newline and indent before each property; MapSerializer: a newline before each
 #: String-keyed entry, none before an Integer-keyed one, a newline before the closing brace of a
 #: non-empty map; CollectionCodec: one line), member order sorted
-ROCKETMQ_5 = """{
-\t"dataVersion":{
-\t\t"counter":8,
-\t\t"stateVersion":0,
-\t\t"timestamp":1700000000123
-\t},
-\t"groupTopicMap":{
+ROCKETMQ_5 = broker_file(8, 1700000000123, """\t"groupTopicMap":{
 \t\t"audit":["Orders"],
 \t\t"billing":["%RETRY%billing","Orders"]
 \t},
@@ -62,7 +59,7 @@ ROCKETMQ_5 = """{
 \t\t"Orders@billing":{0:42,1:17,2:0
 \t\t}
 \t}
-}"""
+}""")
 
 
 def test_written_file_is_what_rocketmqs_broker_writes(tmp_path, monkeypatch):

@@ -163,9 +163,11 @@ def test_a_group_commit_wakes_the_senders_once_and_waits_for_each_put(pair, monk
     rs = m.put_group([[Message.create("T", b"g%d" % i, queue_id=i % 4)] for i in range(5)])
     assert [r.status for r in rs] == [PutMessageStatus.PUT_OK] * 5 and wakes == [1]
     assert s.commit_log.confirm_offset >= rs[-1].phy_offset + rs[-1].wrote_bytes
+    assert m.put_message(Message.create("T", b"one", queue_id=0)).status is PutMessageStatus.PUT_OK
+    assert wakes == [1, 1]  # a single put wakes them once too
     m.ha_wait_in_put = False  # (the broker awaits the futures itself: nothing waited for here)
     assert [r.status for r in m.put_group([[Message.create("T", b"h", queue_id=0)]])] == [PutMessageStatus.PUT_OK]
-    assert wakes == [1, 1]
+    assert wakes == [1, 1, 1]
 
 
 def test_the_broker_awaits_the_future_instead(pair):

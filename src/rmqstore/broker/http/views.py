@@ -87,10 +87,11 @@ def group_lag_rows(b, per_queue: bool = False) -> list[dict]:
             lo = store.get_min_offset_in_queue(topic, q)
             off = committed.get(q)
             at = lo if off is None or off < lo else off
-            held = popped.get((group, topic, q), 0)
+            received = popped.get((group, topic, q), 0)  # by pop, not acked
+            held = received
             if off is not None and q in pulled:
                 held += max(0, min(pulled[q], hi) - at)
-            n = max(0, hi - at) + popped.get((group, topic, q), 0)
+            n = max(0, hi - at) + received
             lag += n
             inflight += held
             if n:

@@ -69,7 +69,7 @@ def queues_of(qd: dict, topic, broker, accept: list[int]) -> list:
         w = wn
     elif readable:
         r = rn
-    elif not perm & (PERM_READ | PERM_WRITE):
+    else:
         n = max(1, rn, wn)
     kinds = [pb.READ] * r + [pb.WRITE] * w + [pb.READ_WRITE] * rw + [pb.NONE] * n
     return [pb.MessageQueue(topic=topic, id=i, permission=p, broker=broker, accept_message_types=accept)

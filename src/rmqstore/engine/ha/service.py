@@ -208,21 +208,14 @@ class HAService:
         return self.client.unreachable_ms() if self.client is not None else 0
 
     # --- the put path --------------------------------------------------------------------------
-    def after_put(self, result: PutMessageResult, wait: bool = True) -> Future | None:
-        """After a put: wake the senders; with ``wait``, :meth:`replication_future`."""
-        self.wake_senders()
-        return self.replication_future(result) if wait else None
-
     def settle(self, result: PutMessageResult, wait: bool = True) -> PutMessageResult:
         """The store's put path: wake the senders; with ``wait``, block until the put's final
         status (SYNC_MASTER) and set it on ``result``."""
-        fut = self.after_put(result, wait)
-        if fut is not None:
-            result.status = fut.result()
-        return result
+        return self.settle_all([result], wait)[0]
 
     def settle_all(self, results: list[PutMessageResult], wait: bool = True) -> list[PutMessageResult]:
-        """:meth:`settle` for the results of one group commit: the senders woken once."""
+        """:meth:`settle` for the results of one group commit: the senders woken once (not again
+        per put)."""
         self.wake_senders()
         for result in results if wait else ():
             fut = self.replication_future(result, wake=False)
