@@ -13,6 +13,7 @@ import threading
 import time
 
 from rocketmq.client import Message, Producer, PullConsumer, PushConsumer, RecvMessage
+from rocketmq.exceptions import ProducerSendSyncFailed
 from rocketmq.ffi import _CConsumeStatus, dll
 
 
@@ -33,6 +34,25 @@ def received(msg: RecvMessage, extra_props=()) -> dict:
     return doc
 
 
+def send(p: Producer, m: Message, tries: int = 5):
+    """``send_sync``, tried again when the client trips on its own connection race.
+
+    rocketmq-client-cpp 1.2.4 connects to a broker (for a heartbeat, just after it learns the route)
+    while holding its transport table's lock; a send made meanwhile fails "GetTransport ... get
+    timed_mutex timeout" on every retry within a millisecond and is reported as "No route info of
+    this topic". In that race nothing reaches a broker, so sending again is safe; any other failure,
+    or this one five times, is raised.
+    """
+    for attempt in range(1, tries + 1):
+        try:
+            return p.send_sync(m)
+        except ProducerSendSyncFailed as e:
+            if "No route info" not in str(e) or attempt == tries:
+                raise
+            print(f"retrying a send ({attempt}): {e}", file=sys.stderr, flush=True)
+            time.sleep(0.2 * attempt)
+
+
 def produce(a) -> None:
     p = Producer(a.group)
     p.set_namesrv_addr(a.namesrv)
@@ -50,7 +70,7 @@ def produce(a) -> None:
                 m.set_delay_time_level(a.delay_level)
             m.set_body(f"{a.body_prefix}{i}")
             t0 = time.time()
-            r = p.send_sync(m)
+            r = send(p, m)
             ok += int(r.status) == 0
             if not a.quiet:
                 out({"i": i, "status": int(r.status), "msg_id": r.msg_id, "offset": r.offset, "t": t0})
