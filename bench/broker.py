@@ -172,12 +172,14 @@ def sends_round(kind: str, producers: int, total: int) -> tuple[float, float]:
 
 
 # --- 1b. the paired rows: C++ x1/x8, gRPC, raw batches; the server's CPU -------------------------
-def row_round(variant: str, row: str, a, trees: dict) -> tuple[float, float, float]:
-    """One row against one server variant: (messages/s, server CPU seconds per 100k messages, peak RSS MB)."""
+def row_round(variant: str, row: str, a, trees: dict) -> tuple[float, float, float, float | None]:
+    """One row against one server variant: (messages/s, server CPU seconds per 100k messages, peak RSS MB,
+    and for the C++ rows the median time of a producer's ``send_sync`` in ms, the median of the producers')."""
     import broker_loads as L
 
     store = os.path.join(OUT, f"row-{variant}")
     shutil.rmtree(store, ignore_errors=True)
+    p50 = None
     kind = variant if variant in ("null", "bare") else "serve"
     srv = Server(kind, store, tree=trees.get(variant), grpc=row == "grpc", sync=row == "cpp8sync")
     try:
@@ -194,6 +196,7 @@ def row_round(variant: str, row: str, a, trees: dict) -> tuple[float, float, flo
             if n != a.sends // producers * producers:
                 raise RuntimeError(f"{variant} {row}: {n} of {a.sends} sends acknowledged")
             secs = max(d["end"] for d in done) - min(d["start"] for d in done)
+            p50 = statistics.median(d["p50_ms"] for d in done)
         elif row == "grpc":
             home = os.path.join(OUT, "home")
             os.makedirs(home, exist_ok=True)
@@ -222,7 +225,7 @@ def row_round(variant: str, row: str, a, trees: dict) -> tuple[float, float, flo
                 raise RuntimeError(f"{variant} batch: {n} of {a.batches * 32} messages acknowledged")
     finally:
         rss = srv.stop()
-    return n / secs, cpu / n * 100_000, rss
+    return n / secs, cpu / n * 100_000, rss, p50
 
 
 def paired_rows(a) -> dict:
@@ -238,10 +241,10 @@ def paired_rows(a) -> dict:
             vs = variants + (["bare"] if row.startswith("raw") else [])  # (the floor: raw rows only)
             order = vs if (r + i) % 2 == 0 else vs[::-1]
             for v in order:
-                rate, cpu, rss = row_round(v, row, a, trees)
-                res.setdefault((v, row), []).append((rate, cpu, rss))
+                rate, cpu, rss, p50 = row_round(v, row, a, trees)
+                res.setdefault((v, row), []).append((rate, cpu, rss, p50))
                 print(f"round {r} {row:5} {v:5}: {rate:,.0f} msgs/s, server CPU {cpu:.2f} s per 100k, "
-                      f"peak RSS {rss:.0f} MB", flush=True)
+                      f"peak RSS {rss:.0f} MB" + (f", send p50 {p50:.2f} ms" if p50 is not None else ""), flush=True)
     return res
 
 
@@ -271,6 +274,13 @@ def paired_table(a, res: dict) -> list[str]:
     if floor:
         lines += ["", "| row | bare server CPU s per 100k | null / bare CPU | serve / bare CPU |", "|---|---:|---:|---:|"]
         lines += floor
+    if ("serve", "cpp1") in res and ("serve", "cpp8") in res:
+        lines += ["", "| server | send p50, 1 producer (ms) | send p50, 8 producers (ms) | 8 / 1 (median of rounds) |",
+                  "|---|---:|---:|---:|"]
+        for v in ("null", "serve") + (("old",) if old else ()):
+            one, eight = res[(v, "cpp1")], res[(v, "cpp8")]
+            lines.append(f"| {v} | {med(x[3] for x in one):.2f} | {med(x[3] for x in eight):.2f} | "
+                         f"{med(e[3] / o[3] for o, e in zip(one, eight)):.2f} |")
     return lines
 
 

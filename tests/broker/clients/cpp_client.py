@@ -58,6 +58,7 @@ def produce(a) -> None:
     p.set_namesrv_addr(a.namesrv)
     p.start()
     ok = 0
+    took: list[float] = []  # each send_sync's seconds
     t_start = time.time()
     try:
         for i in range(a.start, a.start + a.count):
@@ -70,7 +71,9 @@ def produce(a) -> None:
                 m.set_delay_time_level(a.delay_level)
             m.set_body(f"{a.body_prefix}{i}")
             t0 = time.time()
+            c0 = time.perf_counter()
             r = send(p, m)
+            took.append(time.perf_counter() - c0)
             ok += int(r.status) == 0
             if not a.quiet:
                 out({"i": i, "status": int(r.status), "msg_id": r.msg_id, "offset": r.offset, "t": t0})
@@ -79,7 +82,9 @@ def produce(a) -> None:
         t_end = time.time()
     finally:
         p.shutdown()
-    out({"done": True, "ok": ok, "start": t_start, "end": t_end})
+    took.sort()
+    out({"done": True, "ok": ok, "start": t_start, "end": t_end,
+         "p50_ms": took[len(took) // 2] * 1e3 if took else None})
 
 
 def push(a) -> None:
