@@ -86,6 +86,7 @@ def cut_tail(store, at: int, reason: str) -> int:
         store.reput.reput_from = min(store.reput.reput_from, cut)
         cl.put_facts.clear()  # (what the dispatcher was told of the records cut)
         cl.batch_facts.clear()
+        cl.batch_starts.clear()  # (the walk checks handed-over starts, but they describe records cut)
     queues = {k for k, cq in list(store.consume_queues.items()) if cq.max_physic_offset > cut}
     index = store.cfg.message_index_enable and any(f.end_phy >= cut for f in store.index_service.files
                                                     if f.index_count > 1)
