@@ -93,6 +93,13 @@ def test_query_route_and_assignment(start_broker, api):
     assert set(q.accept_message_types) == {pb.NORMAL, pb.FIFO, pb.DELAY, pb.TRANSACTION}
     r = a.QueryAssignment(pb.QueryAssignmentRequest(topic=pb.Resource(name="R"), group=pb.Resource(name="G")))
     assert r.status.code == pb.OK and len(r.assignments) == 1 and r.assignments[0].message_queue.id == -1
+    # as upstream: a group that consumes orderly gets one assignment per read queue; no accepted types
+    b.groups.put({"groupName": "GF", "consumeMessageOrderly": True})
+    r = a.QueryAssignment(pb.QueryAssignmentRequest(topic=pb.Resource(name="R"), group=pb.Resource(name="GF")))
+    assert r.status.code == pb.OK and [x.message_queue.id for x in r.assignments] == [0, 1, 2, 3]
+    assert {x.message_queue.permission for x in r.assignments} == {pb.READ_WRITE}
+    assert all(x.message_queue.broker.name == "broker-a" and not x.message_queue.accept_message_types
+               for x in r.assignments)
     assert a.QueryRoute(pb.QueryRouteRequest(topic=pb.Resource(name="bad topic!"))).status.code == pb.ILLEGAL_TOPIC
     for system in ("TBW102", "SCHEDULE_TOPIC_XXXX", "rmq_sys_wheel_timer", "RMQ_SYS_TRANS_HALF_TOPIC"):
         r = a.QueryRoute(pb.QueryRouteRequest(topic=pb.Resource(name=system)))

@@ -90,19 +90,21 @@ def route_queues(route: dict, topic, own: tuple[str, int], accept: list[int]) ->
     return out
 
 
-def assignments(route: dict, topic, own: tuple[str, int], accept: list[int]) -> list:
-    """QueryAssignment's assignments: one per readable queue data with a master, queue id -1 (the
-    broker picks the queue at each receive)."""
+def assignments(route: dict, topic, own: tuple[str, int], fifo: bool) -> list:
+    """``RouteActivity.queryAssignment``: per readable queue data with a master, one assignment of
+    queue id -1 (the broker picks the queue at each receive), or, for a group that consumes orderly
+    (``fifo``), one per read queue with its id. As upstream's, the queues carry no accepted message
+    types."""
     brokers = broker_map(route, own)
     out = []
     for qd in route.get("queueDatas") or []:
         master = brokers.get(qd.get("brokerName", ""), {}).get(MASTER_ID)
-        perm = int(qd.get("perm", 0))
-        if master is None or not perm & PERM_READ or int(qd.get("readQueueNums", 0)) <= 0:
+        perm, reads = int(qd.get("perm", 0)), int(qd.get("readQueueNums", 0))
+        if master is None or not perm & PERM_READ or reads <= 0:
             continue
-        mq = pb.MessageQueue(topic=topic, id=-1, permission=_permission(perm), broker=master,
-                             accept_message_types=accept)
-        out.append(pb.Assignment(message_queue=mq))
+        for qid in range(reads) if fifo else (-1,):
+            mq = pb.MessageQueue(topic=topic, id=qid, permission=_permission(perm), broker=master)
+            out.append(pb.Assignment(message_queue=mq))
     return out
 
 

@@ -255,11 +255,11 @@ class MessagingService(ConsumeRpcs, services.MessagingServiceServicer):
     async def QueryAssignment(self, request, context):
         try:
             tc = self.topic_config(request.topic.name)
-            self.group_config(request.group.name)
+            sg = self.group_config(request.group.name)
         except Refused as e:
             return pb.QueryAssignmentResponse(status=status(e.code, str(e)))
         route = await self._route(request.topic.name, tc)
-        found = routing.assignments(route, request.topic, self.endpoint, _accept_types(tc))
+        found = routing.assignments(route, request.topic, self.endpoint, bool(sg.get("consumeMessageOrderly", False)))
         if not found:
             return pb.QueryAssignmentResponse(status=status(pb.FORBIDDEN, f"topic {request.topic.name!r} is not "
                                                            "readable"))
