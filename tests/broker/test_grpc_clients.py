@@ -6,6 +6,7 @@ from __future__ import annotations
 import time
 
 from rmqstore.broker import remoting as R
+from rmqstore.broker.metadata import topic_config
 
 #: receives may ask for invisible times from 1 s (upstream's minimum is 10 s: tests would be slow)
 FAST = {"minInvisibleTimeMillsForRecv": 1000, "grpcClientConsumerMinLongPollingTimeoutMillis": 1000}
@@ -15,6 +16,11 @@ def _group(b, name: str, **fields) -> None:
     cfg = dict(b.groups.find(name) or {"groupName": name})
     cfg.update(fields)
     b.groups.put(cfg)
+
+
+def _typed_topic(b, name: str, kind: str) -> None:
+    """A topic whose ``message.type`` is ``kind`` (the client and the endpoint check sends against it)."""
+    b.topics.put(dict(topic_config(name, 8), attributes={"message.type": kind}))
 
 
 def _records(b, topic: str, qid: int = 0) -> list:
@@ -124,6 +130,7 @@ def test_fifo_order_holds_under_redelivery(start_broker, grpc_py):
     b = start_broker(grpc=True, broker=FAST)
     _group(b, "GF", consumeMessageOrderly=True)
     c = grpc_py()
+    _typed_topic(b, "TF", "FIFO")
     c.call("producer", endpoints=b.grpc_address, topics=["TF"])
     ids = [c.call("send", topic="TF", body=f"f{i}", group="order-1")["id"] for i in range(6)]
     other = c.call("send", topic="TF", body="g0", group="order-2")["id"]
@@ -161,6 +168,7 @@ def test_fifo_order_holds_under_redelivery(start_broker, grpc_py):
 def test_delivery_timestamp_delays_the_message(start_broker, grpc_py):
     b = start_broker(grpc=True, broker=FAST)
     c = grpc_py()
+    _typed_topic(b, "TD", "DELAY")
     c.call("producer", endpoints=b.grpc_address, topics=["TD"])
     c.call("consumer", endpoints=b.grpc_address, group="GD", topic="TD", await_s=1)
     assert c.call("receive", n=1, invisible_s=5)["msgs"] == []  # the group starts before the send
@@ -181,6 +189,7 @@ def test_delivery_timestamp_delays_the_message(start_broker, grpc_py):
 def test_transactions_commit_rollback_and_the_check_over_telemetry(start_broker, grpc_py):
     b = start_broker(grpc=True, broker={**FAST, "transactionTimeOut": 1000, "transactionCheckInterval": 200})
     c = grpc_py()
+    _typed_topic(b, "TT", "TRANSACTION")
     c.call("producer", endpoints=b.grpc_address, topics=["TT"], checker="commit")
     committed = c.call("transaction", topic="TT", body="commit me", end="commit")["id"]
     c.call("transaction", topic="TT", body="roll me back", end="rollback")

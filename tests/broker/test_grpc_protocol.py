@@ -16,6 +16,7 @@ from google.protobuf.timestamp_pb2 import Timestamp
 
 from rmqstore.broker.messaging.protocol import pb, services
 from rmqstore.broker.messaging.service import consistent_hash
+from rmqstore.broker.metadata import topic_config
 
 FAST = {"minInvisibleTimeMillsForRecv": 1000, "grpcClientConsumerMinLongPollingTimeoutMillis": 200,
         "grpcClientConsumerMaxLongPollingTimeoutMillis": 3000}
@@ -90,7 +91,7 @@ def test_query_route_and_assignment(start_broker, api):
     host, port = b.grpc_address.rsplit(":", 1)
     assert q.permission == pb.READ_WRITE and q.broker.name == "broker-a"
     assert (q.broker.endpoints.addresses[0].host, q.broker.endpoints.addresses[0].port) == (host, int(port))
-    assert set(q.accept_message_types) == {pb.NORMAL, pb.FIFO, pb.DELAY, pb.TRANSACTION}
+    assert list(q.accept_message_types) == [pb.NORMAL]  # a topic without message.type is NORMAL
     r = a.QueryAssignment(pb.QueryAssignmentRequest(topic=pb.Resource(name="R"), group=pb.Resource(name="G")))
     assert r.status.code == pb.OK and len(r.assignments) == 1 and r.assignments[0].message_queue.id == -1
     # as upstream: a group that consumes orderly gets one assignment per read queue; no accepted types
@@ -182,7 +183,7 @@ def test_bad_sends_are_refused_and_write_nothing(start_broker, api):
 
 def test_several_messages_in_one_send_and_message_groups(start_broker, api):
     b = start_broker(grpc=True, broker=FAST)
-    b.topics.create_if_absent("M", 4)
+    _typed(b, "M", "MIXED")  # normal and FIFO messages alike
     a = api(b.grpc_address)
     msgs = [pb.Message(topic=pb.Resource(name="M"), body=f"b{i}".encode(), user_properties={"i": str(i)},
                        system_properties=pb.SystemProperties(message_id=f"ID{i}", tag="t")) for i in range(3)]
@@ -406,3 +407,41 @@ def test_a_frame_over_the_limit_is_refused_and_the_server_keeps_serving(start_br
     assert e.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
     assert b.store.max_phy_offset == 0
     assert a.send("Big", b"small").status.code == pb.OK
+
+
+def _typed(b, topic: str, kind: str, queues: int = 4) -> None:
+    b.topics.put(dict(topic_config(topic, queues), attributes={"message.type": kind}))
+
+
+def test_routes_name_the_accepted_type_and_sends_of_another_type_are_refused(start_broker, api):
+    b = start_broker(grpc=True, broker=FAST)
+    b.topics.create_if_absent("Plain", 4)
+    _typed(b, "Ordered", "FIFO")
+    _typed(b, "Mixed", "MIXED")
+    a = api(b.grpc_address)
+    accepted = {t: {tuple(q.accept_message_types) for q in
+                    a.QueryRoute(pb.QueryRouteRequest(topic=pb.Resource(name=t))).message_queues}
+                for t in ("Plain", "Ordered", "Mixed")}
+    assert accepted["Plain"] == {(pb.NORMAL,)} and accepted["Ordered"] == {(pb.FIFO,)}
+    assert accepted["Mixed"] == {(pb.NORMAL, pb.FIFO, pb.DELAY, pb.TRANSACTION)}
+    before = b.store.max_phy_offset
+    r = a.send("Plain", b"x", message_group="g1")
+    assert (r.status.code, r.status.message) == (
+        pb.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE,
+        "TopicMessageType validate failed, the expected type is NORMAL, but actual type is FIFO")
+    r = a.send("Ordered", b"x")
+    assert r.status.code == pb.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE and "expected type is FIFO" in r.status.message
+    assert b.store.max_phy_offset == before  # nothing refused was written
+    for topic, kw in [("Plain", {}), ("Ordered", {"message_group": "g1"}), ("Mixed", {"message_group": "g1"}),
+                      ("Mixed", {})]:
+        assert a.send(topic, b"x", **kw).status.code == pb.OK, (topic, kw)
+
+
+def test_the_type_check_off_accepts_any_type_and_tells_clients_not_to_check(start_broker, api):
+    b = start_broker(grpc=True, broker={**FAST, "enableTopicMessageTypeCheck": "false"})
+    b.topics.create_if_absent("Plain", 4)
+    a = api(b.grpc_address)
+    assert a.send("Plain", b"x", message_group="g1").status.code == pb.OK
+    pub = pb.Settings(client_type=pb.PRODUCER, publishing=pb.Publishing(topics=[pb.Resource(name="Plain")]),
+                      request_timeout=Duration(seconds=3))
+    assert not b.messaging.settings_for(pub).publishing.validate_message_type

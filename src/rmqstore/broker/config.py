@@ -65,6 +65,8 @@ class BrokerConfig:
     transaction_check_max: int = 15
     #: ms between transaction check rounds (``transactionCheckInterval``)
     transaction_check_interval: int = 30000
+    #: topics may be created with ``message.type`` MIXED (``enableMixedMessageType``)
+    enable_mixed_message_type: bool = False
     #: ms a client lives without a heartbeat (``channelExpiredTimeout``)
     channel_expired_timeout: int = 120000
     # --- the gRPC endpoint: RocketMQ's ProxyConfig names and defaults ---
@@ -73,6 +75,9 @@ class BrokerConfig:
     #: the bounds of a receive's long polling (``grpcClientConsumerMin/MaxLongPollingTimeoutMillis``)
     grpc_client_consumer_min_long_polling_timeout_millis: int = 5000
     grpc_client_consumer_max_long_polling_timeout_millis: int = 20000
+    #: a send's message type checked against its topic's ``message.type`` (NORMAL without one), and
+    #: clients told to check it too (``enableTopicMessageTypeCheck``); false accepts any type anywhere
+    enable_topic_message_type_check: bool = True
 
     def __post_init__(self) -> None:
         if not self.broker_name:

@@ -20,6 +20,7 @@ import time
 
 from ..engine.consumer_offsets import parse_broker_json
 from ..errors import CorruptRecordError
+from ..format.javalang import parse_long
 from ..io.mapped_file import atomic_write_text
 from ..types import SCHEDULE_TOPIC
 
@@ -107,6 +108,88 @@ class JsonStateFile:
         doc = dict(doc)
         doc["dataVersion"] = self.data_version()
         atomic_write_text(self.path, json.dumps(doc, indent=4, sort_keys=True) + "\n", keep_bak=True)
+
+
+#: ``TopicAttributes.ALL``: name -> (changeable after creation, the values allowed; None: a long from -1)
+TOPIC_ATTRIBUTES = {
+    "queue.type": (False, frozenset({"BatchCQ", "SimpleCQ"})),
+    "cleanup.policy": (False, frozenset({"DELETE", "COMPACTION"})),
+    "message.type": (True, frozenset({"UNSPECIFIED", "NORMAL", "FIFO", "DELAY", "TRANSACTION", "MIXED"})),
+    "reserve.time": (True, None),
+}
+
+
+def parse_attributes(text: str | None) -> dict[str, str]:
+    """``AttributeParser.parseToMap``: ``+key=value,-key,...`` as given (signs kept); ValueError with
+    upstream's message when malformed."""
+    out: dict[str, str] = {}
+    for kv in text.split(",") if text else ():
+        if "=" in kv:
+            parts = kv.split("=")
+            while len(parts) > 1 and parts[-1] == "":  # (Java's split drops trailing empty strings)
+                parts.pop()
+            if len(parts) < 2:
+                raise ValueError(f"Index 1 out of bounds for length {len(parts)}")
+            key, value = parts[0], parts[1]
+            if "+" not in key:
+                raise ValueError(f"add/alter attribute format is wrong: {key}")
+        else:
+            key, value = kv, ""
+            if "-" not in key:
+                raise ValueError(f"delete attribute format is wrong: {key}")
+        if key in out:
+            raise ValueError(f"key duplication: {key}")
+        out[key] = value
+    return out
+
+
+def alter_attributes(create: bool, current: dict, new: dict[str, str]) -> dict[str, str]:
+    """``AttributeUtil.alterCurrentAttributes``: a topic's attributes after the modification ``new``
+    (from :func:`parse_attributes`); a new topic takes only ``+`` keys. ValueError with upstream's message."""
+    final, seen, deletes = dict(current), set(), []
+    for key, value in new.items():
+        real = key[1:]
+        if not real or "+" in real or "-" in real:
+            raise ValueError("kv string format wrong.")
+        if real in seen:
+            raise ValueError(f"alter duplication key. key: {real}")
+        seen.add(real)
+        if create and not key.startswith("+"):
+            raise ValueError(f"only add attribute is supported while creating topic. key: {real}")
+        if not create and not key.startswith(("+", "-")):
+            raise ValueError(f"wrong format key: {real}")
+        if key.startswith("-") and not create:
+            if real not in current:
+                raise ValueError(f"attempt to delete a nonexistent key: {real}")
+            deletes.append(real)
+        _check_attribute(real, value, init=create, delete=key.startswith("-"))
+        if key.startswith("+"):
+            final[real] = value
+    for real in deletes:
+        final.pop(real, None)
+    return final
+
+
+def _check_attribute(name: str, value: str, *, init: bool, delete: bool) -> None:
+    """``AttributeUtil.validateAlter`` of one attribute (``Attribute.verify``)."""
+    known = TOPIC_ATTRIBUTES.get(name)
+    if known is None:
+        raise ValueError(f"unsupported key: {name}")
+    changeable, allowed = known
+    if not init and not changeable:
+        raise ValueError(f"attempt to update an unchangeable attribute. key: {name}")
+    if delete:
+        return
+    if allowed is not None:
+        if value not in allowed:
+            raise ValueError(f"value is not in set: [{', '.join(sorted(allowed))}]")
+        return
+    try:
+        number = parse_long(value)
+    except ValueError as e:
+        raise ValueError(str(e)) from None
+    if number < -1:
+        raise ValueError(f"value is not in range(-1, {(1 << 63) - 1})")
 
 
 def topic_config(name: str, queues: int, perm: int = PERM_READ | PERM_WRITE, sys_flag: int = 0) -> dict:

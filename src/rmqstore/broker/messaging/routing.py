@@ -34,6 +34,51 @@ def local_route(broker_name: str, tc: dict) -> dict:
                             "writeQueueNums": tc["writeQueueNums"], "topicSysFlag": tc.get("topicSysFlag", 0)}]}
 
 
+#: ``TopicMessageType``: the values of a topic's ``message.type`` attribute
+TOPIC_TYPES = ("UNSPECIFIED", "NORMAL", "FIFO", "DELAY", "TRANSACTION", "MIXED")
+_ACCEPTED = {"NORMAL": [pb.NORMAL], "FIFO": [pb.FIFO], "DELAY": [pb.DELAY], "TRANSACTION": [pb.TRANSACTION],
+             "MIXED": [pb.NORMAL, pb.FIFO, pb.DELAY, pb.TRANSACTION]}
+#: the properties that make a message a DELAY one (``TopicMessageType.parseFromMessageProperty``)
+_DELAY_PROPERTIES = ("DELAY", "TIMER_DELIVER_MS", "TIMER_DELAY_SEC", "TIMER_DELAY_MS")
+
+
+def topic_message_type(tc: dict) -> str:
+    """``TopicConfig.getTopicMessageType``: the topic's ``message.type`` attribute, NORMAL without
+    one (a value that is no type reads as UNSPECIFIED, where upstream's ``valueOf`` would throw)."""
+    attrs = tc.get("attributes") or {}
+    kind = attrs.get("message.type", attrs.get("+message.type"))
+    if kind is None:
+        return "NORMAL"
+    kind = str(kind).upper()
+    return kind if kind in TOPIC_TYPES else "UNSPECIFIED"
+
+
+def accept_types(topic_type: str) -> list[int]:
+    """``RouteActivity.parseTopicMessageType``: the message types a topic's queues accept."""
+    return _ACCEPTED.get(topic_type, [pb.MESSAGE_TYPE_UNSPECIFIED])
+
+
+def message_type(props: dict) -> str:
+    """``TopicMessageType.parseFromMessageProperty``: TRANSACTION, DELAY, FIFO or NORMAL, in that order."""
+    if props.get("TRAN_MSG") == "true":
+        return "TRANSACTION"
+    if any(props.get(name) is not None for name in _DELAY_PROPERTIES):
+        return "DELAY"
+    return "FIFO" if props.get("__SHARDINGKEY") is not None else "NORMAL"
+
+
+def type_conflict(topic_type: str, props: dict) -> str | None:
+    """``DefaultTopicMessageTypeValidator.validate``, as the proxy calls it for a send (unless the
+    message carries ``TRANSFER_FLAG``): the refusal's text when the message's type is not the
+    topic's and the topic is not MIXED, else None."""
+    if "TRANSFER_FLAG" in props:
+        return None
+    kind = message_type(props)
+    if kind != topic_type and topic_type != "MIXED":
+        return f"TopicMessageType validate failed, the expected type is {topic_type}, but actual type is {kind}"
+    return None
+
+
 def endpoints(host: str, port: int):
     return pb.Endpoints(scheme=pb.IPv6 if ":" in host else pb.IPv4, addresses=[pb.Address(host=host, port=port)])
 

@@ -158,7 +158,8 @@ class MessagingService(ConsumeRpcs, services.MessagingServiceServicer):
         except Refused as e:
             return pb.QueryRouteResponse(status=status(e.code, str(e)))
         route = await self._route(request.topic.name, tc)
-        queues = routing.route_queues(route, request.topic, self.endpoint, _accept_types(tc))
+        queues = routing.route_queues(route, request.topic, self.endpoint,
+                                       routing.accept_types(routing.topic_message_type(tc)))
         return pb.QueryRouteResponse(status=status(pb.OK), message_queues=queues)
 
     async def _route(self, topic: str, tc: dict) -> dict:
@@ -190,7 +191,7 @@ class MessagingService(ConsumeRpcs, services.MessagingServiceServicer):
             out.backoff_policy.exponential_backoff.initial.CopyFrom(duration(initial))
             out.backoff_policy.exponential_backoff.max.CopyFrom(duration(mx))
             out.backoff_policy.exponential_backoff.multiplier = mult
-            out.publishing.validate_message_type = True
+            out.publishing.validate_message_type = b.cfg.enable_topic_message_type_check
             out.publishing.max_body_size = b.store.cfg.max_message_size
         elif settings.HasField("subscription"):
             sg = b.groups.find(settings.subscription.group.name) or {}
@@ -301,6 +302,7 @@ class MessagingService(ConsumeRpcs, services.MessagingServiceServicer):
                           born_host=peer if ":" in peer else "127.0.0.1:0", store_host=b.store_host,
                           reconsume_times=int(props.get("RECONSUME_TIME", "0") or 0))
             built.append((msg, props))
+        self._check_type(topic.name, tc, built[0][1])
         qid = self._select_queue(tc, request)
         special = any(M.TRAN_MSG in p or T.TIMER_DELIVER_MS in p for _, p in built)
         entries = []
@@ -324,6 +326,14 @@ class MessagingService(ConsumeRpcs, services.MessagingServiceServicer):
             code = codes.pop()
             st = entries[0].status if code != pb.OK else status(pb.OK)
         return pb.SendMessageResponse(status=st, entries=entries)
+
+    def _check_type(self, topic: str, tc: dict, props: dict) -> None:
+        """The proxy's check of a send's first message against the topic's ``message.type``
+        (``enableTopicMessageTypeCheck``; not for retry and dead-letter topics)."""
+        if self.b.cfg.enable_topic_message_type_check and not topic.startswith(("%RETRY%", "%DLQ%")):
+            conflict = routing.type_conflict(routing.topic_message_type(tc), props)
+            if conflict is not None:
+                raise Refused(pb.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE, conflict)
 
     def _select_queue(self, tc: dict, request) -> int:
         n = max(1, tc["writeQueueNums"])
@@ -416,16 +426,6 @@ class MessagingService(ConsumeRpcs, services.MessagingServiceServicer):
         for cid, c in list(self.clients.items()):
             if c.outbox is None and now - c.last_seen > max_idle_s:
                 del self.clients[cid]
-
-
-def _accept_types(tc: dict) -> list[int]:
-    """The message types a topic accepts: its ``message.type`` attribute (RocketMQ 5), else all."""
-    attrs = tc.get("attributes") or {}
-    kind = str(attrs.get("+message.type") or attrs.get("message.type") or "").upper()
-    named = {"NORMAL": pb.NORMAL, "FIFO": pb.FIFO, "DELAY": pb.DELAY, "TRANSACTION": pb.TRANSACTION}
-    if kind in named:
-        return [named[kind]]
-    return [pb.NORMAL, pb.FIFO, pb.DELAY, pb.TRANSACTION]
 
 
 __all__ = ["MessagingService", "consistent_hash"]
