@@ -241,6 +241,14 @@ def test_writes_need_admin_and_token(http_broker, cpp_client):
     status, cfg = http(base, "/api/topics", "POST", {"topic": "New", "queues": 2}, token=TOKEN)
     assert status == 201 and b.topics.table["New"]["readQueueNums"] == 2
     assert http(base, "/api/topics", "POST", {"topic": "bad topic!"}, token=TOKEN)[0] == 400
+    # attributes as updateTopic -a alters them; an update without any keeps them
+    status, cfg = http(base, "/api/topics", "POST", {"topic": "New", "attributes": "+message.type=FIFO"}, token=TOKEN)
+    assert status == 201 and cfg["attributes"] == b.topics.table["New"]["attributes"] == {"message.type": "FIFO"}
+    assert http(base, "/api/topics", "POST", {"topic": "New", "queues": 4}, token=TOKEN)[0] == 201
+    assert b.topics.table["New"]["attributes"] == {"message.type": "FIFO"} and b.topics.table["New"]["readQueueNums"] == 4
+    for bad in ("+message.type=MIXED", "+queue.type=BatchCQ", "message.type=FIFO"):
+        assert http(base, "/api/topics", "POST", {"topic": "New", "attributes": bad}, token=TOKEN)[0] == 400, bad
+    assert b.topics.table["New"]["attributes"] == {"message.type": "FIFO"}
     assert http(base, "/api/topics/New", "DELETE", token=TOKEN)[0] == 200 and "New" not in b.topics.table
     # reset by time: offsets committed and a live consumer told (RESET_CONSUMER_CLIENT_OFFSET)
     cpp_client("produce", "--namesrv", b.address, "--group", "PG", "--topic", "T", "--count", 10, "--quiet")
