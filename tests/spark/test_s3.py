@@ -289,6 +289,9 @@ def test_an_s3_store_of_another_index_geometry_infers_it_as_locally(moto, geo, m
     assert backward == [(e - 1024, 1024) for e in range(size, 0, -1024)][:len(backward)]  # chunk by chunk
     assert backward[-1][0] < used_end <= backward[-2][0]  # to the chunk holding the last item, no further
     assert len(backward) > 10 and all(pos + n <= used_end for pos, n in ranges if (pos, n) not in backward)
+    (name,) = os.listdir(os.path.join(local, "index"))
+    assert RFS.index_geometry(remote, f"index/{name}", size) == (100, 1000)
+    assert RFS.index_geometry(remote, f"index/{name}", size - 20) is None  # not the size listed: not read as it
 
 
 @pytest.mark.parametrize("given", [{}, {"maxHashSlotNum": "64", "maxIndexNum": "256"}])
@@ -323,7 +326,8 @@ def test_an_s3_store_whose_index_geometry_cannot_be_told_fails_as_locally(moto, 
         assert e.value.path == path + "/index"
         errors.append(str(e.value).replace(path, "STORE"))
     assert errors[0] == errors[1]
-    assert "220 bytes, not upstream's 1:4 slot:item ratio" in errors[0] and "maxHashSlotNum and maxIndexNum" in errors[0]
+    assert "220 bytes, not upstream's 1:4 slot:item ratio" in errors[0]
+    assert "maxHashSlotNum and maxIndexNum" in errors[0]
     given = {"maxHashSlotNum": "10", "maxIndexNum": "7"}
     assert _geometry(parse_options({"path": remote, **given, **_opts(moto)}, streaming=False).cfg)[2:] == (10, 7)
 

@@ -188,7 +188,5 @@ def geometry_of(read, size: int, chunk: int = SCAN_CHUNK) -> tuple[int, int] | N
 def infer_geometry(buf, size: int) -> tuple[int, int] | None:
     """``(slots, items)`` of an index file of ``size`` bytes held in ``buf`` (a mapping, bytes), or
     None when they do not tell: :func:`geometry_of` over views of ``buf``."""
-    if size < HEADER_SIZE:
-        return None
     with memoryview(buf) as view:
         return geometry_of(lambda pos, n: view[pos:pos + n], size)

@@ -175,8 +175,8 @@ def upload(local_path: str, location: str, rel: str) -> int:
 def remote_mapping(location: str, rel_path: str, size: int, lo: int, hi: int):
     """A read-only :class:`~rmqstore.io.mapped_file.MappedFile` of ``size`` bytes over an anonymous
     mapping filled with the bytes ``[lo, hi)`` of the remote file ``location/rel_path`` (ranged reads
-    of at most :data:`READ_CHUNK`, 16 MiB; the rest reads as zeros, like the unwritten end of a segment, and takes no
-    memory). Opened with the settings registered for ``location``."""
+    of at most :data:`READ_CHUNK`; the rest reads as zeros, like the unwritten end of a segment, and
+    takes no memory). Opened with the settings registered for ``location``."""
     from ..io.mapped_file import MappedFile
 
     fs, path = filesystem(location, settings_for(location))
@@ -213,11 +213,14 @@ def _ranged(f, pos: int, n: int) -> bytes:
 def index_geometry(location: str, rel_path: str, size: int) -> tuple[int, int] | None:
     """``(slots, items)`` of the remote index file ``location/rel_path`` of ``size`` bytes from its
     contents, by the rule local files follow (:func:`~rmqstore.format.index_file.geometry_of`), or
-    None when they do not tell. Ranged reads: the header, the file from its end backwards
-    :data:`READ_CHUNK` bytes at a time to the last item written, then the slots and items written;
-    at most a chunk (or the newest items checked, 1.3 MiB) held at a time."""
+    None when they do not tell (or the file is no longer ``size`` bytes). Ranged reads: the header,
+    the file from its end backwards :data:`READ_CHUNK` bytes at a time to the last item written,
+    then the slots and items written a chunk at a time; held meanwhile: a chunk (or the newest items
+    checked, at most 1.3 MiB) and 4 bytes an item written."""
     from ..format.index_file import geometry_of
 
     fs, path = filesystem(location, settings_for(location))
     with fs.open_input_file(f"{path}/{rel_path}") as f:
-        return geometry_of(lambda pos, n: _ranged(f, pos, n), min(size, f.size()), READ_CHUNK)
+        if f.size() != size:
+            return None
+        return geometry_of(lambda pos, n: _ranged(f, pos, n), size, READ_CHUNK)
