@@ -90,14 +90,9 @@ def _slot_owners(read, slots: int, index_count: int, chunk: int):
         if vals.size != n or vals.min() < 0 or vals.max() >= index_count:
             return None
         nz = np.flatnonzero(vals)
-        named = vals[nz]
-        if (owner[named] >= 0).any():
-            return None
-        owner[named] = nz + a
-        if not np.array_equal(owner[named], nz + a):
-            return None
+        owner[vals[nz]] = nz + a
         used += nz.size
-    return owner if used else None
+    return owner if used and np.count_nonzero(owner >= 0) == used else None  # fewer: an item named twice
 
 
 def _key_hashes(read, slots: int, owner, want, chunk: int):
@@ -113,8 +108,7 @@ def _key_hashes(read, slots: int, owner, want, chunk: int):
         if h.size != n or (body.size and body.min() < 0):
             return None
         mine = owner[a:a + n]
-        named = mine >= 0
-        if not np.array_equal(h[named].astype(np.int64) % slots, mine[named]):
+        if not ((h.astype(np.int64) % slots == mine) | (mine < 0)).all():
             return None
         lo, hi = np.searchsorted(want, [a, a + n])
         out[lo:hi] = h[want[lo:hi] - a]
