@@ -137,36 +137,42 @@ def infer_config(store_dir: str, base: MessageStoreConfig | None = None) -> Mess
     the keys to set when they cannot."""
     if not os.path.isdir(store_dir):
         raise StoreNotFoundError("store directory does not exist", path=store_dir)
-    size = _first_index_size(store_dir)
+    index_dir = os.path.join(store_dir, INDEX)
+    files = _listing(index_dir)
     cfg = config_with_sizes(base or MessageStoreConfig(), _first_segment_size(os.path.join(store_dir, COMMITLOG)),
-                            _first_cq_segment_size(store_dir), size)
+                            _first_cq_segment_size(store_dir), index_size_of(files))
+    return config_with_geometry(cfg, files, lambda name, size: index_geometry(os.path.join(index_dir, name), size),
+                                index_dir)
+
+
+def config_with_geometry(cfg: MessageStoreConfig, files: Listing, geometry_of, where: str) -> MessageStoreConfig:
+    """``cfg`` (as :func:`config_with_sizes` made it from the same listing) when the index files
+    (``files``: their names and sizes) are ``cfg``'s size or absent; else ``cfg`` with the geometry
+    that the contents of the first index file (in name order) of their common size tell:
+    ``geometry_of(name, size)`` -> ``(slots, items)`` or None. A :class:`ConfigError` at ``where``
+    naming the keys to set when no file tells. The one rule for local and remote stores."""
+    size = index_size_of(files)
     if size is None or size == cfg.index_file_size:
         return cfg
-    geometry = index_geometry(os.path.join(store_dir, INDEX), size)
-    if geometry is None:
-        raise ConfigError(f"the store's index files are {size} bytes, not upstream's 1:4 slot:item ratio, and "
-                          "no index file's keys tell its geometry: give a config with maxHashSlotNum and "
-                          f"maxIndexNum (40 + 4*maxHashSlotNum + 20*maxIndexNum = {size})",
-                          path=os.path.join(store_dir, INDEX))
-    return cfg.replace(max_hash_slot_num=geometry[0], max_index_num=geometry[1])
+    for name, n in sorted(files):
+        if name.isdigit() and n == size:
+            found = geometry_of(name, size)
+            if found is not None:
+                return cfg.replace(max_hash_slot_num=found[0], max_index_num=found[1])
+    raise ConfigError(f"the store's index files are {size} bytes, not upstream's 1:4 slot:item ratio, and "
+                      "no index file's keys tell its geometry: give a config with maxHashSlotNum and "
+                      f"maxIndexNum (40 + 4*maxHashSlotNum + 20*maxIndexNum = {size})", path=where)
 
 
-def index_geometry(index_dir: str, size: int) -> tuple[int, int] | None:
-    """``(slots, items)`` read from the contents of the first index file of ``size`` bytes that
-    tells them (see :func:`~rmqstore.format.index_file.infer_geometry`), or None."""
+def index_geometry(path: str, size: int) -> tuple[int, int] | None:
+    """``(slots, items)`` read from the contents of the index file ``path`` of ``size`` bytes (see
+    :func:`~rmqstore.format.index_file.infer_geometry`), or None when they do not tell."""
     import mmap
 
     from .format.index_file import infer_geometry
 
-    for name, n in sorted(_listing(index_dir)):
-        if not name.isdigit() or n != size:
-            continue
-        with open(os.path.join(index_dir, name), "rb") as f, \
-                mmap.mmap(f.fileno(), size, access=mmap.ACCESS_READ) as mm:
-            found = infer_geometry(mm, size)
-        if found is not None:
-            return found
-    return None
+    with open(path, "rb") as f, mmap.mmap(f.fileno(), size, access=mmap.ACCESS_READ) as mm:
+        return infer_geometry(mm, size)
 
 
 def config_with_sizes(cfg: MessageStoreConfig, commitlog: int | None, consume_queue: int | None,

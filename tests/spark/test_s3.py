@@ -19,7 +19,8 @@ BUCKET = "rmq-archive"
 
 
 @pytest.fixture(scope="module")
-def s3(tmp_path_factory, vectors, generated):
+def moto(tmp_path_factory):
+    """moto's S3 server on a loopback port, with an empty bucket: its endpoint and a pyarrow filesystem."""
     server = os.path.join(os.path.dirname(sys.executable), "moto_server")  # the one installed with the tests
     if not os.path.exists(server):
         server = shutil.which("moto_server")
@@ -41,19 +42,27 @@ def s3(tmp_path_factory, vectors, generated):
         fs = pafs.S3FileSystem(endpoint_override=f"127.0.0.1:{port}", scheme="http", access_key="test",
                                secret_key="test", region="us-east-1", allow_bucket_creation=True)
         fs.create_dir(BUCKET)
-        uploaded = {}
-        stores = {name: vs.path for name, vs in vectors.items()}
-        stores["generated"] = generated.path
-        for name, path in stores.items():  # the source needs only the commitlog; the jobs' vectors all of it
-            sub = "commitlog" if name == "generated" else ""
-            pafs.copy_files(os.path.join(path, sub).rstrip("/"), f"{BUCKET}/{name}/store/{sub}".rstrip("/"),
-                            destination_filesystem=fs)
-            uploaded[name] = (path, f"s3://{BUCKET}/{name}/store")
-        yield {"endpoint": endpoint, "stores": uploaded, "fs": fs}
+        yield {"endpoint": endpoint, "fs": fs}
     finally:
         proc.terminate()
         proc.wait(10)
         log.close()
+
+
+@pytest.fixture(scope="module")
+def s3(moto, vectors, generated):
+    """The vector stores and the generated store uploaded: ``stores[name]`` = (local path, s3:// location)."""
+    import pyarrow.fs as pafs
+
+    uploaded = {}
+    stores = {name: vs.path for name, vs in vectors.items()}
+    stores["generated"] = generated.path
+    for name, path in stores.items():  # the source needs only the commitlog; the jobs' vectors all of it
+        sub = "commitlog" if name == "generated" else ""
+        pafs.copy_files(os.path.join(path, sub).rstrip("/"), f"{BUCKET}/{name}/store/{sub}".rstrip("/"),
+                        destination_filesystem=moto["fs"])
+        uploaded[name] = (path, f"s3://{BUCKET}/{name}/store")
+    return {**moto, "stores": uploaded}
 
 
 def _opts(s3) -> dict:
@@ -211,3 +220,134 @@ def test_spark_rebuild_cli_refuses_an_occupied_s3_output_before_spark_starts(s3,
     assert r.exit_code == 2 and "already holds index/" in r.stderr, r.output
     with s3["fs"].open_input_stream(f"{BUCKET}/occupied/index/20240101000000000") as f:
         assert f.read() == b"someone else's index file"
+
+
+# ------------------------------------------------------------------------------------------------
+# An index geometry other than upstream's 1:4, told by the index files' contents
+# ------------------------------------------------------------------------------------------------
+
+#: 100 slots, 1,000 items: 20,440-byte index files, not 40 + 84 * slots
+GEO = dict(max_hash_slot_num=100, max_index_num=1000)
+
+
+@pytest.fixture(scope="module")
+def geo(moto, tmp_path_factory):
+    """Two stores, local and uploaded: ``told`` (written with :data:`GEO`: 120 messages with keys,
+    240 index items in one index file, the rest of it zeros) and ``untold`` (a commitlog segment and
+    a 220-byte index file with no item: 40 + 4*10 + 20*7, no 1:4 geometry)."""
+    import pyarrow.fs as pafs
+
+    from rmqstore import MessageStore
+
+    from tests.kit import cfg, msg
+
+    root = tmp_path_factory.mktemp("geo")
+    told = root / "told" / "store"
+    with MessageStore.open(str(told), cfg(GEO)) as st:
+        for i in range(120):
+            st.put_message(msg("Geo", b"x" * 40, i=i, keys=[f"k{i}"]))
+        st.wait_dispatched()
+    untold = root / "untold" / "store"
+    (untold / "commitlog").mkdir(parents=True)
+    (untold / "commitlog" / f"{0:020d}").write_bytes(bytes(4096))
+    (untold / "index").mkdir()
+    (untold / "index" / "20240131235959123").write_bytes(bytes(220))
+    out = {}
+    for name, path in (("told", told), ("untold", untold)):
+        pafs.copy_files(str(path), f"{BUCKET}/geo-{name}/store", destination_filesystem=moto["fs"])
+        out[name] = (str(path), f"s3://{BUCKET}/geo-{name}/store")
+    return out
+
+
+def _geometry(c) -> tuple:
+    return c.mapped_file_size_commit_log, c.cq_file_size, c.max_hash_slot_num, c.max_index_num
+
+
+def test_an_s3_store_of_another_index_geometry_infers_it_as_locally(moto, geo, monkeypatch):
+    """Read from the index file's contents with ranged reads: from its end backwards a chunk at a
+    time (lowered here to 1 KiB) to the last item written, then the slots and items written."""
+    from rmqstore.layout import infer_config
+    from rmqstore.spark import fs as RFS
+    from rmqstore.spark.options import parse_options
+
+    local, remote = geo["told"]
+    ranges = []
+    ranged = RFS._ranged
+
+    def spy(f, pos, n):
+        ranges.append((pos, n))
+        return ranged(f, pos, n)
+
+    monkeypatch.setattr(RFS, "READ_CHUNK", 1024)
+    monkeypatch.setattr(RFS, "_ranged", spy)
+    want = infer_config(local)
+    assert _geometry(want) == (4096, 1000, 100, 1000)
+    got = parse_options({"path": remote, **_opts(moto)}, streaming=False).cfg
+    assert got == want
+    size, used_end = 40 + 4 * 100 + 20 * 1000, 40 + 4 * 100 + 20 * 241  # the file; the end of item 240
+    backward = [r for r in ranges if r[0] + r[1] > used_end]
+    assert backward == [(e - 1024, 1024) for e in range(size, 0, -1024)][:len(backward)]  # chunk by chunk
+    assert backward[-1][0] < used_end <= backward[-2][0]  # to the chunk holding the last item, no further
+    assert len(backward) > 10 and all(pos + n <= used_end for pos, n in ranges if (pos, n) not in backward)
+    (name,) = os.listdir(os.path.join(local, "index"))
+    assert RFS.index_geometry(remote, f"index/{name}", size) == (100, 1000)
+    assert RFS.index_geometry(remote, f"index/{name}", size - 20) is None  # not the size listed: not read as it
+
+
+@pytest.mark.parametrize("given", [{}, {"maxHashSlotNum": "64", "maxIndexNum": "256"}])
+def test_a_config_that_contradicts_the_index_files_gives_way_remotely_as_locally(moto, geo, given, monkeypatch):
+    """As a local store in the data source (``infer_config``: the files' sizes win over the options),
+    whatever the options say; options that fit the files are taken as given, without reading them."""
+    from rmqstore.spark import fs as RFS
+    from rmqstore.spark.options import parse_options
+
+    local, remote = geo["told"]
+    here = parse_options({"path": local, **given}, streaming=False).cfg
+    there = parse_options({"path": remote, **given, **_opts(moto)}, streaming=False).cfg
+    assert here == there and _geometry(there)[2:] == (100, 1000)
+
+    def unread(*a):
+        raise AssertionError("an index file was read")
+
+    monkeypatch.setattr(RFS, "_ranged", unread)
+    fitting = {"maxHashSlotNum": "100", "maxIndexNum": "1000"}
+    assert parse_options({"path": remote, **fitting, **_opts(moto)}, streaming=False).cfg == here
+
+
+def test_an_s3_store_whose_index_geometry_cannot_be_told_fails_as_locally(moto, geo):
+    from rmqstore.errors import ConfigError
+    from rmqstore.spark.options import parse_options
+
+    local, remote = geo["untold"]
+    errors = []
+    for path, extra in ((local, {}), (remote, _opts(moto))):
+        with pytest.raises(ConfigError) as e:
+            parse_options({"path": path, **extra}, streaming=False)
+        assert e.value.path == path + "/index"
+        errors.append(str(e.value).replace(path, "STORE"))
+    assert errors[0] == errors[1]
+    assert "220 bytes, not upstream's 1:4 slot:item ratio" in errors[0]
+    assert "maxHashSlotNum and maxIndexNum" in errors[0]
+    given = {"maxHashSlotNum": "10", "maxIndexNum": "7"}
+    assert _geometry(parse_options({"path": remote, **given, **_opts(moto)}, streaming=False).cfg)[2:] == (10, 7)
+
+
+def test_jobs_over_an_s3_store_of_another_index_geometry_answer_as_locally(spark, moto, geo, tmp_path):
+    """stats reads the index files with the store's geometry; rebuild writes index files of it,
+    the bytes the in-process rebuild of the local copy writes."""
+    from rmqstore.rebuild import rebuild as rebuild_in_process
+    from rmqstore.spark.jobs import rebuild, stats
+
+    from test_locations import _strip
+    from test_rebuild import same_output
+
+    local, remote = geo["told"]
+    here, there = stats(spark, local, top=5), stats(spark, remote, top=5, options=_opts(moto))
+    profile = there["hash_collisions"]["index_files"]
+    assert there["hash_collisions"]["slots"] == 100 and [p["items"] for p in profile] == [240]
+    assert _strip(there) == _strip(here)
+    rebuild(spark, remote, str(tmp_path / "from-s3"), options=_opts(moto))
+    rebuild_in_process(local, str(tmp_path / "in-process"))
+    same_output(str(tmp_path / "in-process"), str(tmp_path / "from-s3"))
+    index = tmp_path / "from-s3" / "index"
+    assert [os.path.getsize(index / f) for f in os.listdir(index)] == [40 + 4 * 100 + 20 * 1000]

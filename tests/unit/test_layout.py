@@ -138,3 +138,32 @@ def test_sizes_from_listings_follow_one_rule_for_local_and_remote_stores():
     assert (cfg.mapped_file_size_commit_log, cfg.cq_file_size, cfg.max_hash_slot_num, cfg.max_index_num) == \
            (1 << 20, 1000, 10, 40)
     assert config_with_sizes(MessageStoreConfig(), None, None, None) == MessageStoreConfig()
+
+
+def test_config_with_geometry_asks_the_first_index_file_of_the_common_size_that_tells():
+    """The rule local and remote stores share: only when the index files' size is not the config's,
+    the files of that size in name order until one tells; the local error when none does."""
+    from rmqstore.layout import config_with_geometry
+
+    size = 40 + 4 * 10 + 20 * 7
+    files = [("20240102000000000", size), ("20240101000000000", size), ("notes", size),
+             ("20240103000000000", 99), ("20240104000000000", size)]
+    asked = []
+
+    def geometry_of(name, n):
+        asked.append((name, n))
+        return (10, 7) if name == "20240102000000000" else None
+
+    base = MessageStoreConfig()
+    got = config_with_geometry(base, files, geometry_of, "s3://b/s/index")
+    assert (got.max_hash_slot_num, got.max_index_num) == (10, 7) and got.replace(
+        max_hash_slot_num=base.max_hash_slot_num, max_index_num=base.max_index_num) == base
+    assert asked == [("20240101000000000", size), ("20240102000000000", size)]
+    asked.clear()
+    fitting = base.replace(max_hash_slot_num=10, max_index_num=7)
+    assert config_with_geometry(fitting, files, geometry_of, "x") is fitting and asked == []
+    assert config_with_geometry(base, [], geometry_of, "x") is base and asked == []
+    with pytest.raises(ConfigError) as e:
+        config_with_geometry(base, files, lambda name, n: None, "s3://b/s/index")
+    assert e.value.path == "s3://b/s/index" and f"maxIndexNum (40 + 4*maxHashSlotNum + 20*maxIndexNum = {size})" in \
+        str(e.value)

@@ -28,6 +28,9 @@ S3_OPTIONS = {"s3.endpoint": "endpoint", "s3.accesskey": "access_key", "s3.secre
               "s3.region": "region", "s3.sessiontoken": "session_token"}
 
 
+#: the largest ranged read of a remote file, in bytes (and what a remote index file is scanned by)
+READ_CHUNK = 16 << 20
+
 _SETTINGS: dict[str, dict[str, str]] = {}
 
 
@@ -172,8 +175,8 @@ def upload(local_path: str, location: str, rel: str) -> int:
 def remote_mapping(location: str, rel_path: str, size: int, lo: int, hi: int):
     """A read-only :class:`~rmqstore.io.mapped_file.MappedFile` of ``size`` bytes over an anonymous
     mapping filled with the bytes ``[lo, hi)`` of the remote file ``location/rel_path`` (ranged reads
-    of at most 16 MiB; the rest reads as zeros, like the unwritten end of a segment, and takes no
-    memory). Opened with the settings registered for ``location``."""
+    of at most :data:`READ_CHUNK`; the rest reads as zeros, like the unwritten end of a segment, and
+    takes no memory). Opened with the settings registered for ``location``."""
     from ..io.mapped_file import MappedFile
 
     fs, path = filesystem(location, settings_for(location))
@@ -183,7 +186,7 @@ def remote_mapping(location: str, rel_path: str, size: int, lo: int, hi: int):
             hi = min(hi, f.size(), size)
             pos = lo
             while pos < hi:
-                data = f.read_at(min(hi - pos, 16 << 20), pos)
+                data = f.read_at(min(hi - pos, READ_CHUNK), pos)
                 if not data:
                     break
                 mm[pos:pos + len(data)] = data
@@ -192,3 +195,32 @@ def remote_mapping(location: str, rel_path: str, size: int, lo: int, hi: int):
         mm.close()
         raise
     return MappedFile.holding(f"{location.rstrip('/')}/{rel_path}", size, mm, "")
+
+
+def _ranged(f, pos: int, n: int) -> bytes:
+    """The bytes ``[pos, pos + n)`` of the open remote file ``f`` (fewer at its end), in ranged
+    reads of at most :data:`READ_CHUNK`."""
+    parts, end = [], pos + n
+    while pos < end:
+        data = f.read_at(min(end - pos, READ_CHUNK), pos)
+        if not data:
+            break
+        parts.append(data)
+        pos += len(data)
+    return parts[0] if len(parts) == 1 else b"".join(parts)
+
+
+def index_geometry(location: str, rel_path: str, size: int) -> tuple[int, int] | None:
+    """``(slots, items)`` of the remote index file ``location/rel_path`` of ``size`` bytes from its
+    contents, by the rule local files follow (:func:`~rmqstore.format.index_file.geometry_of`), or
+    None when they do not tell (or the file is no longer ``size`` bytes). Ranged reads: the header,
+    the file from its end backwards :data:`READ_CHUNK` bytes at a time to the last item written,
+    then the slots and items written a chunk at a time; held meanwhile: a chunk (or the newest items
+    checked, at most 1.3 MiB) and 4 bytes an item written."""
+    from ..format.index_file import geometry_of
+
+    fs, path = filesystem(location, settings_for(location))
+    with fs.open_input_file(f"{path}/{rel_path}") as f:
+        if f.size() != size:
+            return None
+        return geometry_of(lambda pos, n: _ranged(f, pos, n), size, READ_CHUNK)

@@ -19,7 +19,8 @@ from typing import Mapping
 
 from ..config import MessageStoreConfig, read_properties_file
 from ..errors import ConfigError
-from ..layout import config_with_sizes, cq_segment_size_of, index_size_of, infer_config, segment_size_of
+from ..layout import config_with_geometry, config_with_sizes, cq_segment_size_of, index_size_of, infer_config, \
+    segment_size_of
 from . import fs as RFS
 from ..errors import StoreNotFoundError
 from .paths import expand, parse_paths
@@ -222,8 +223,9 @@ def resolve_config(store_dir: str, config_path: str | None, keys: Mapping[str, s
 def _remote_segment_size(location: str, cfg: MessageStoreConfig) -> MessageStoreConfig:
     """``infer_config`` for a remote store: the segment sizes from its objects' names and sizes,
     by the rule local stores follow (:func:`~rmqstore.layout.config_with_sizes`): commitlog,
-    consume-queue and index files alike, so that a job over a copy in S3 answers as over the same
-    store on disk."""
+    consume-queue and index files alike, and an index geometry other than upstream's 1:4 read from
+    an index file's contents (:func:`~rmqstore.layout.config_with_geometry`, ranged reads), so that
+    a job over a copy in S3 answers as over the same store on disk, and fails as it does."""
     settings = RFS.settings_for(location)
     commitlog = RFS.list_files(location, settings, paths.COMMITLOG)
     if not any(name.isdigit() and len(name) == 20 for name, _ in commitlog):
@@ -233,8 +235,10 @@ def _remote_segment_size(location: str, cfg: MessageStoreConfig) -> MessageStore
         parts = rel.split("/")
         if len(parts) == 3:
             queues.setdefault((parts[0], parts[1]), []).append((parts[2], size))
-    return config_with_sizes(cfg, segment_size_of(commitlog), cq_segment_size_of(queues),
-                             index_size_of(RFS.list_files(location, settings, paths.INDEX)))
+    index = RFS.list_files(location, settings, paths.INDEX)
+    cfg = config_with_sizes(cfg, segment_size_of(commitlog), cq_segment_size_of(queues), index_size_of(index))
+    return config_with_geometry(cfg, index, lambda name, size: RFS.index_geometry(location, f"{paths.INDEX}/{name}",
+                                                                                size), RFS.join(location, paths.INDEX))
 
 
 @dataclass

@@ -94,3 +94,53 @@ def test_no_geometry_from_an_empty_or_inconsistent_file():
     IX.ITEM.pack_into(buf, IX.item_pos(100, 3), 7, 300, 0, 3)  # item 3 chained to itself
     assert IX.infer_geometry(buf, len(buf)) is None
     assert IX.infer_geometry(b"short", 5) is None
+
+
+class _Reader:
+    """``read(pos, n)`` over a buffer, keeping every range asked for."""
+
+    def __init__(self, buf):
+        self.buf, self.ranges = bytes(buf), []
+
+    def __call__(self, pos: int, n: int) -> bytes:
+        self.ranges.append((pos, n))
+        return self.buf[pos:pos + n]
+
+
+@pytest.mark.parametrize("chunk", [1, 7, 20, 64, 1000, 1 << 20])
+def test_reading_in_chunks_gives_the_buffers_answer(chunk):
+    """geometry_of through a reader, ``chunk`` bytes a step (smaller than an item, across the
+    slot/item boundary, larger than the file), answers as infer_geometry over the whole buffer."""
+    rng = np.random.default_rng(chunk)
+    for slots, items, n in [(100, 1000, 50), (7, 40, 39), (1000, 100, 99), (13, 300, 0)]:
+        buf = _index_bytes(slots, items, [int(h) for h in rng.integers(0, 2**31 - 1, n)])
+        want = IX.infer_geometry(buf, len(buf))
+        assert want == ((slots, items) if n else None)
+        assert IX.geometry_of(_Reader(buf), len(buf), chunk) == want
+        bad = bytearray(buf)
+        if n:
+            IX.ITEM.pack_into(bad, IX.item_pos(slots, 1), -5, 100, 0, 0)  # a negative key hash
+            assert IX.geometry_of(_Reader(bad), len(bad), chunk) is None
+
+
+def test_the_file_is_read_backwards_from_its_end_and_only_as_far_as_the_items_written():
+    slots, items, n, chunk = 500, 20_000, 300, 4096
+    buf = _index_bytes(slots, items, list(range(7, 7 + 13 * n, 13)))
+    read = _Reader(buf)
+    assert IX.geometry_of(read, len(buf), chunk) == (slots, items)
+    used_end = IX.item_pos(slots, n + 1)  # the end of the last item written
+    assert len(buf) - used_end > 20 * chunk  # a long zero tail: the backward scan crosses many chunks
+    backward = [(pos, size) for pos, size in read.ranges if pos + size > used_end]
+    ends = range(len(buf), 0, -chunk)
+    assert backward == [(e - chunk, chunk) for e in ends][:len(backward)]  # chunk by chunk from the end
+    assert backward[-1][0] < used_end <= backward[-2][0]  # and no further than the chunk holding the last item
+    forward = [r for r in read.ranges if r not in backward]
+    assert all(size <= max(chunk, 20 * IX.GEOMETRY_CHECK_ITEMS) for _, size in forward)  # bounded reads
+    assert sum(size for _, size in forward) <= 40 + 4 * slots + 2 * 20 * (n + 1)  # slots, newest items, all items
+
+
+def test_two_slots_naming_one_item_tell_no_geometry():
+    buf = _index_bytes(100, 1000, [5, 105, 7])
+    IX.SLOT.pack_into(buf, IX.slot_pos(9), 1)  # slot 9 also names item 1 (whose hash, 5, is in slot 5)
+    assert IX.infer_geometry(buf, len(buf)) is None
+    assert IX.geometry_of(_Reader(buf), len(buf), 64) is None
