@@ -15,6 +15,7 @@ from rmqstore.broker.messaging.protocol import pb
 from rmqstore.broker.metadata import alter_attributes, parse_attributes, topic_config
 
 C, RC = R.RequestCode, R.ResponseCode
+UPDATE_BROKER_CONFIG = 25
 
 
 def _create(c, topic: str, attributes: str | None = None, queues: int = 2):
@@ -88,8 +89,14 @@ def test_topic_attributes_are_created_altered_and_kept(start_broker, connect):
 
 def test_mixed_topics_when_enabled(start_broker, connect):
     b = start_broker(broker={"enableMixedMessageType": "true"})
-    assert _create(connect(b.address), "Any", "+message.type=MIXED").code == RC.SUCCESS
+    c = connect(b.address)
+    assert _create(c, "Any", "+message.type=MIXED").code == RC.SUCCESS
     assert routing.topic_message_type(b.topics.get("Any")) == "MIXED"
+    # both switches change at once through updateBrokerConfig (UPDATE_BROKER_CONFIG), as upstream reads them
+    r = c.call(UPDATE_BROKER_CONFIG, None, b"enableMixedMessageType=false\nenableTopicMessageTypeCheck=false\n")
+    assert r.code == RC.SUCCESS, r.remark
+    assert not b.cfg.enable_mixed_message_type and not b.cfg.enable_topic_message_type_check
+    assert _create(c, "Other", "+message.type=MIXED").code == RC.INVALID_PARAMETER
 
 
 # --- the RocketMQ 5 endpoint ---------------------------------------------------------------------------

@@ -39,7 +39,8 @@ RESET_CONSUMER_CLIENT_OFFSET = 220
 #: each use); others are refused, naming the key, instead of being accepted without effect
 RUNTIME_KEYS = frozenset({"longPollingEnable", "shortPollingTimeMills", "rejectTransactionMessage",
                           "transactionTimeOut", "transactionCheckMax", "transactionCheckInterval",
-                          "channelExpiredTimeout", "traceOn", "autoCreateSubscriptionGroup"})
+                          "channelExpiredTimeout", "traceOn", "autoCreateSubscriptionGroup",
+                          "enableMixedMessageType", "enableTopicMessageTypeCheck"})
 #: ``validateBlackListConfigExist``'s default ``configBlackList`` and the keys always in it
 BLACK_LIST = frozenset({"brokerConfigPath", "rocketmqHome", "configBlackList"})
 
