@@ -187,3 +187,20 @@ def test_frame_reader_gives_the_same_frames_however_the_stream_is_cut(bodies, cu
         for chunk in reads:
             got += reader.feed(chunk)
         assert [bytes(f) for f in got] == [f[4:] for f in frames] and reader.pending == 0
+
+
+@given(st.integers(-2**31, 2**31 - 1), st.text(), st.booleans(), st.text("0123456789ABCDEF", min_size=32, max_size=32),
+       st.integers(-1, 2**31 - 1), st.integers(0, 2**63 - 1), st.one_of(st.none(), st.text()))
+def test_a_send_answer_frame_is_what_encode_writes(opaque, region, trace, msg_id, qid, offset, uniq):
+    """The send processor's answer frame (its extFields' text formatted in one piece) equals the
+    encoder's frame of the command with the same extFields in the same order."""
+    from rmqstore.broker.send import _answer_frame, _ext_head
+
+    ext = {"MSG_REGION": region, "TRACE_ON": "true" if trace else "false", "msgId": msg_id, "queueId": str(qid),
+           "queueOffset": str(offset)}
+    if uniq is not None:
+        ext["transactionId"] = uniq
+    cmd = R.RemotingCommand(R.ResponseCode.SUCCESS, opaque, R.RESPONSE_FLAG, None, ext)
+    assert _answer_frame(R.ResponseCode.SUCCESS, opaque, _ext_head(region, trace), msg_id, qid, offset, uniq) == \
+        R.encode(cmd)
+

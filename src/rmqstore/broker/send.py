@@ -2,6 +2,7 @@
 ``SendMessageProcessor`` and ``AbstractSendMessageProcessor`` upstream."""
 from __future__ import annotations
 
+import functools
 import random
 import time
 
@@ -48,11 +49,20 @@ def send_header(cmd: RemotingCommand) -> Header:
     return h
 
 
-def _answer_frame(code: int, opaque: int, ext: dict[str, str]) -> bytes:
+@functools.lru_cache(maxsize=16)
+def _ext_head(region: str, trace_on: bool) -> str:
+    """The JSON text a send answer's extFields start with (MSG_REGION, TRACE_ON), the object left open."""
+    return '{"MSG_REGION":' + json_string(region) + ',"TRACE_ON":' + ('"true"' if trace_on else '"false"')
+
+
+def _answer_frame(code: int, opaque: int, head: str, msg_id: str, qid: int, offset: int, uniq: str | None) -> bytes:
     """A put's answer to a JSON request as the frame :func:`~.remoting.encode` writes for the same
-    command (its extFields in their order), the extFields' text formatted here instead of by the
-    JSON encoder."""
-    return json_answer_frame(code, opaque, "{" + ",".join(f'"{k}":{json_string(v)}' for k, v in ext.items()) + "}")
+    command (extFields MSG_REGION, TRACE_ON, msgId, queueId, queueOffset and transactionId, in that
+    order), the extFields' text formatted here instead of by the JSON encoder; ``msg_id`` needs no
+    escaping (alphanumeric)."""
+    tail = "}" if uniq is None else f',"transactionId":{json_string(uniq)}}}'
+    ext = f'{head},"msgId":"{msg_id}","queueId":"{qid}","queueOffset":"{offset}"{tail}'
+    return json_answer_frame(code, opaque, ext)
 
 
 class SendProcessor:
@@ -208,7 +218,6 @@ class SendProcessor:
 
     def _put_and_answer(self, cmd: RemotingCommand, msgs: "list[Message] | RawBatch", qid: int, uniq: str | None):
         b = self.broker
-        ext = self._answer_ext()
         first = msgs.template if type(msgs) is RawBatch else msgs[0]  # (the batch's topic and type)
         count = len(msgs)
         as_frame = cmd.serialize == JSON and type(msgs) is list
@@ -219,15 +228,18 @@ class SendProcessor:
                 b.stats.put(count)
                 b.traffic.put(first, count, result.wrote_bytes)
                 msg_id = result.msg_id
+                if as_frame and msg_id is not None and msg_id.isalnum():
+                    return _answer_frame(_STATUS_CODES[status], cmd.opaque, _ext_head(b.cfg.region_id, b.cfg.trace_on),
+                                         msg_id, qid, result.queue_offset, uniq)
+                ext = self._answer_ext()
                 if msg_id is not None:
                     ext["msgId"] = msg_id
                 ext["queueId"], ext["queueOffset"] = str(qid), str(result.queue_offset)
                 if uniq is not None:
                     ext["transactionId"] = uniq
-                if as_frame and msg_id is not None and msg_id.isalnum():
-                    return _answer_frame(_STATUS_CODES[status], cmd.opaque, ext)
                 return RemotingCommand(_STATUS_CODES[status], cmd.opaque, RESPONSE_FLAG, None, ext,
                                        serialize=cmd.serialize)
+            ext = self._answer_ext()
             code = _STATUS_CODES.get(status, ResponseCode.SYSTEM_ERROR)
             remark = result.error or status.value
             if code == ResponseCode.MESSAGE_ILLEGAL:
