@@ -194,13 +194,13 @@ def test_frame_reader_gives_the_same_frames_however_the_stream_is_cut(bodies, cu
 def test_a_send_answer_frame_is_what_encode_writes(opaque, region, trace, msg_id, qid, offset, uniq):
     """The send processor's answer frame (its extFields' text formatted in one piece) equals the
     encoder's frame of the command with the same extFields in the same order."""
-    from rmqstore.broker.send import _answer_frame, _ext_head
+    from rmqstore.broker.send import _answer_ext_json, _ext_head
 
     ext = {"MSG_REGION": region, "TRACE_ON": "true" if trace else "false", "msgId": msg_id, "queueId": str(qid),
            "queueOffset": str(offset)}
     if uniq is not None:
         ext["transactionId"] = uniq
     cmd = R.RemotingCommand(R.ResponseCode.SUCCESS, opaque, R.RESPONSE_FLAG, None, ext)
-    assert _answer_frame(R.ResponseCode.SUCCESS, opaque, _ext_head(region, trace), msg_id, qid, offset, uniq) == \
-        R.encode(cmd)
+    ext_json = _answer_ext_json(_ext_head(region, trace), msg_id, qid, offset, uniq)
+    assert R.json_answer_frame(R.ResponseCode.SUCCESS, opaque, ext_json) == R.encode(cmd)
 

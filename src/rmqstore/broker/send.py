@@ -55,14 +55,12 @@ def _ext_head(region: str, trace_on: bool) -> str:
     return '{"MSG_REGION":' + json_string(region) + ',"TRACE_ON":' + ('"true"' if trace_on else '"false"')
 
 
-def _answer_frame(code: int, opaque: int, head: str, msg_id: str, qid: int, offset: int, uniq: str | None) -> bytes:
-    """A put's answer to a JSON request as the frame :func:`~.remoting.encode` writes for the same
-    command (extFields MSG_REGION, TRACE_ON, msgId, queueId, queueOffset and transactionId, in that
-    order), the extFields' text formatted here instead of by the JSON encoder; ``msg_id`` needs no
-    escaping (alphanumeric)."""
+def _answer_ext_json(head: str, msg_id: str, qid: int, offset: int, uniq: str | None) -> str:
+    """The JSON text of a put's answer extFields (MSG_REGION, TRACE_ON, msgId, queueId, queueOffset
+    and transactionId, in that order), as the encoder would write them, formatted in one piece for
+    :func:`~.remoting.json_answer_frame`; ``msg_id`` needs no escaping (alphanumeric)."""
     tail = "}" if uniq is None else f',"transactionId":{json_string(uniq)}}}'
-    ext = f'{head},"msgId":"{msg_id}","queueId":"{qid}","queueOffset":"{offset}"{tail}'
-    return json_answer_frame(code, opaque, ext)
+    return f'{head},"msgId":"{msg_id}","queueId":"{qid}","queueOffset":"{offset}"{tail}'
 
 
 class SendProcessor:
@@ -229,8 +227,9 @@ class SendProcessor:
                 b.traffic.put(first, count, result.wrote_bytes)
                 msg_id = result.msg_id
                 if as_frame and msg_id is not None and msg_id.isalnum():
-                    return _answer_frame(_STATUS_CODES[status], cmd.opaque, _ext_head(b.cfg.region_id, b.cfg.trace_on),
-                                         msg_id, qid, result.queue_offset, uniq)
+                    head = _ext_head(b.cfg.region_id, b.cfg.trace_on)
+                    return json_answer_frame(_STATUS_CODES[status], cmd.opaque,
+                                             _answer_ext_json(head, msg_id, qid, result.queue_offset, uniq))
                 ext = self._answer_ext()
                 if msg_id is not None:
                     ext["msgId"] = msg_id
