@@ -17,8 +17,12 @@ from __future__ import annotations
 
 import time
 
-from ..metadata import PERM_READ, PERM_WRITE
+from ...format import properties as P
+from .. import messages as M
+from .. import timer as T
+from ..metadata import PERM_READ, PERM_WRITE, TOPIC_ATTRIBUTES
 from ..routes import MASTER_ID
+from .convert import SHARDING_KEY
 from .protocol import pb
 
 #: seconds a topic's route from the name servers is reused
@@ -35,11 +39,11 @@ def local_route(broker_name: str, tc: dict) -> dict:
 
 
 #: ``TopicMessageType``: the values of a topic's ``message.type`` attribute
-TOPIC_TYPES = ("UNSPECIFIED", "NORMAL", "FIFO", "DELAY", "TRANSACTION", "MIXED")
+TOPIC_TYPES = TOPIC_ATTRIBUTES["message.type"][1]
 _ACCEPTED = {"NORMAL": [pb.NORMAL], "FIFO": [pb.FIFO], "DELAY": [pb.DELAY], "TRANSACTION": [pb.TRANSACTION],
              "MIXED": [pb.NORMAL, pb.FIFO, pb.DELAY, pb.TRANSACTION]}
 #: the properties that make a message a DELAY one (``TopicMessageType.parseFromMessageProperty``)
-_DELAY_PROPERTIES = ("DELAY", "TIMER_DELIVER_MS", "TIMER_DELAY_SEC", "TIMER_DELAY_MS")
+_DELAY_PROPERTIES = (P.DELAY, T.TIMER_DELIVER_MS, T.TIMER_DELAY_SEC, T.TIMER_DELAY_MS)
 
 
 def topic_message_type(tc: dict) -> str:
@@ -60,11 +64,11 @@ def accept_types(topic_type: str) -> list[int]:
 
 def message_type(props: dict) -> str:
     """``TopicMessageType.parseFromMessageProperty``: TRANSACTION, DELAY, FIFO or NORMAL, in that order."""
-    if props.get("TRAN_MSG") == "true":
+    if props.get(M.TRAN_MSG) == "true":
         return "TRANSACTION"
     if any(props.get(name) is not None for name in _DELAY_PROPERTIES):
         return "DELAY"
-    return "FIFO" if props.get("__SHARDINGKEY") is not None else "NORMAL"
+    return "FIFO" if props.get(SHARDING_KEY) is not None else "NORMAL"
 
 
 def type_conflict(topic_type: str, props: dict) -> str | None:

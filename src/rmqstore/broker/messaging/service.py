@@ -20,7 +20,8 @@ from ...format.msgid import MessageIdError, decode_offset_msg_id
 from ...types import Message, PutMessageStatus
 from .. import messages as M
 from .. import timer as T
-from ..metadata import NOT_ALLOWED_SEND, PERM_READ, PERM_WRITE, TRANS_HALF_TOPIC, validate_topic
+from ..metadata import (DLQ_PREFIX, NOT_ALLOWED_SEND, PERM_READ, PERM_WRITE, RETRY_PREFIX, TRANS_HALF_TOPIC,
+                        validate_topic)
 from . import routing
 from .consume import ConsumeRpcs
 from .convert import Refused, duration, message_properties, to_message
@@ -330,7 +331,7 @@ class MessagingService(ConsumeRpcs, services.MessagingServiceServicer):
     def _check_type(self, topic: str, tc: dict, props: dict) -> None:
         """The proxy's check of a send's first message against the topic's ``message.type``
         (``enableTopicMessageTypeCheck``; not for retry and dead-letter topics)."""
-        if self.b.cfg.enable_topic_message_type_check and not topic.startswith(("%RETRY%", "%DLQ%")):
+        if self.b.cfg.enable_topic_message_type_check and not topic.startswith((RETRY_PREFIX, DLQ_PREFIX)):
             conflict = routing.type_conflict(routing.topic_message_type(tc), props)
             if conflict is not None:
                 raise Refused(pb.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE, conflict)
