@@ -5,8 +5,7 @@ from __future__ import annotations
 import json
 
 from ..errors import RmqStoreError
-from .metadata import (PERM_READ, PERM_WRITE, RETRY_PREFIX, alter_attributes, parse_attributes, topic_config,
-                       validate_topic)
+from .metadata import PERM_READ, PERM_WRITE, RETRY_PREFIX, MixedTypeRefused, topic_config, validate_topic
 from .remoting import Header, RemotingCommand, RequestCode, ResponseCode
 
 
@@ -141,14 +140,10 @@ class AdminProcessor:
         cfg = topic_config(topic, 0, h.int("perm", PERM_READ | PERM_WRITE), h.int("topicSysFlag", 0))
         cfg.update(readQueueNums=h.int("readQueueNums"), writeQueueNums=h.int("writeQueueNums"),
                    topicFilterType=h.str("topicFilterType", "SINGLE_TAG"), order=h.bool("order"))
-        try:  # the attributes as upstream alters them (``+key=value`` adds or changes, ``-key`` deletes)
-            change = parse_attributes(h.str("attributes", ""))
-            if not b.cfg.enable_mixed_message_type and change.get("+message.type") == "MIXED":
-                return cmd.response(ResponseCode.INVALID_PARAMETER, "MIXED message type is not supported.")
-            with b.topics.file.lock:
-                old = b.topics.get(topic)
-                cfg["attributes"] = alter_attributes(old is None, (old or {}).get("attributes") or {}, change)
-                b.topics.put(cfg)
+        try:
+            b.topics.update(cfg, h.str("attributes", ""), mixed_allowed=b.cfg.enable_mixed_message_type)
+        except MixedTypeRefused as e:
+            return cmd.response(ResponseCode.INVALID_PARAMETER, str(e))
         except ValueError as e:
             return cmd.response(ResponseCode.SYSTEM_ERROR, str(e))
         return cmd.response(ResponseCode.SUCCESS)

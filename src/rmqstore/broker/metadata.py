@@ -119,6 +119,10 @@ TOPIC_ATTRIBUTES = {
 }
 
 
+class MixedTypeRefused(ValueError):
+    """A topic may not be made ``message.type=MIXED`` (``enableMixedMessageType`` is false)."""
+
+
 def parse_attributes(text: str | None) -> dict[str, str]:
     """``AttributeParser.parseToMap``: ``+key=value,-key,...`` as given (signs kept); ValueError with
     upstream's message when malformed."""
@@ -240,6 +244,20 @@ class TopicConfigManager:
         with self.file.lock:
             self.table[cfg["topicName"]] = cfg
             self.persist()
+
+    def update(self, cfg: dict, attributes: str | None, *, mixed_allowed: bool) -> dict:
+        """Create or replace a topic's config as ``UPDATE_AND_CREATE_TOPIC`` does: its attributes are
+        the current ones altered by ``attributes`` (``+key=value,-key``: :func:`parse_attributes`,
+        :func:`alter_attributes`); :class:`MixedTypeRefused` for ``+message.type=MIXED`` unless
+        ``mixed_allowed``, ValueError for another refusal (nothing is changed). Returns ``cfg``."""
+        change = parse_attributes(attributes)
+        if not mixed_allowed and change.get("+message.type") == "MIXED":
+            raise MixedTypeRefused("MIXED message type is not supported.")
+        with self.file.lock:
+            old = self.table.get(cfg["topicName"])
+            cfg["attributes"] = alter_attributes(old is None, (old or {}).get("attributes") or {}, change)
+            self.put(cfg)
+        return cfg
 
     def create_if_absent(self, topic: str, queues: int, perm: int = PERM_READ | PERM_WRITE, sys_flag: int = 0
                          ) -> dict:

@@ -10,7 +10,7 @@ from aiohttp import web
 
 from .. import messages as M
 from ..admin_ops import RESET_CONSUMER_CLIENT_OFFSET, reset_target_offsets, tell_consumers_to_reset
-from ..metadata import PERM_READ, PERM_WRITE, alter_attributes, parse_attributes, topic_config, validate_topic
+from ..metadata import PERM_READ, PERM_WRITE, topic_config, validate_topic
 
 
 def _json(doc, status: int = 200) -> web.Response:
@@ -47,14 +47,8 @@ class Writes:
         if not 0 < queues <= 1024:
             raise ValueError(f"queues={queues}: expected 1..1024")
         cfg = topic_config(topic, queues, int(doc.get("perm", PERM_READ | PERM_WRITE)))
-        change = parse_attributes(str(doc.get("attributes") or ""))  # as updateTopic -a alters them
-        if not self.broker.cfg.enable_mixed_message_type and change.get("+message.type") == "MIXED":
-            raise ValueError("MIXED message type is not supported.")
-        topics = self.broker.topics
-        with topics.file.lock:
-            old = topics.get(topic)
-            cfg["attributes"] = alter_attributes(old is None, (old or {}).get("attributes") or {}, change)
-            topics.put(cfg)
+        self.broker.topics.update(cfg, str(doc.get("attributes") or ""),  # as updateTopic -a alters them
+                                  mixed_allowed=self.broker.cfg.enable_mixed_message_type)
         return _json(cfg, 201)
 
     async def delete_topic(self, request):
