@@ -260,9 +260,7 @@ class ReputMessageService:
         ``reput_from`` are dropped: those records were dispatched from the segment)."""
         facts = self.store.commit_log.put_facts
         at = self.reput_from
-        while facts and facts[0][0] < at:
-            facts.popleft()
-        if not facts or facts[0][0] != at:
+        if not self._facts_start_here(facts):
             return None
         base, mm = mf.file_from_offset, mf.mm
         limit = min(end, base + mf.file_size)
@@ -281,6 +279,14 @@ class ReputMessageService:
             return None
         return at, self._write_facts(run)
 
+    def _facts_start_here(self, facts) -> bool:
+        """Drop the facts (a put's or a batch's: the first field is the commitlog offset) of records
+        behind ``reput_from``, dispatched from the segment; whether the next one starts there."""
+        at = self.reput_from
+        while facts and facts[0][0] < at:
+            facts.popleft()
+        return bool(facts) and facts[0][0] == at
+
     def _write_facts(self, run: list) -> set:
         """The consume-queue units and index items of ``run`` (facts in commitlog order)."""
         rnd = _SmallRound(self.store)
@@ -298,9 +304,7 @@ class ReputMessageService:
         cl = self.store.commit_log
         facts = cl.batch_facts
         at = self.reput_from
-        while facts and facts[0].phy < at:
-            facts.popleft()
-        if not facts or facts[0].phy != at:
+        if not self._facts_start_here(facts):
             return None
         base, mm = mf.file_from_offset, mf.mm
         limit = min(end, base + mf.file_size)
