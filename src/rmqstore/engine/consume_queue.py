@@ -160,8 +160,7 @@ class ConsumeQueue:
             if q0 * UNIT == current and (k == 1 or bool((run[1:] - run[:-1] == 1).all())):
                 # in order, in one copy: a reader in another process validates units one by one
                 # (recovery.validated_unit_end) and takes a missing unit before written ones for damage
-                mf.append(F.encode_units(phys[i:i + k], sizes[i:i + k], tags[i:i + k]), publish_last=False)
-                self.max_physic_offset = int(phys[i + k - 1] + sizes[i + k - 1])
+                self._append_units(mf, phys[i:i + k], sizes[i:i + k], tags[i:i + k])
                 i += k
             else:
                 self._put_one(mf, q0, int(phys[i]), int(sizes[i]), int(tags[i]))
@@ -182,9 +181,13 @@ class ConsumeQueue:
                 self.put_units(np.arange(q0 + i, q0 + n, dtype=np.int64), phys[i:], sizes[i:], tags[i:])
                 return
             k = min((self.file_size - mf.wrote_position) // UNIT, n - i)
-            mf.append(F.encode_units(phys[i:i + k], sizes[i:i + k], tags[i:i + k]), publish_last=False)
-            self.max_physic_offset = int(phys[i + k - 1]) + int(sizes[i + k - 1])
+            self._append_units(mf, phys[i:i + k], sizes[i:i + k], tags[i:i + k])
             i += k
+
+    def _append_units(self, mf, phys: np.ndarray, sizes: np.ndarray, tags: np.ndarray) -> None:
+        """Append the units of records whose queue offsets follow ``mf``'s last unit, in one copy."""
+        mf.append(F.encode_units(phys, sizes, tags), publish_last=False)
+        self.max_physic_offset = int(phys[-1]) + int(sizes[-1])
 
     def put_unit(self, q: int, phy: int, size: int, tag: int) -> None:
         """:meth:`put_units` for one unit, with plain ints."""
