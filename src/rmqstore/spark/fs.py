@@ -183,30 +183,28 @@ def remote_mapping(location: str, rel_path: str, size: int, lo: int, hi: int):
     mm = mmap.mmap(-1, size)
     try:
         with fs.open_input_file(f"{path}/{rel_path}") as f:
-            hi = min(hi, f.size(), size)
-            pos = lo
-            while pos < hi:
-                data = f.read_at(min(hi - pos, READ_CHUNK), pos)
-                if not data:
-                    break
+            for pos, data in _ranged_reads(f, lo, min(hi, f.size(), size)):
                 mm[pos:pos + len(data)] = data
-                pos += len(data)
     except BaseException:
         mm.close()
         raise
     return MappedFile.holding(f"{location.rstrip('/')}/{rel_path}", size, mm, "")
 
 
-def _ranged(f, pos: int, n: int) -> bytes:
-    """The bytes ``[pos, pos + n)`` of the open remote file ``f`` (fewer at its end), in ranged
-    reads of at most :data:`READ_CHUNK`."""
-    parts, end = [], pos + n
+def _ranged_reads(f, pos: int, end: int):
+    """``(position, bytes)`` of the ranged reads of at most :data:`READ_CHUNK` that cover ``[pos,
+    end)`` of the open remote file ``f`` (stopping at its end)."""
     while pos < end:
         data = f.read_at(min(end - pos, READ_CHUNK), pos)
         if not data:
-            break
-        parts.append(data)
+            return
+        yield pos, data
         pos += len(data)
+
+
+def _ranged(f, pos: int, n: int) -> bytes:
+    """The bytes ``[pos, pos + n)`` of the open remote file ``f`` (fewer at its end)."""
+    parts = [data for _, data in _ranged_reads(f, pos, pos + n)]
     return parts[0] if len(parts) == 1 else b"".join(parts)
 
 
