@@ -49,10 +49,15 @@ def send_header(cmd: RemotingCommand) -> Header:
     return h
 
 
+def _region_ext(region: str, trace_on: bool) -> dict[str, str]:
+    """The extFields every send's answer starts with (MSG_REGION, TRACE_ON)."""
+    return {"MSG_REGION": region, "TRACE_ON": "true" if trace_on else "false"}
+
+
 @functools.lru_cache(maxsize=16)
 def _ext_head(region: str, trace_on: bool) -> str:
-    """The JSON text a send answer's extFields start with (MSG_REGION, TRACE_ON), the object left open."""
-    return '{"MSG_REGION":' + json_string(region) + ',"TRACE_ON":' + ('"true"' if trace_on else '"false"')
+    """The JSON text of :func:`_region_ext`, the object left open (a send answer's extFields start)."""
+    return "{" + ",".join(f'"{k}":{json_string(v)}' for k, v in _region_ext(region, trace_on).items())
 
 
 def _answer_ext_json(head: str, msg_id: str, qid: int, offset: int, uniq: str | None) -> str:
@@ -107,8 +112,7 @@ class SendProcessor:
 
     def _answer_ext(self) -> dict:
         """The extFields of every send's answer (MSG_REGION, TRACE_ON)."""
-        cfg = self.broker.cfg
-        return {"MSG_REGION": cfg.region_id, "TRACE_ON": "true" if cfg.trace_on else "false"}
+        return _region_ext(self.broker.cfg.region_id, self.broker.cfg.trace_on)
 
     def _auto_create(self, topic: str, default_topic: str, client_queue_nums: int) -> dict | None:
         """``createTopicInSendMessageMethod``: a new topic inheriting the default topic's config."""
