@@ -13,12 +13,13 @@ import logging
 import threading
 import time
 
+import numpy as np
+
 from ..config import MessageStoreConfig
 from ..errors import CorruptRecordError, OffsetError, StoreIOError
 from ..format import message as M
 from ..format import properties as P
 from ..format.encode import V4Shape
-from ..format.encode_batch import BatchFields, encode_batch
 from ..format.record import tags_code_of
 from ..format.record_layout import STORE_TIMESTAMP_END_V4, stamp_record, store_timestamp_at
 from ..format.msgid import encode_offset_msg_id, encode_offset_msg_ids, parse_host
@@ -26,9 +27,9 @@ from ..io.mapped_file_queue import MappedFileQueue
 from ..types import SCHEDULE_TOPIC, Message, MessageRecord, PutMessageResult, PutMessageStatus
 from ..io import paths
 from .batch_facts import BATCH_FACTS_MAX, BatchFact
-from .put_encode import (DEFAULT_BORN_HOST, MAX_TOTAL_EXTRA, SLOW_SYSFLAGS, TOPIC_RE, Encoded, append_failed,
-                         batch_properties, born_columns, encode_message, illegal, is_delayed, message_columns,
-                         props_bytes, range_checked, shared_columns)
+from .put_batch import put_messages_fast
+from .put_encode import (DEFAULT_BORN_HOST, MAX_TOTAL_EXTRA, NO_WAIT, SLOW_SYSFLAGS, TOPIC_RE, Encoded, append_failed,
+                         encode_message, illegal, is_delayed, props_bytes, range_checked)
 
 log = logging.getLogger(__name__)
 
@@ -244,7 +245,7 @@ class CommitLog:
                 end = self._publish(mf, pos0 + total, store_ts, key, qoff0 + len(enc) if counts else None)
         except (OSError, StoreIOError) as ex:
             return append_failed(ex)
-        status = self.after_append(end, None if enc[0].wait else b"WAIT\x01false\x02")
+        status = self.after_append(end, None if enc[0].wait else NO_WAIT)
         ids, pos = [], 0
         for e in enc:
             ids.append(encode_offset_msg_id(e.store_host_raw, phy0 + pos))
@@ -269,7 +270,7 @@ class CommitLog:
         on_append = self.on_append
         if on_append is not None:
             on_append(end)
-        if self._sync and not (props and b"WAIT\x01false\x02" in props) and not self.sync_to(end):
+        if self._sync and not (props and NO_WAIT in props) and not self.sync_to(end):
             return PutMessageStatus.FLUSH_DISK_TIMEOUT
         return _PUT_OK
 
@@ -279,7 +280,7 @@ class CommitLog:
         all in one segment (a blank rolls the whole batch to the next one)."""
         if not msgs:
             return illegal("empty batch")
-        fast = self._put_batch_fast(msgs)
+        fast = put_messages_fast(self, msgs)
         if fast is not None:
             return fast
         first = msgs[0]
@@ -303,64 +304,47 @@ class CommitLog:
             enc.append(e)
         return self._append_encoded(enc)
 
-    def _put_batch_fast(self, msgs: list[Message]) -> PutMessageResult | None:
-        """Vectorised :meth:`put_messages` for the common batch: one topic, queue and pair of IPv4
-        hosts, ``bytes`` bodies, ``dict`` properties without DELAY, no properties CRC, nothing
-        transactional. Every column is pulled out and checked with C-level iteration (``zip``,
-        ``map``, ``set``), headers are filled column-wise in numpy; None sends the batch to the
-        general path (same bytes, more checks, per-message messages for what is wrong)."""
-        first = msgs[0]
-        plan = self._plans.get((first.topic, first.born_host, first.store_host)) or self.fast_plan(first)
-        if plan is None or type(first.queue_id) is not int or first.queue_id < 0:
-            return None
-        shared = shared_columns(msgs)
-        if shared is None:
-            return None
-        bodies, props, born = message_columns(msgs)
-        if set(map(type, bodies)) != {bytes} or set(map(type, props)) != {dict}:
-            return None
-        pbytes = batch_properties(props)
-        if pbytes is None:
-            return None
-        if sum(map(len, bodies)) > self.max_body:
-            return illegal("message body size exceeded")
-        shape = plan[0]
-        born_ts, born_unset = born_columns(born)
-        flags, sys_flags, reconsume, prepared = shared
-        batch = encode_batch(BatchFields(
-            shape.topic_tail, bodies, pbytes, queue_id=first.queue_id, flags=flags, sys_flags=sys_flags,
-            born_timestamps=born_ts, born_host=shape.born_host, store_host=shape.store_host,
-            reconsume_times=reconsume, prepared_offsets=prepared))
-        if batch.props_max > _MAX_PROPS or int(batch.totals.max()) > self.max_record:
-            return None
-        if batch.size + M.END_FILE_MIN_BLANK_LENGTH > self.cfg.mapped_file_size_commit_log:
-            return illegal(f"batch of {batch.size} bytes cannot fit one commitlog segment")
-        return self.append_batch(first, batch, born_unset, pbytes[0], shape.store_host)
-
-    def append_batch(self, first: Message, batch, born_unset, props0: bytes, store_host: bytes, fact_props=None):
-        """Under the lock: stamp and write an encoded batch (``fact_props``: a ``BatchFact``'s props, values)."""
-        total, n = batch.size, len(batch.totals)
-        key = (first.topic, first.queue_id)
+    def append_batch(self, batch, parts: list, born_unset, store_host: bytes) -> list[PutMessageResult] | None:
+        """Under the lock: stamp and write an encoded batch (:class:`~.put_batch.BatchPart` s back to
+        back, each one producer's batch: its queue offsets consecutive in its own queue, a
+        ``BatchFact`` when it has ``facts``). One result per part; None, with nothing written, when
+        several parts would not all fit the current segment (one-by-one puts would roll between them)."""
+        total, first, many = batch.size, parts[0].template, len(parts) > 1
+        bounds = [int(batch.starts[p.at]) for p in parts] + [total]  # each part's span in the batch
+        cols = [p.columns(batch) for p in parts]
         try:
             with self.put_lock:
+                last = self.queue.last  # (the first part fits where the whole does not: one by one would roll after it)
+                if many and last is not None and bounds[1] + _BLANK_MIN <= last.remaining < total + _BLANK_MIN:
+                    return None
                 store_ts = first.store_timestamp if first.store_timestamp is not None else _time_ns() // 1_000_000
-                qoff0 = self.topic_queue_table.get(key, 0)
+                table, nxt, q0s = self.topic_queue_table, {}, []
+                for p in parts:
+                    key = (p.template.topic, p.template.queue_id)
+                    q0s.append(nxt[key] if key in nxt else table.get(key, 0))
+                    nxt[key] = q0s[-1] + p.count
                 mf = self._segment_for(total)
                 pos = mf.wrote_position
                 phy0 = mf.file_from_offset + pos
-                buf = batch.render(qoff0, phy0, store_ts, born_unset)
-                mf.write_at(pos, buf)  # first 8 bytes last: the batch appears whole or not at all
-                end = self._publish(mf, pos + total, store_ts, key, qoff0 + n)
+                qoffs = np.concatenate([np.arange(q, q + p.count) for q, p in zip(q0s, parts)]) if many else q0s[0]
+                mf.write_at(pos, batch.render(qoffs, phy0, store_ts, born_unset))  # first 8 bytes last: all or none
+                end = self._publish(mf, pos + total, store_ts, None, None)
+                table.update(nxt)
                 if len(self.batch_starts) < START_HINTS_MAX:
                     self.batch_starts.append((phy0, end, batch.starts))
-                if fact_props is not None and len(self.batch_facts) < BATCH_FACTS_MAX:
-                    self.batch_facts.append(BatchFact(phy0, end, batch.starts, batch.totals, qoff0, store_ts, key[0],
-                                                      key[1], first.sys_flag, *fact_props))
+                for p, c, q0, a, b in zip(parts, cols, q0s, bounds, bounds[1:]):
+                    if p.facts is not None and len(self.batch_facts) < BATCH_FACTS_MAX:
+                        self.batch_facts.append(BatchFact(phy0 + a, phy0 + b, *c, q0, store_ts,
+                                                          p.template.topic, p.template.queue_id, p.template.sys_flag,
+                                                          *p.facts))
         except (OSError, StoreIOError) as ex:
-            return append_failed(ex)
-        status = self.after_append(end, props0)
-        ids = functools.partial(encode_offset_msg_ids, store_host, batch.starts + phy0)
-        return PutMessageResult(status, ids, phy0, total, qoff0, store_ts, n)  # ids formatted when read
+            failed = append_failed(ex)
+            return [PutMessageResult(failed.status, error=failed.error) for _ in parts]
+        waits = [NO_WAIT not in p.props0 for p in parts]
+        status = self.after_append(end, None if any(waits) else NO_WAIT)  # one wake-up, one flush wait
+        return [PutMessageResult(status if w else _PUT_OK, functools.partial(  # (ids formatted when read)
+            encode_offset_msg_ids, store_host, c[0] + (phy0 + a)), phy0 + a, b - a, q0, store_ts, p.count)
+            for p, c, w, q0, a, b in zip(parts, cols, waits, q0s, bounds, bounds[1:])]
 
     # ------------------------------------------------------------------------------------------
     # Flushing

@@ -5,9 +5,10 @@ RocketMQ's broker groups the *flush* of concurrent puts (``GroupCommitService``)
 is grouped too: the single messages of a group are encoded outside the lock as
 :meth:`~.commit_log.CommitLog.put_message` encodes them, then appended one after the other under
 one hold of the append lock, and the group gets one dispatcher wake-up and, under SYNC_FLUSH, one
-flush wait. Batches (``put_messages``) and messages the fast path does not take keep their own
-put, in their turn, so a connection's messages keep their order. The bytes written are those of
-the one-by-one puts.
+flush wait. Consecutive producers' batches (``SEND_BATCH_MESSAGE``) for one topic are encoded as
+one batch and appended likewise (:func:`~.put_batch.put_raw_batches`). Other batches
+(``put_messages``) and messages the fast path does not take keep their own put, in their turn, so
+a connection's messages keep their order. The bytes written are those of the one-by-one puts.
 """
 from __future__ import annotations
 
@@ -16,11 +17,10 @@ import struct
 from ..errors import StoreIOError
 from ..types import Message, PutMessageResult, PutMessageStatus
 from .dispatch import dispatch_fields
-from .put_batch import RawBatch, put_raw_batch
-from .put_encode import append_failed, illegal, out_of_range
+from .put_batch import RawBatch, put_raw_batches
+from .put_encode import NO_WAIT, append_failed, illegal, out_of_range
 
 _PUT_OK = PutMessageStatus.PUT_OK
-_NO_WAIT = b"WAIT\x01false\x02"
 #: at most this many appends wait in ``CommitLog.put_facts`` for the dispatcher: ``(phy offset, total
 #: size, queue offset, store time, topic, queue id, sysFlag, the properties dispatch reads (a dict:
 #: :func:`~.dispatch.dispatch_fields`) or else the encoded properties)`` of each single put
@@ -34,20 +34,26 @@ def put_group(cl, items: list) -> list[PutMessageResult]:
     """One result per item of ``items``, in order: a list of one message is a single put
     (``put_message``), a longer one a batch for one topic and queue (``put_messages``), a
     :class:`~.put_batch.RawBatch` a batch as its producer sent it. Consecutive single messages
-    are appended as one group (:func:`put_run`)."""
+    are appended as one group (:func:`put_run`), consecutive raw batches as one encoded batch where
+    they can be (:func:`~.put_batch.put_raw_batches`)."""
     out: list[PutMessageResult] = []
     singles: list[Message] = []
+    raws: list[RawBatch] = []
     for msgs in items:
-        if type(msgs) is list and len(msgs) == 1:
-            singles.append(msgs[0])
-            continue
-        if singles:
+        single, raw = type(msgs) is list and len(msgs) == 1, isinstance(msgs, RawBatch)
+        if singles and not single:
             out += put_run(cl, singles)
             singles = []
-        out.append(put_raw_batch(cl, msgs) if isinstance(msgs, RawBatch) else cl.put_messages(msgs))
-    if singles:
-        out += put_run(cl, singles)
-    return out
+        if raws and not raw:
+            out += put_raw_batches(cl, raws)
+            raws = []
+        if single:
+            singles.append(msgs[0])
+        elif raw:
+            raws.append(msgs)
+        else:
+            out.append(cl.put_messages(msgs))
+    return out + (put_run(cl, singles) if singles else []) + (put_raw_batches(cl, raws) if raws else [])
 
 
 def put_run(cl, msgs: list[Message]) -> list[PutMessageResult]:
@@ -97,9 +103,9 @@ def _append_run(cl, run: list, out: list) -> None:
             out[i] = failed
     if not done:
         return
-    waits = any(_NO_WAIT not in props for _, props, _ in done)
-    status = cl.after_append(end, None if waits else _NO_WAIT)  # one wake-up, one flush wait
+    waits = any(NO_WAIT not in props for _, props, _ in done)
+    status = cl.after_append(end, None if waits else NO_WAIT)  # one wake-up, one flush wait
     for i, props, result in done:
-        if status is not _PUT_OK and _NO_WAIT not in props:
+        if status is not _PUT_OK and NO_WAIT not in props:
             result.status = status
         out[i] = result

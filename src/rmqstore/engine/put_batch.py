@@ -15,6 +15,8 @@ from __future__ import annotations
 import dataclasses
 import functools
 import re
+from itertools import accumulate
+from typing import NamedTuple
 
 import numpy as np
 
@@ -23,7 +25,8 @@ from ..format import properties as P
 from ..format.encode_batch import BatchFields, encode_batch
 from ..types import Message, PutMessageResult
 from .batch_facts import SEP
-from .put_encode import SLOW_SYSFLAGS, illegal
+from .put_encode import (SLOW_SYSFLAGS, batch_properties, born_columns, illegal, message_columns,
+                         shared_columns)
 
 #: every byte but the two separators (deleted to see the separators' pattern)
 _NOT_SEPARATORS = bytes(b for b in range(256) if b not in (1, 2))
@@ -107,16 +110,67 @@ class RawBatch:
                 for f, b, p in zip(self.flags, self.bodies, self.props)]
 
 
+class BatchPart(NamedTuple):
+    """One producer's batch inside an encoded batch (``CommitLog.append_batch``): its template (topic,
+    queue, sysFlag, fixed store time), its first record's index and its record count, its first
+    message's encoded properties (WAIT) and what it leaves the dispatcher (a ``BatchFact``'s props
+    and values; None: nothing)."""
+
+    template: Message
+    at: int
+    count: int
+    props0: bytes
+    facts: tuple | None = None
+
+    def columns(self, batch) -> tuple[np.ndarray, np.ndarray]:
+        """Its records' starts (from its first record) and sizes in the encoded ``batch``."""
+        if self.count == batch.totals.size:
+            return batch.starts, batch.totals
+        starts = batch.starts[self.at:self.at + self.count]
+        return starts - starts[0], batch.totals[self.at:self.at + self.count]
+
+
+class _Ready(NamedTuple):
+    """A batch that passed the copied-through path's checks, with what its encoding needs."""
+
+    batch: RawBatch
+    shape: object  # the plan's V4Shape: topic and hosts
+    joined: bytes  # its properties joined by SEP
+    values: tuple | None  # what batch_shape captured
+    flags: object  # the flag column: one int for all, or an array
+
+
 def put_raw_batch(cl, batch: RawBatch) -> PutMessageResult:
     """Append ``batch``; the result is ``put_messages``'s for the same messages."""
-    fast = _put_fast(cl, batch.template, batch.flags, batch.bodies, batch.props)
-    return fast if fast is not None else cl.put_messages(batch.messages())
+    return put_raw_batches(cl, [batch])[0]
 
 
-def _put_fast(cl, template: Message, flags: list[int], bodies: list[bytes], props: list[bytes]):
-    """The copied-through append, or None for the path through ``Message`` objects."""
+def put_raw_batches(cl, batches: list[RawBatch]) -> list[PutMessageResult]:
+    """Append ``batches`` in order, one result each, as ``put_raw_batch`` would one by one. Consecutive
+    batches that the copied-through path takes, for one topic and pair of hosts, are encoded as one
+    batch and appended under one hold of the lock (one render, one write, one wake-up and flush
+    wait; the same records, offsets and answers as one by one)."""
+    out: list[PutMessageResult] = []
+    run: list[_Ready] = []
+    for b in batches:
+        r = _ready(cl, b)
+        if type(r) is _Ready and (not run or (r.shape is run[0].shape and
+                                              b.template.store_timestamp == run[0].batch.template.store_timestamp)):
+            run.append(r)
+            continue
+        out += _put_run(cl, run)
+        run = [r] if type(r) is _Ready else []
+        if type(r) is not _Ready:
+            out.append(r if r is not None else cl.put_messages(b.messages()))
+    return out + _put_run(cl, run)
+
+
+def _ready(cl, batch: RawBatch):
+    """The copied-through path's checks of ``batch``: a :class:`_Ready`, a refusal, or None for the path
+    through ``Message`` objects."""
+    template, props = batch.template, batch.props
     plan = cl.fast_plan(template)
-    if (plan is None or not bodies or template.sys_flag & SLOW_SYSFLAGS or type(template.queue_id) is not int
+    if (plan is None or not batch.bodies or template.sys_flag & SLOW_SYSFLAGS or type(template.queue_id) is not int
             or template.queue_id < 0 or not -(1 << 31) <= template.queue_id < 1 << 31):
         return None
     joined = SEP.join(props)  # (canonical properties are ASCII: the separator is in none of them)
@@ -125,22 +179,103 @@ def _put_fast(cl, template: Message, flags: list[int], bodies: list[bytes], prop
     values = batch_shape(props, joined)
     if values is None and not canonical_properties(props):
         return None
-    if sum(map(len, bodies)) > cl.max_body:
+    if sum(map(len, batch.bodies)) > cl.max_body:
         return illegal("message body size exceeded")
-    shape = plan[0]
-    born = template.born_timestamp
-    flag_col = flags[0] if flags.count(flags[0]) == len(flags) else np.asarray(flags, dtype=np.int64)
+    flags = batch.flags
+    return _Ready(batch, plan[0], joined, values,
+                  flags[0] if flags.count(flags[0]) == len(flags) else np.asarray(flags, dtype=np.int64))
+
+
+def _put_run(cl, run: list[_Ready]) -> list[PutMessageResult]:
+    """``run`` encoded as one batch and appended; each batch alone where that cannot be (a field out
+    of range, or together they would not go where one-by-one puts put them), through ``Message``
+    objects where its own encoding cannot be (``put_messages`` says what is wrong)."""
+    if len(run) > 1:
+        got = _encode_and_append(cl, run)
+        if got is not None:
+            return got
+    return [x for r in run for x in _encode_and_append(cl, [r]) or [cl.put_messages(r.batch.messages())]]
+
+
+def _encode_and_append(cl, run: list[_Ready]) -> list[PutMessageResult] | None:
+    """One result per batch of ``run``, or None (see :func:`_put_run`)."""
+    counts = [len(r.batch) for r in run]
+    ts = [r.batch.template for r in run]
+    shape, one = run[0].shape, len(run) == 1
+    born, born_unset = _born(ts, counts)
     try:
         batch = encode_batch(BatchFields(
-            shape.topic_tail, bodies, props, queue_id=template.queue_id, flags=flag_col,
-            sys_flags=template.sys_flag, born_timestamps=None if born is None else born,
-            born_host=shape.born_host, store_host=shape.store_host, reconsume_times=template.reconsume_times,
-            prepared_offsets=template.prepared_transaction_offset))
+            shape.topic_tail, run[0].batch.bodies if one else [b for r in run for b in r.batch.bodies],
+            run[0].batch.props if one else [p for r in run for p in r.batch.props],
+            queue_id=_per_batch([t.queue_id for t in ts], counts), flags=_flags(run, counts),
+            sys_flags=_per_batch([t.sys_flag for t in ts], counts), born_timestamps=born, born_host=shape.born_host,
+            store_host=shape.store_host, reconsume_times=_per_batch([t.reconsume_times for t in ts], counts),
+            prepared_offsets=_per_batch([t.prepared_transaction_offset for t in ts], counts)))
     except (OverflowError, ValueError, TypeError):
         return None  # (a field out of range: put_messages says which)
     if batch.props_max > P.MAX_PROPERTIES_SIZE or batch.largest > cl.max_record:
         return None
     if batch.size + M.END_FILE_MIN_BLANK_LENGTH > cl.cfg.mapped_file_size_commit_log:
+        return [illegal(f"batch of {batch.size} bytes cannot fit one commitlog segment")] if one else None
+    parts = [BatchPart(t, a, n, r.batch.props[0], (r.joined, r.values))
+             for t, r, a, n in zip(ts, run, accumulate(counts, initial=0), counts)]
+    return cl.append_batch(batch, parts, born_unset, shape.store_host)
+
+
+def _per_batch(values: list, counts: list[int]):
+    """A column of each batch's value for its records: the value itself when every batch has it."""
+    if values.count(values[0]) == len(values):
+        return values[0]
+    return np.repeat(np.array(values, dtype=np.int64), counts)
+
+
+def _flags(run: list[_Ready], counts: list[int]):
+    flags = [r.flags for r in run]
+    if all(type(f) is int for f in flags):
+        return _per_batch(flags, counts)
+    return np.concatenate([np.full(n, f, dtype=np.int64) if type(f) is int else f for f, n in zip(flags, counts)])
+
+
+def _born(templates: list[Message], counts: list[int]) -> tuple:
+    """``(born timestamps, born_unset)`` of the records (see ``put_encode.born_columns``): a template
+    without a born time gives its records the store time."""
+    born = [t.born_timestamp for t in templates]
+    if born.count(born[0]) == len(born):
+        return (None, True) if born[0] is None else (born[0], None)
+    unset = np.repeat(np.array([b is None for b in born]), counts)
+    return np.repeat(np.array([b or 0 for b in born], dtype=np.int64), counts), unset if unset.any() else None
+
+
+def put_messages_fast(cl, msgs: list[Message]) -> PutMessageResult | None:
+    """Vectorised ``put_messages`` for the common batch: one topic, queue and pair of IPv4 hosts,
+    ``bytes`` bodies, ``dict`` properties without DELAY, no properties CRC, nothing transactional.
+    Every column is pulled out and checked with C-level iteration (``zip``, ``map``, ``set``),
+    headers are filled column-wise in numpy; None sends the batch to the general path (same bytes,
+    more checks, per-message messages for what is wrong)."""
+    first = msgs[0]
+    plan = cl.fast_plan(first)
+    if plan is None or type(first.queue_id) is not int or first.queue_id < 0:
+        return None
+    shared = shared_columns(msgs)
+    if shared is None:
+        return None
+    bodies, props, born = message_columns(msgs)
+    if set(map(type, bodies)) != {bytes} or set(map(type, props)) != {dict}:
+        return None
+    pbytes = batch_properties(props)
+    if pbytes is None:
+        return None
+    if sum(map(len, bodies)) > cl.max_body:
+        return illegal("message body size exceeded")
+    shape = plan[0]
+    born_ts, born_unset = born_columns(born)
+    flags, sys_flags, reconsume, prepared = shared
+    batch = encode_batch(BatchFields(
+        shape.topic_tail, bodies, pbytes, queue_id=first.queue_id, flags=flags, sys_flags=sys_flags,
+        born_timestamps=born_ts, born_host=shape.born_host, store_host=shape.store_host,
+        reconsume_times=reconsume, prepared_offsets=prepared))
+    if batch.props_max > P.MAX_PROPERTIES_SIZE or batch.largest > cl.max_record:
+        return None
+    if batch.size + M.END_FILE_MIN_BLANK_LENGTH > cl.cfg.mapped_file_size_commit_log:
         return illegal(f"batch of {batch.size} bytes cannot fit one commitlog segment")
-    return cl.append_batch(template, batch, True if born is None else None, props[0], shape.store_host,
-                           (joined, values))
+    return cl.append_batch(batch, [BatchPart(first, 0, len(msgs), pbytes[0])], born_unset, shape.store_host)[0]

@@ -22,6 +22,9 @@ from ..format.encode import RecordFields
 from ..format.msgid import parse_host
 from ..types import SCHEDULE_TOPIC, Message, PutMessageResult, PutMessageStatus
 
+#: the encoded property of a message whose put does not wait for the flush (SYNC_FLUSH)
+NO_WAIT = b"WAIT\x01false\x02"
+
 log = logging.getLogger("rmqstore.engine.commit_log")  # (append_failed: the commit log's logger)
 
 TOPIC_RE = re.compile(r"^[%|a-zA-Z0-9_-]+\Z")  # \Z: "$" would accept a trailing newline
@@ -179,7 +182,7 @@ def encode_message(msg: Message, cfg: MessageStoreConfig, store_host_raw: bytes)
         born_timestamp=0 if born_unset else msg.born_timestamp, born_host=born_raw,
         store_timestamp=msg.store_timestamp or 0, store_host=store_raw,
         reconsume_times=msg.reconsume_times, prepared_transaction_offset=msg.prepared_transaction_offset, v2=v2))
-    wait = b"WAIT\x01false\x02" not in props
+    wait = NO_WAIT not in props
     return Encoded(rec, total, (topic, msg.queue_id), sys_flag & M.SYSFLAG_TX_MASK, msg.store_timestamp,
                    born_unset, store_raw, wait)
 

@@ -42,10 +42,11 @@ class BatchV4:
         """The largest record's size (0 for no record)."""
         return int(np.maximum.reduce(self.totals)) if self.totals.size else 0
 
-    def render(self, queue_offset0: int, phy0: int, store_timestamp: int,
+    def render(self, queue_offset0: int | np.ndarray, phy0: int, store_timestamp: int,
                born_unset: np.ndarray | bool | None = None) -> bytes:
         """The records back to back, stamped as :func:`~.record_layout.stamp_batch` says
-        (QUEUEOFFSETs from ``queue_offset0``, PHYSICALOFFSETs from ``phy0``, one STORETIMESTAMP)."""
+        (QUEUEOFFSETs from ``queue_offset0`` or those given, PHYSICALOFFSETs from ``phy0``, one
+        STORETIMESTAMP)."""
         hdr = self.hdr
         n = hdr.size
         if len(self.tails) != n:
@@ -122,12 +123,13 @@ def _batch_rows(topic_tail: bytes, queue_id: int, born_host: bytes, store_host: 
 class BatchFields:
     """The fields of a batch's records. ``topic_tail`` is the V1/V2 topic-length field plus the
     topic bytes; hosts are raw IPv4 (address + i32 port); a column given as an int is that value in
-    every record, as None all zero."""
+    every record, as None all zero (``queue_id``: an int, or a column when the records of several
+    producers' batches for one topic are encoded together)."""
 
     topic_tail: bytes
     bodies: list
     props: list
-    queue_id: int
+    queue_id: object
     flags: object
     sys_flags: object
     born_timestamps: object
@@ -155,11 +157,14 @@ def encode_batch(f: BatchFields) -> BatchV4:
     totals += V4.size + len(f.topic_tail) + PROPS_LEN
     starts = totals.cumsum()  # (the methods and ufunc reductions, not numpy's Python-level wrappers)
     starts -= totals
+    qid = f.queue_id if type(f.queue_id) is int else 0
     if n <= ROWS_KEPT:
-        hdr = np.frombuffer(bytearray(_batch_rows(f.topic_tail, f.queue_id, f.born_host, f.store_host, n)),
+        hdr = np.frombuffer(bytearray(_batch_rows(f.topic_tail, qid, f.born_host, f.store_host, n)),
                             dtype=FIXED_V4_DTYPE)
     else:
-        hdr = np.repeat(_batch_row(f.topic_tail, f.queue_id, f.born_host, f.store_host), n)
+        hdr = np.repeat(_batch_row(f.topic_tail, qid, f.born_host, f.store_host), n)
+    if type(f.queue_id) is not int:
+        hdr["queue_id"] = f.queue_id
     hdr["total"] = totals
     hdr["body_crc"] = np.fromiter(map(crc32_raw, bodies), dtype=np.int64, count=n) & 0x7FFFFFFF
     hdr["body_len"] = blen

@@ -203,13 +203,17 @@ def stamp_record(buf, pos: int, queue_offset: int, phy_offset: int, store_timest
         I64.pack_into(buf, pos + BORN_TIMESTAMP_POS, store_timestamp)
 
 
-def stamp_batch(hdr: np.ndarray, starts: np.ndarray, queue_offset0: int, phy0: int, store_timestamp: int,
-                born_unset: np.ndarray | bool | None = None) -> None:
+def stamp_batch(hdr: np.ndarray, starts: np.ndarray, queue_offset0: int | np.ndarray, phy0: int,
+                store_timestamp: int, born_unset: np.ndarray | bool | None = None) -> None:
     """:func:`stamp_record` for the headers of a batch (a ``FIXED_V4_DTYPE`` array): consecutive
-    QUEUEOFFSETs from ``queue_offset0``, PHYSICALOFFSETs ``phy0 + starts``, one STORETIMESTAMP (also
-    the BORNTIMESTAMP where ``born_unset``, a mask, or of every record when it is True)."""
+    QUEUEOFFSETs from ``queue_offset0`` (or, an array, those), PHYSICALOFFSETs ``phy0 + starts``, one
+    STORETIMESTAMP (also the BORNTIMESTAMP where ``born_unset``, a mask, or of every record when it
+    is True)."""
     n = hdr.size
-    hdr["queue_offset"] = np.arange(queue_offset0, queue_offset0 + n, dtype=np.int64)
+    if isinstance(queue_offset0, np.ndarray):
+        hdr["queue_offset"] = queue_offset0
+    else:
+        hdr["queue_offset"] = np.arange(queue_offset0, queue_offset0 + n, dtype=np.int64)
     hdr["phy_offset"] = starts + np.int64(phy0)
     hdr["store_timestamp"] = np.int64(store_timestamp)
     if born_unset is True:

@@ -123,3 +123,106 @@ def test_a_group_takes_a_raw_batch_in_its_turn(open_store):
     single = Message(topic="TB", body=b"s", queue_id=1)
     got = st.put_group([[single], RawBatch(_template(), [0, 0], [b"a", b"b"], JAVA_LIKE[:2]), [single]])
     assert [r.queue_offset for r in got] == [0, 1, 3]
+
+
+def _fields(r):
+    return (r.status, r.msg_id, r.phy_offset, r.wrote_bytes, r.queue_offset, r.store_timestamp, r.msg_num)
+
+
+def _group():
+    """Producers' batches arriving together: three queues, one twice, flags, born times and reconsume
+    times differing between batches; then one refused (DELAY), and one for another topic."""
+    def keyed(q, n, tag=b"TagA"):
+        return [b"WAIT\x01true\x02TAGS\x01%s\x02UNIQ_KEY\x01Q%dM%03d\x02KEYS\x01k%d\x02" % (tag, q, i, i) for i in range(n)]
+    return [
+        RawBatch(_template(queue_id=0), [0, 0, 0], [b"a" * 30, b"", b"c" * 7], keyed(0, 3)),
+        RawBatch(_template(queue_id=2, born_timestamp=None), [0, 5], [b"d", b"e" * 100], keyed(2, 2, b"TagB")),
+        RawBatch(_template(queue_id=0, reconsume_times=3), [1, 1, 1, 1], [b"f"] * 4, keyed(0, 4)),
+        RawBatch(_template(queue_id=1, sys_flag=0x1), [0], [b"compressed?"], keyed(1, 1)),
+        RawBatch(_template(queue_id=1), [0], [b"later"], [b"DELAY\x013\x02"]),
+        RawBatch(_template(queue_id=1), [0], [b"again"], keyed(1, 1)),
+        RawBatch(_template(topic="TC", queue_id=1), [0, 0], [b"x", b"y"], keyed(1, 2)),
+    ]
+
+
+def test_batches_arriving_together_write_what_one_by_one_puts_write(open_store, tmp_path, monkeypatch):
+    one = open_store(tmp_path / "one")
+    expected = [put_raw_batch(one.commit_log, b) for b in _group()]
+    grouped = open_store(tmp_path / "group")
+    appends = []
+    real = grouped.commit_log.append_batch
+    monkeypatch.setattr(grouped.commit_log, "append_batch", lambda batch, parts, *a: appends.append(len(parts))
+                        or real(batch, parts, *a))
+    got = grouped.put_group(_group())
+    assert [_fields(r) for r in got] == [_fields(r) for r in expected]
+    assert [r.status for r in got] == [PutMessageStatus.PUT_OK] * 4 + [PutMessageStatus.MESSAGE_ILLEGAL] + \
+        [PutMessageStatus.PUT_OK] * 2
+    assert [r.queue_offset for r in got[:4]] == [0, 0, 3, 0]
+    assert appends == [4, 1, 1], appends  # one write for the first four; the last two are for two topics
+    for st in (one, grouped):
+        st.wait_dispatched(10)
+        st.close()
+    a, b = kit.tree_hashes(tmp_path / "group"), kit.tree_hashes(tmp_path / "one")
+    logs = [k for k in b if k.startswith(("commitlog/", "consumequeue/"))]
+    assert len(logs) == 5 and {k: a.get(k) for k in logs} == {k: b[k] for k in logs}
+    index = sorted(v for k, v in b.items() if k.startswith("index/"))
+    assert index and sorted(v for k, v in a.items() if k.startswith("index/")) == index
+
+
+def test_batches_together_are_pulled_and_queried_as_put(open_store):
+    st = open_store()
+    got = st.put_group(_group()[:4])
+    st.wait_dispatched(10)
+    assert st.get_max_offset_in_queue("TB", 0) == 7 and st.get_max_offset_in_queue("TB", 2) == 2
+    pulled = st.get_message("G", "TB", 0, 0).messages
+    assert [m.body for m in pulled] == [b"a" * 30, b"", b"c" * 7] + [b"f"] * 4
+    assert [m.reconsume_times for m in pulled] == [0] * 3 + [3] * 4 and [m.flag for m in pulled] == [0] * 3 + [1] * 4
+    assert [m.msg_id for m in pulled[3:]] == got[2].msg_id.split(",")
+    second = st.look_message_by_offset(got[1].phy_offset)
+    assert second.queue_id == 2 and second.born_timestamp == second.store_timestamp == T0 + 5  # born time unset
+    found = st.query_message("TB", "k1", 10).messages  # KEYS k1: the second message of each multi-message batch
+    assert sorted((m.queue_id, m.queue_offset) for m in found) == [(0, 1), (0, 4), (2, 1)]
+
+
+def test_batches_that_would_roll_between_them_are_put_one_by_one(open_store, tmp_path):
+    cfg = kit.cfg(mapped_file_size_commit_log=4096)
+    big = [RawBatch(_template(queue_id=q), [0] * 3, [b"z" * 300] * 3, JAVA_LIKE[:3]) for q in range(4)]
+    one = open_store(tmp_path / "one", cfg)
+    expected = [put_raw_batch(one.commit_log, b) for b in big + big]
+    grouped = open_store(tmp_path / "group", cfg)
+    put_raw_batch(grouped.commit_log, big[0])
+    got = grouped.put_group(big[1:]) + grouped.put_group(big)
+    assert [_fields(r) for r in got] == [_fields(r) for r in expected[1:]]
+    # together they fit a segment but not the rest of this one, where the first fits: one by one;
+    # then four that fit no segment together
+    assert [r.phy_offset // 4096 for r in got] == [0, 0, 1, 1, 1, 2, 2]
+    for st in (one, grouped):
+        st.close()
+    a, b = kit.tree_hashes(tmp_path / "group"), kit.tree_hashes(tmp_path / "one")
+    assert {k: a.get(k) for k in b if k.startswith("commitlog/")} == {k: v for k, v in b.items()
+                                                                       if k.startswith("commitlog/")}
+
+
+def test_a_group_of_batches_waits_once_and_times_out_only_those_that_wait(open_store, monkeypatch):
+    st = open_store(cfg=kit.cfg(flush_disk_type="SYNC_FLUSH"))
+    waits = []
+    monkeypatch.setattr(st.commit_log, "sync_to", lambda end: waits.append(end) and False)
+    no_wait = [b"WAIT\x01false\x02TAGS\x01T\x02"]
+    got = st.put_group([RawBatch(_template(queue_id=q), [0], [b"x"], JAVA_LIKE[:1] if q else no_wait)
+                        for q in range(3)])
+    assert waits == [st.commit_log.confirm_offset]
+    assert [r.status for r in got] == [PutMessageStatus.PUT_OK] + [PutMessageStatus.FLUSH_DISK_TIMEOUT] * 2
+
+
+def test_an_io_error_fails_every_batch_of_the_group(open_store, monkeypatch):
+    st = open_store()
+    cl = st.commit_log
+    before = cl.confirm_offset
+
+    def full(total):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(cl, "_segment_for", full)
+    got = st.put_group([RawBatch(_template(queue_id=q), [0], [b"x"], JAVA_LIKE[:1]) for q in range(2)])
+    assert [r.status for r in got] == [PutMessageStatus.CREATE_MAPPED_FILE_FAILED] * 2
+    assert cl.confirm_offset == before and not cl.batch_facts
