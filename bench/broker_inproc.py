@@ -58,10 +58,24 @@ class FakeTransport:
         return False
 
 
-async def _drive(b: Broker, conns: int, sends: int) -> tuple[float, int, int]:
+#: with --batch, the frames of one read: the raw batch generator's requests in flight arrive together
+BATCH_READ = 4
+
+
+def _frames(conns: int, per: int, batch: bool) -> list[list[bytes]]:
+    """Per connection, ``per`` reads: one C++ client send each, or ``BATCH_READ`` SEND_BATCH_MESSAGE
+    frames of 32 x 1 KiB (for the four queues of the topic)."""
+    if not batch:
+        return [[L.cpp_send_frame(R, i, c * per + i, c % 4) for i in range(per)] for c in range(conns)]
+    bodies = [L.java_batch_body(L.BATCH, 1024) for _ in range(16)]
+    return [[b"".join(L.batch_frame(R, i * BATCH_READ + k, "BenchBatch", k, bodies[(i + k) % len(bodies)])
+                      for k in range(BATCH_READ)) for i in range(per)] for c in range(conns)]
+
+
+async def _drive(b: Broker, conns: int, sends: int, batch: bool) -> tuple[float, int, int]:
     """(loop thread CPU seconds, messages timed, answers written)."""
     per = sends // conns
-    frames = [[L.cpp_send_frame(R, i, c * per + i, c % 4) for i in range(per)] for c in range(conns)]
+    frames = _frames(conns, per, batch)
     cs = []
     for c in range(conns):
         conn = Connection(b.server)
@@ -80,14 +94,15 @@ async def _drive(b: Broker, conns: int, sends: int) -> tuple[float, int, int]:
     await run(0, per // 5)
     t0 = time.thread_time()
     await run(per // 5, per)
-    return time.thread_time() - t0, (per - per // 5) * conns, sum(c.transport.written for c in cs)
+    return time.thread_time() - t0, (per - per // 5) * conns * (L.BATCH * BATCH_READ if batch else 1), sum(c.transport.written for c in cs)
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("kind", choices=["serve", "null"])
     ap.add_argument("--conns", type=int, default=8)
-    ap.add_argument("--sends", type=int, default=16000)
+    ap.add_argument("--sends", type=int, default=16000, help="reads (each one send, or with --batch four batches)")
+    ap.add_argument("--batch", action="store_true", help=f"{BATCH_READ} SEND_BATCH_MESSAGE frames of 32 x 1 KiB per read")
     a = ap.parse_args()
     store = tempfile.mkdtemp(prefix="rmqstore-inproc-")
     try:
@@ -97,14 +112,15 @@ def main() -> None:
             import broker as B
             B.null_put(b)
         b.start()
-        cpu, n, answers = asyncio.run_coroutine_threadsafe(_drive(b, a.conns, a.sends), b.loop).result(600)
+        cpu, n, answers = asyncio.run_coroutine_threadsafe(_drive(b, a.conns, a.sends, a.batch), b.loop).result(600)
         b.stop()
         st.close()
     finally:
         shutil.rmtree(store, ignore_errors=True)
-    if answers != a.sends // a.conns * a.conns:
-        sys.exit(f"{answers} answers for {a.sends // a.conns * a.conns} sends")
-    print(f"{a.kind} conns={a.conns} {cpu / n * 1e6:.1f} us/msg ({n} sends timed, {os.cpu_count()} cores)")
+    expected = a.sends // a.conns * a.conns * (BATCH_READ if a.batch else 1)
+    if answers != expected:
+        sys.exit(f"{answers} answers for {expected} requests")
+    print(f"{a.kind} conns={a.conns}{' batch' if a.batch else ''} {cpu / n * 1e6:.1f} us/msg ({n} sends timed, {os.cpu_count()} cores)")
 
 
 if __name__ == "__main__":

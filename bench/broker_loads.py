@@ -85,6 +85,9 @@ class GrpcProducer:
 # --- the raw batch generator ----------------------------------------------------------------------
 _uniq = itertools.count()
 
+#: messages per batch of the raw batch rows
+BATCH = 32
+
 
 def java_batch_body(n: int, size: int) -> bytes:
     """``MessageDecoder.encodeMessages`` of n messages as ``DefaultMQProducer.send(Collection)`` makes
@@ -102,13 +105,13 @@ def java_batch_body(n: int, size: int) -> bytes:
     return b"".join(out)
 
 
-def _batch_frame(R, opaque: int, topic: str, queue_id: int, body: bytes) -> bytes:
+def batch_frame(R, opaque: int, topic: str, queue_id: int, body: bytes) -> bytes:
     ext = {"a": "PG", "b": topic, "c": "TBW102", "d": 4, "e": queue_id, "f": 0, "g": int(time.time() * 1000),
            "h": 0, "i": "WAIT\x01true\x02", "j": 0, "k": False, "m": True}
     return R.encode(R.request(R.RequestCode.SEND_BATCH_MESSAGE, ext, body, opaque=opaque))
 
 
-def batch_load(port: int, batches: int, *, per_batch: int = 32, size: int = 1024, in_flight: int = 4,
+def batch_load(port: int, batches: int, *, per_batch: int = BATCH, size: int = 1024, in_flight: int = 4,
                topic: str = "BenchBatch") -> tuple[int, float]:
     """Send ``batches`` batches over one connection, ``in_flight`` unanswered at a time; returns
     (messages acknowledged, seconds). Bodies are built before the clock starts."""
@@ -122,7 +125,7 @@ def batch_load(port: int, batches: int, *, per_batch: int = 32, size: int = 1024
     t0 = time.perf_counter()
     while done < batches:
         while sent < batches and sent - done < in_flight:
-            sock.sendall(_batch_frame(R, sent, topic, sent % 4, bodies[sent % len(bodies)]))
+            sock.sendall(batch_frame(R, sent, topic, sent % 4, bodies[sent % len(bodies)]))
             sent += 1
         data = sock.recv(1 << 16)
         if not data:
