@@ -181,9 +181,18 @@ def _ready(cl, batch: RawBatch):
         return None
     if sum(map(len, batch.bodies)) > cl.max_body:
         return illegal("message body size exceeded")
-    flags = batch.flags
-    return _Ready(batch, plan[0], joined, values,
-                  flags[0] if flags.count(flags[0]) == len(flags) else np.asarray(flags, dtype=np.int64))
+    flags, t = batch.flags, template
+    if flags.count(flags[0]) == len(flags):
+        flags = flags[0]
+    elif not all(map(_fits_i32, flags)):
+        return None  # (as a column it would wrap: put_messages says which is out of range)
+    if not (_fits_i32(t.sys_flag) and _fits_i32(t.reconsume_times)):
+        return None
+    return _Ready(batch, plan[0], joined, values, flags if type(flags) is int else np.asarray(flags, dtype=np.int64))
+
+
+def _fits_i32(v) -> bool:
+    return type(v) is int and -(1 << 31) <= v < 1 << 31
 
 
 def _put_run(cl, run: list[_Ready]) -> list[PutMessageResult]:

@@ -226,3 +226,17 @@ def test_an_io_error_fails_every_batch_of_the_group(open_store, monkeypatch):
     got = st.put_group([RawBatch(_template(queue_id=q), [0], [b"x"], JAVA_LIKE[:1]) for q in range(2)])
     assert [r.status for r in got] == [PutMessageStatus.CREATE_MAPPED_FILE_FAILED] * 2
     assert cl.confirm_offset == before and not cl.batch_facts
+
+
+@pytest.mark.parametrize("field", ["reconsume_times", "sys_flag", "flags"])
+def test_a_field_out_of_range_is_refused_alone_in_a_group(open_store, field):
+    st = open_store()
+    bad = _template(queue_id=0, **({} if field == "flags" else {field: 1 << 31}))
+    flags = [0, 1 << 31] if field == "flags" else [0, 0]
+    got = st.put_group([RawBatch(_template(queue_id=0, reconsume_times=1), [0], [b"a"], JAVA_LIKE[:1]),
+                        RawBatch(bad, flags, [b"b", b"c"], JAVA_LIKE[:2]),
+                        RawBatch(_template(queue_id=0), [0], [b"d"], JAVA_LIKE[:1])])
+    assert [r.status for r in got] == [PutMessageStatus.PUT_OK, PutMessageStatus.MESSAGE_ILLEGAL,
+                                       PutMessageStatus.PUT_OK]
+    assert [got[0].queue_offset, got[2].queue_offset] == [0, 1]  # nothing of the refused batch written
+    assert st.commit_log.read_record(got[2].phy_offset).body == b"d"
