@@ -104,12 +104,15 @@ def test_batch_decision_follows_the_header(start_broker, connect, send_v2, pull,
     body = _batch_body(5)
     r = send_v2(c, "B", body, code=C.SEND_BATCH_MESSAGE, queue_id=0, batch="true")
     assert r.code == RC.SUCCESS and r.ext["queueOffset"] == "0"
+    assert list(r.ext) == ["MSG_REGION", "TRACE_ON", "msgId", "queueId", "queueOffset"]  # (Java's order)
+    batch_ids = r.ext["msgId"].split(",")
     # the C++ client's batch="1" is not a batch for Boolean.parseBoolean: one message holding the bytes
     r = send_v2(c, "B", body, code=C.SEND_BATCH_MESSAGE, queue_id=0, batch="1")
     assert r.code == RC.SUCCESS and r.ext["queueOffset"] == "5"
     b.store.wait_dispatched(10)
     recs = records_in(pull(c, "G", "B", 0, 0).body)
     assert [m.body for m in recs] == [b"m0", b"m1", b"m2", b"m3", b"m4", body]
+    assert batch_ids == [m.msg_id for m in recs[:5]]  # each message's offsetMsgId, in order
     assert recs[2].keys == ["bk2"]
     assert send_v2(c, "B", b"\0\0\0\x30junk", code=C.SEND_BATCH_MESSAGE, queue_id=0,
                    batch="true").code == RC.MESSAGE_ILLEGAL

@@ -189,12 +189,16 @@ def test_frame_reader_gives_the_same_frames_however_the_stream_is_cut(bodies, cu
         assert [bytes(f) for f in got] == [f[4:] for f in frames] and reader.pending == 0
 
 
-@given(st.integers(-2**31, 2**31 - 1), st.text(), st.booleans(), st.text("0123456789ABCDEF", min_size=32, max_size=32),
+@given(st.integers(-2**31, 2**31 - 1), st.text(), st.booleans(),
+       st.lists(st.text("0123456789ABCDEF", min_size=32, max_size=32), min_size=1, max_size=40).map(",".join),
        st.integers(-1, 2**31 - 1), st.integers(0, 2**63 - 1), st.one_of(st.none(), st.text()))
 def test_a_send_answer_frame_is_what_encode_writes(opaque, region, trace, msg_id, qid, offset, uniq):
     """The send processor's answer frame (its extFields' text formatted in one piece) equals the
-    encoder's frame of the command with the same extFields in the same order."""
-    from rmqstore.broker.send import _answer_ext_json, _ext_head
+    encoder's frame of the command with the same extFields in the same order (a batch's msgId: the
+    ids joined by commas)."""
+    from rmqstore.broker.send import _answer_ext_json, _ext_head, _plain_ids
+
+    assert _plain_ids(msg_id)
 
     ext = {"MSG_REGION": region, "TRACE_ON": "true" if trace else "false", "msgId": msg_id, "queueId": str(qid),
            "queueOffset": str(offset)}
@@ -204,3 +208,11 @@ def test_a_send_answer_frame_is_what_encode_writes(opaque, region, trace, msg_id
     ext_json = _answer_ext_json(_ext_head(region, trace), msg_id, qid, offset, uniq)
     assert R.json_answer_frame(R.ResponseCode.SUCCESS, opaque, ext_json) == R.encode(cmd)
 
+
+
+@pytest.mark.parametrize("msg_id, plain", [("0A0B,0C0D", True), ("0A0B", True), ('0A"B', False), ("0A\\B", False),
+                                           ("\u00e9", False), ("", False)])
+def test_only_plain_msg_ids_skip_the_encoder(msg_id, plain):
+    from rmqstore.broker.send import _plain_ids
+
+    assert _plain_ids(msg_id) is plain

@@ -60,10 +60,16 @@ def _ext_head(region: str, trace_on: bool) -> str:
     return "{" + ",".join(f'"{k}":{json_string(v)}' for k, v in _region_ext(region, trace_on).items())
 
 
+def _plain_ids(msg_id: str) -> bool:
+    """Whether a msgId (a batch's: comma-joined) is ASCII letters, digits and commas: JSON needs no
+    escaping of it."""
+    return msg_id.isascii() and msg_id.replace(",", "").isalnum()
+
+
 def _answer_ext_json(head: str, msg_id: str, qid: int, offset: int, uniq: str | None) -> str:
     """The JSON text of a put's answer extFields (MSG_REGION, TRACE_ON, msgId, queueId, queueOffset
     and transactionId, in that order), as the encoder would write them, formatted in one piece for
-    :func:`~.remoting.json_answer_frame`; ``msg_id`` needs no escaping (alphanumeric)."""
+    :func:`~.remoting.json_answer_frame`; ``msg_id`` needs no escaping (:func:`_plain_ids`)."""
     tail = "}" if uniq is None else f',"transactionId":{json_string(uniq)}}}'
     return f'{head},"msgId":"{msg_id}","queueId":"{qid}","queueOffset":"{offset}"{tail}'
 
@@ -222,7 +228,7 @@ class SendProcessor:
         b = self.broker
         first = msgs.template if type(msgs) is RawBatch else msgs[0]  # (the batch's topic and type)
         count = len(msgs)
-        as_frame = cmd.serialize == JSON and type(msgs) is list
+        as_frame = cmd.serialize == JSON
 
         def answer(result) -> "RemotingCommand | bytes":
             status = result.status
@@ -230,7 +236,7 @@ class SendProcessor:
                 b.stats.put(count)
                 b.traffic.put(first, count, result.wrote_bytes)
                 msg_id = result.msg_id
-                if as_frame and msg_id is not None and msg_id.isalnum():
+                if as_frame and msg_id is not None and _plain_ids(msg_id):
                     head = _ext_head(b.cfg.region_id, b.cfg.trace_on)
                     return json_answer_frame(_STATUS_CODES[status], cmd.opaque,
                                              _answer_ext_json(head, msg_id, qid, result.queue_offset, uniq))
