@@ -2,7 +2,7 @@
 process of ``bench/broker.py``) runs under ``valgrind --tool=callgrind`` while a raw load generator
 of ``bench/broker_loads.py`` sends to it, for this tree and for the tree of ``--old REV``.
 
-    .venv/bin/python bench/broker_instructions.py --old ce37334 [--rows batch,raw1,raw8]
+    .venv/bin/python bench/broker_instructions.py --old ce37334 [--rows batch,raw1,raw8] [--null]
 
 Each row starts the server twice per tree, once with a short load and once with a long one; the
 difference of the two counts divided by the difference of messages is the server's instructions per
@@ -44,14 +44,15 @@ def _port() -> int:
         return s.getsockname()[1]
 
 
-def server_instructions(tree: str | None, row: str, requests: int) -> int:
+def server_instructions(tree: str | None, row: str, requests: int, kind: str = "serve") -> int:
     """Instructions of one server process of ``tree`` (None: this one) that took ``requests`` of ``row``
-    after a short warm-up (the same in every run)."""
+    after a short warm-up (the same in every run); ``kind`` "null": the null server of ``broker.py``
+    (the same process, but a put is acknowledged without storing anything)."""
     store, log = tempfile.mkdtemp(prefix="rmqstore-instr-"), tempfile.mktemp(prefix="rmqstore-callgrind-")
     port = _port()
     env = dict(os.environ, RMQSTORE_BENCH_TREE=tree) if tree else None
     proc = subprocess.Popen(["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null", f"--log-file={log}",
-                             sys.executable, os.path.join(BENCH, "broker.py"), "--server", "serve", "--store", store,
+                             sys.executable, os.path.join(BENCH, "broker.py"), "--server", kind, "--store", store,
                              "--port", str(port)], stdout=subprocess.PIPE, text=True, env=env)
     try:
         line = proc.stdout.readline()
@@ -78,9 +79,9 @@ def server_instructions(tree: str | None, row: str, requests: int) -> int:
     return counts[0]
 
 
-def per_message(tree: str | None, row: str) -> float:
+def per_message(tree: str | None, row: str, kind: str = "serve") -> float:
     short, long, _, per_request = ROWS[row]
-    a, b = server_instructions(tree, row, short), server_instructions(tree, row, long)
+    a, b = server_instructions(tree, row, short, kind), server_instructions(tree, row, long, kind)
     return (b - a) / ((long - short) * per_request)
 
 
@@ -89,6 +90,7 @@ def main() -> None:
     ap.add_argument("--old", help="also count the server of this git revision")
     ap.add_argument("--rows", default="batch,raw1,raw8")
     ap.add_argument("--rounds", type=int, default=1, help="counts per tree and row (the median is reported)")
+    ap.add_argument("--null", action="store_true", help="count the null server of this tree too (what storing costs)")
     a = ap.parse_args()
     rows = a.rows.split(",")
     if unknown := set(rows) - set(ROWS):
@@ -104,6 +106,10 @@ def main() -> None:
         new = statistics.median(got[None])
         was = statistics.median(got[old]) if old else None
         lines.append(f"| {row} | {new:,.0f} | " + (f"{was:,.0f} | {was / new:.2f} |" if was else "| |"))
+        if a.null:
+            null = per_message(None, row, "null")
+            print(f"{row} null server: {null:,.0f}", flush=True)
+            lines.append(f"| {row}, null server | {null:,.0f} | | |")
     print("\n".join(lines))
 
 
