@@ -188,14 +188,16 @@ def test_batches_that_would_roll_between_them_are_put_one_by_one(open_store, tmp
     cfg = kit.cfg(mapped_file_size_commit_log=4096)
     big = [RawBatch(_template(queue_id=q), [0] * 3, [b"z" * 300] * 3, JAVA_LIKE[:3]) for q in range(4)]
     one = open_store(tmp_path / "one", cfg)
-    expected = [put_raw_batch(one.commit_log, b) for b in big + big]
+    expected = [put_raw_batch(one.commit_log, b) for b in big + big + big[:1] + big]
     grouped = open_store(tmp_path / "group", cfg)
     put_raw_batch(grouped.commit_log, big[0])
-    got = grouped.put_group(big[1:]) + grouped.put_group(big)
+    got = grouped.put_group(big[1:]) + grouped.put_group(big) + grouped.put_group(big[:1]) + grouped.put_group(big)
     assert [_fields(r) for r in got] == [_fields(r) for r in expected[1:]]
-    # together they fit a segment but not the rest of this one, where the first fits: one by one;
-    # then four that fit no segment together
-    assert [r.phy_offset // 4096 for r in got] == [0, 0, 1, 1, 1, 2, 2]
+    assert all(r.status is PutMessageStatus.PUT_OK for r in got)
+    # three that fit a segment together but not the rest of this one, where the first fits: one by
+    # one; then four that fit no segment together, twice (the second time the first does not fit the
+    # rest of the segment either: rolled as one, they would overflow the next)
+    assert [r.phy_offset // 4096 for r in got] == [0, 0, 1, 1, 1, 2, 2, 2, 3, 3, 3, 4]
     for st in (one, grouped):
         st.close()
     a, b = kit.tree_hashes(tmp_path / "group"), kit.tree_hashes(tmp_path / "one")
