@@ -100,14 +100,14 @@ def dispatch_facts(store, run: list[BatchFact]) -> set[tuple[str, int]]:
             qoffs = np.concatenate([np.arange(run[i].queue_offset, run[i].queue_offset + counts[i]) for i in idx])
             cq.put_units(qoffs.astype(np.int64), *(np.concatenate([c[s] for s in sl]) for c in (phys, totals, tags)))
     if store.cfg.message_index_enable:
-        tss = _per_record([f.store_ts for f in run], counts)
-        store.index_service.build_index_hashed(phys, tss, _per_record([f.sys_flag for f in run], counts), item_rec,
+        tss = per_record([f.store_ts for f in run], counts)
+        store.index_service.build_index_hashed(phys, tss, per_record([f.sys_flag for f in run], counts), item_rec,
                                                 item_hash)
     store.on_dispatched(run[-1].store_ts)
     return set(queues)
 
 
-def _per_record(values: list[int], counts: list[int]) -> np.ndarray:
+def per_record(values: list[int], counts: list[int]) -> np.ndarray:
     """Each fact's value repeated for its records (int64)."""
     if values.count(values[0]) == len(values):
         return np.full(sum(counts), values[0], dtype=np.int64)

@@ -21,10 +21,11 @@ from typing import NamedTuple
 import numpy as np
 
 from ..format import message as M
+from ..format import javalang as J
 from ..format import properties as P
 from ..format.encode_batch import BatchFields, encode_batch
 from ..types import Message, PutMessageResult
-from .batch_facts import SEP
+from .batch_facts import SEP, per_record
 from .put_encode import (SLOW_SYSFLAGS, batch_properties, born_columns, illegal, message_columns,
                          shared_columns)
 
@@ -167,11 +168,13 @@ def put_raw_batches(cl, batches: list[RawBatch]) -> list[PutMessageResult]:
 
 def _ready(cl, batch: RawBatch):
     """The copied-through path's checks of ``batch``: a :class:`_Ready`, a refusal, or None for the path
-    through ``Message`` objects."""
-    template, props = batch.template, batch.props
-    plan = cl.fast_plan(template)
-    if (plan is None or not batch.bodies or template.sys_flag & SLOW_SYSFLAGS or type(template.queue_id) is not int
-            or template.queue_id < 0 or not -(1 << 31) <= template.queue_id < 1 << 31):
+    through ``Message`` objects (which names a field out of range: as a column it would wrap)."""
+    t, props, flags = batch.template, batch.props, batch.flags
+    if (not all(map(_fits_i32, (t.queue_id, t.sys_flag, t.reconsume_times))) or t.queue_id < 0
+            or t.sys_flag & SLOW_SYSFLAGS or not batch.bodies):
+        return None
+    plan = cl.fast_plan(t)
+    if plan is None:
         return None
     joined = SEP.join(props)  # (canonical properties are ASCII: the separator is in none of them)
     if b"DELAY\x01" in joined or b"INNER_NUM\x01" in joined:
@@ -181,18 +184,15 @@ def _ready(cl, batch: RawBatch):
         return None
     if sum(map(len, batch.bodies)) > cl.max_body:
         return illegal("message body size exceeded")
-    flags, t = batch.flags, template
     if flags.count(flags[0]) == len(flags):
-        flags = flags[0]
-    elif not all(map(_fits_i32, flags)):
-        return None  # (as a column it would wrap: put_messages says which is out of range)
-    if not (_fits_i32(t.sys_flag) and _fits_i32(t.reconsume_times)):
+        return _Ready(batch, plan[0], joined, values, flags[0])
+    if not all(map(_fits_i32, flags)):
         return None
-    return _Ready(batch, plan[0], joined, values, flags if type(flags) is int else np.asarray(flags, dtype=np.int64))
+    return _Ready(batch, plan[0], joined, values, np.asarray(flags, dtype=np.int64))
 
 
 def _fits_i32(v) -> bool:
-    return type(v) is int and -(1 << 31) <= v < 1 << 31
+    return type(v) is int and J.INT_MIN <= v <= J.INT_MAX
 
 
 def _put_run(cl, run: list[_Ready]) -> list[PutMessageResult]:
@@ -222,20 +222,25 @@ def _encode_and_append(cl, run: list[_Ready]) -> list[PutMessageResult] | None:
             prepared_offsets=_per_batch([t.prepared_transaction_offset for t in ts], counts)))
     except (OverflowError, ValueError, TypeError):
         return None  # (a field out of range: put_messages says which)
+    parts = [BatchPart(t, a, n, r.batch.props[0], (r.joined, r.values))
+             for t, r, a, n in zip(ts, run, accumulate(counts, initial=0), counts)]
+    return _append_checked(cl, batch, parts, born_unset, shape.store_host)
+
+
+def _append_checked(cl, batch, parts: list[BatchPart], born_unset, store_host: bytes) -> list[PutMessageResult] | None:
+    """``CommitLog.append_batch`` after the checks the encoding leaves: None for the general path (a
+    record's properties or size over the limits, or several parts that fit no segment together); a
+    refusal when one part alone fits no segment."""
     if batch.props_max > P.MAX_PROPERTIES_SIZE or batch.largest > cl.max_record:
         return None
     if batch.size + M.END_FILE_MIN_BLANK_LENGTH > cl.cfg.mapped_file_size_commit_log:
-        return [illegal(f"batch of {batch.size} bytes cannot fit one commitlog segment")] if one else None
-    parts = [BatchPart(t, a, n, r.batch.props[0], (r.joined, r.values))
-             for t, r, a, n in zip(ts, run, accumulate(counts, initial=0), counts)]
-    return cl.append_batch(batch, parts, born_unset, shape.store_host)
+        return [illegal(f"batch of {batch.size} bytes cannot fit one commitlog segment")] if len(parts) == 1 else None
+    return cl.append_batch(batch, parts, born_unset, store_host)
 
 
 def _per_batch(values: list, counts: list[int]):
     """A column of each batch's value for its records: the value itself when every batch has it."""
-    if values.count(values[0]) == len(values):
-        return values[0]
-    return np.repeat(np.array(values, dtype=np.int64), counts)
+    return values[0] if values.count(values[0]) == len(values) else per_record(values, counts)
 
 
 def _flags(run: list[_Ready], counts: list[int]):
@@ -251,8 +256,7 @@ def _born(templates: list[Message], counts: list[int]) -> tuple:
     born = [t.born_timestamp for t in templates]
     if born.count(born[0]) == len(born):
         return (None, True) if born[0] is None else (born[0], None)
-    unset = np.repeat(np.array([b is None for b in born]), counts)
-    return np.repeat(np.array([b or 0 for b in born], dtype=np.int64), counts), unset if unset.any() else None
+    return born_columns([b for b, n in zip(born, counts) for _ in range(n)])  # (rare: one record each)
 
 
 def put_messages_fast(cl, msgs: list[Message]) -> PutMessageResult | None:
@@ -283,8 +287,5 @@ def put_messages_fast(cl, msgs: list[Message]) -> PutMessageResult | None:
         shape.topic_tail, bodies, pbytes, queue_id=first.queue_id, flags=flags, sys_flags=sys_flags,
         born_timestamps=born_ts, born_host=shape.born_host, store_host=shape.store_host,
         reconsume_times=reconsume, prepared_offsets=prepared))
-    if batch.props_max > P.MAX_PROPERTIES_SIZE or batch.largest > cl.max_record:
-        return None
-    if batch.size + M.END_FILE_MIN_BLANK_LENGTH > cl.cfg.mapped_file_size_commit_log:
-        return illegal(f"batch of {batch.size} bytes cannot fit one commitlog segment")
-    return cl.append_batch(batch, [BatchPart(first, 0, len(msgs), pbytes[0])], born_unset, shape.store_host)[0]
+    got = _append_checked(cl, batch, [BatchPart(first, 0, len(msgs), pbytes[0])], born_unset, shape.store_host)
+    return None if got is None else got[0]
