@@ -25,7 +25,6 @@ import os
 import statistics
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -33,15 +32,10 @@ import tempfile
 BENCH = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, BENCH)
 import broker_loads as L  # noqa: E402
+from broker import _free_port  # noqa: E402
 
 #: row: (short load, long load) in requests, the connections, messages per request
 ROWS = {"batch": (100, 400, 1, L.BATCH), "raw1": (400, 2000, 1, 1), "raw8": (800, 4000, 8, 1)}
-
-
-def _port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def server_instructions(tree: str | None, row: str, requests: int, kind: str = "serve") -> int:
@@ -49,7 +43,7 @@ def server_instructions(tree: str | None, row: str, requests: int, kind: str = "
     after a short warm-up (the same in every run); ``kind`` "null": the null server of ``broker.py``
     (the same process, but a put is acknowledged without storing anything)."""
     store, log = tempfile.mkdtemp(prefix="rmqstore-instr-"), tempfile.mktemp(prefix="rmqstore-callgrind-")
-    port = _port()
+    port = _free_port()
     env = dict(os.environ, RMQSTORE_BENCH_TREE=tree) if tree else None
     proc = subprocess.Popen(["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null", f"--log-file={log}",
                              sys.executable, os.path.join(BENCH, "broker.py"), "--server", kind, "--store", store,
