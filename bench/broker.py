@@ -174,12 +174,14 @@ def sends_round(kind: str, producers: int, total: int) -> tuple[float, float]:
 # --- 1b. the paired rows: C++ x1/x8, gRPC, raw batches; the server's CPU -------------------------
 def row_round(variant: str, row: str, a, trees: dict) -> tuple[float, float, float, float | None]:
     """One row against one server variant: (messages/s, server CPU seconds per 100k messages, peak RSS MB,
-    and for the C++ rows the median time of a producer's ``send_sync`` in ms, the median of the producers')."""
+    and for the C++ rows the median time of a producer's ``send_sync`` in ms, the median of the producers',
+    and the producer processes' own CPU seconds per 100k messages, while they sent: each producer's
+    process time over its send loop, the C++ client's threads included)."""
     import broker_loads as L
 
     store = os.path.join(OUT, f"row-{variant}")
     shutil.rmtree(store, ignore_errors=True)
-    p50 = None
+    p50 = clients = None
     kind = variant if variant in ("null", "bare") else "serve"
     srv = Server(kind, store, tree=trees.get(variant), grpc=row == "grpc", sync=row == "cpp8sync")
     try:
@@ -191,7 +193,7 @@ def row_round(variant: str, row: str, a, trees: dict) -> tuple[float, float, flo
             procs = [cpp("produce", "--namesrv", srv.address, "--group", "P", "--topic", "Bench", "--count",
                          a.sends // producers, "--quiet", "--body-prefix", "x" * 100) for _ in range(producers)]
             done = [last_line(p) for p in procs]
-            cpu = L.cpu_seconds(srv.proc.pid) - c0
+            cpu, clients = L.cpu_seconds(srv.proc.pid) - c0, sum(d["cpu"] for d in done)
             n = sum(d["ok"] for d in done)
             if n != a.sends // producers * producers:
                 raise RuntimeError(f"{variant} {row}: {n} of {a.sends} sends acknowledged")
@@ -225,7 +227,7 @@ def row_round(variant: str, row: str, a, trees: dict) -> tuple[float, float, flo
                 raise RuntimeError(f"{variant} batch: {n} of {a.batches * 32} messages acknowledged")
     finally:
         rss = srv.stop()
-    return n / secs, cpu / n * 100_000, rss, p50
+    return n / secs, cpu / n * 100_000, rss, p50, None if clients is None else clients / n * 100_000
 
 
 def paired_rows(a) -> dict:
@@ -241,10 +243,12 @@ def paired_rows(a) -> dict:
             vs = variants + (["bare"] if row.startswith("raw") else [])  # (the floor: raw rows only)
             order = vs if (r + i) % 2 == 0 else vs[::-1]
             for v in order:
-                rate, cpu, rss, p50 = row_round(v, row, a, trees)
-                res.setdefault((v, row), []).append((rate, cpu, rss, p50))
+                got = row_round(v, row, a, trees)
+                res.setdefault((v, row), []).append(got)
+                rate, cpu, rss, p50, clients = got
                 print(f"round {r} {row:5} {v:5}: {rate:,.0f} msgs/s, server CPU {cpu:.2f} s per 100k, "
-                      f"peak RSS {rss:.0f} MB" + (f", send p50 {p50:.2f} ms" if p50 is not None else ""), flush=True)
+                      f"peak RSS {rss:.0f} MB" + (f", send p50 {p50:.2f} ms, producers' CPU {clients:.2f} s per 100k"
+                                                  if p50 is not None else ""), flush=True)
     return res
 
 
@@ -275,13 +279,35 @@ def paired_table(a, res: dict) -> list[str]:
         lines += ["", "| row | bare server CPU s per 100k | null / bare CPU | serve / bare CPU |", "|---|---:|---:|---:|"]
         lines += floor
     if ("serve", "cpp1") in res and ("serve", "cpp8") in res:
-        lines += ["", "| server | send p50, 1 producer (ms) | send p50, 8 producers (ms) | 8 / 1 (median of rounds) |",
-                  "|---|---:|---:|---:|"]
+        lines += ["", "| server | send p50, 1 producer (ms) | send p50, 8 producers (ms) | 8 / 1 (median of rounds) "
+                  "| producers' CPU µs per send, 1 / 8 | floor of the mean 8 / 1 | the floor, had the server cost nothing |",
+                  "|---|---:|---:|---:|---:|---:|---:|"]
         for v in ("null", "serve") + (("old",) if old else ()):
             one, eight = res[(v, "cpp1")], res[(v, "cpp8")]
             lines.append(f"| {v} | {med(x[3] for x in one):.2f} | {med(x[3] for x in eight):.2f} | "
-                         f"{med(e[3] / o[3] for o, e in zip(one, eight)):.2f} |")
+                         f"{med(e[3] / o[3] for o, e in zip(one, eight)):.2f} | {med(x[4] for x in one) * 10:.0f} / "
+                         f"{med(x[4] for x in eight) * 10:.0f} | {med(p50_floor(o, e) for o, e in zip(one, eight)):.2f} | "
+                         f"{med(p50_floor(o, e, free=True) for o, e in zip(one, eight)):.2f} |")
+        lines += ["", P50_FLOOR_NOTE.format(cores=os.cpu_count())]
     return lines
+
+
+#: how the last two columns of the send-time table are found
+P50_FLOOR_NOTE = (
+    "The floors: eight sync producers keep eight sends in flight, one producer one, so by Little's law the mean "
+    "send time at eight over that at one is 8 x rate(1) / rate(8); and rate(8) can be no more than the {cores} "
+    "cores divided by the CPU a message costs at eight producers, the producers' and the server's together "
+    "(a ratio under the floor would need more CPU than the machine has). Had the server cost nothing, only the "
+    "producers' CPU would count, and rate(1) could only have been higher: the last column is a floor for any "
+    "server on this machine with these clients.")
+
+
+def p50_floor(one: tuple, eight: tuple, free: bool = False) -> float:
+    """The least mean send time at 8 producers over that at 1 that the machine's cores allow, from one
+    round of each row (rate, server CPU and producers' CPU per 100k messages: see :data:`P50_FLOOR_NOTE`);
+    ``free``: leaving the server's CPU out."""
+    cpu8 = (eight[4] + (0 if free else eight[1])) / 100_000  # seconds a message costs at 8 producers
+    return 8 * one[0] * cpu8 / os.cpu_count()
 
 
 # --- 2. latency ------------------------------------------------------------------------------------
