@@ -184,11 +184,10 @@ def _ready(cl, batch: RawBatch):
         return None
     if sum(map(len, batch.bodies)) > cl.max_body:
         return illegal("message body size exceeded")
-    if flags.count(flags[0]) == len(flags):
-        return _Ready(batch, plan[0], joined, values, flags[0])
-    if not all(map(_fits_i32, flags)):
+    if not all(map(_fits_i32, flags)):  # (one flag for all too: merged with other batches it becomes a column)
         return None
-    return _Ready(batch, plan[0], joined, values, np.asarray(flags, dtype=np.int64))
+    flag_col = flags[0] if flags.count(flags[0]) == len(flags) else np.asarray(flags, dtype=np.int64)
+    return _Ready(batch, plan[0], joined, values, flag_col)
 
 
 def _fits_i32(v) -> bool:

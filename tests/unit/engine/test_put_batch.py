@@ -230,11 +230,13 @@ def test_an_io_error_fails_every_batch_of_the_group(open_store, monkeypatch):
     assert cl.confirm_offset == before and not cl.batch_facts
 
 
-@pytest.mark.parametrize("field", ["reconsume_times", "sys_flag", "flags"])
+@pytest.mark.parametrize("field", ["reconsume_times", "sys_flag", "flags", "same_flags"])
 def test_a_field_out_of_range_is_refused_alone_in_a_group(open_store, field):
+    """Out of int range, a field would wrap in a column of the merged batch (one flag for the whole
+    batch too, merged with batches of other flags)."""
     st = open_store()
-    bad = _template(queue_id=0, **({} if field == "flags" else {field: 1 << 31}))
-    flags = [0, 1 << 31] if field == "flags" else [0, 0]
+    bad = _template(queue_id=0, **({} if "flags" in field else {field: 1 << 31}))
+    flags = {"flags": [0, 1 << 31], "same_flags": [1 << 31, 1 << 31]}.get(field, [0, 0])
     got = st.put_group([RawBatch(_template(queue_id=0, reconsume_times=1), [0], [b"a"], JAVA_LIKE[:1]),
                         RawBatch(bad, flags, [b"b", b"c"], JAVA_LIKE[:2]),
                         RawBatch(_template(queue_id=0), [0], [b"d"], JAVA_LIKE[:1])])
