@@ -155,14 +155,15 @@ def put_raw_batches(cl, batches: list[RawBatch]) -> list[PutMessageResult]:
     run: list[_Ready] = []
     for b in batches:
         r = _ready(cl, b)
-        if type(r) is _Ready and (not run or (r.shape is run[0].shape and
-                                              b.template.store_timestamp == run[0].batch.template.store_timestamp)):
+        if type(r) is not _Ready:  # (a refusal, or the path through Message objects: in its turn)
+            out += _put_run(cl, run) + [r if r is not None else cl.put_messages(b.messages())]
+            run = []
+        elif run and not (r.shape is run[0].shape  # (the plan's cached shape: the same topic and hosts)
+                          and b.template.store_timestamp == run[0].batch.template.store_timestamp):
+            out += _put_run(cl, run)
+            run = [r]
+        else:
             run.append(r)
-            continue
-        out += _put_run(cl, run)
-        run = [r] if type(r) is _Ready else []
-        if type(r) is not _Ready:
-            out.append(r if r is not None else cl.put_messages(b.messages()))
     return out + _put_run(cl, run)
 
 
