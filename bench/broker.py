@@ -172,7 +172,7 @@ def sends_round(kind: str, producers: int, total: int) -> tuple[float, float]:
 
 
 # --- 1b. the paired rows: C++ x1/x8, gRPC, raw batches; the server's CPU -------------------------
-def row_round(variant: str, row: str, a, trees: dict) -> tuple[float, float, float, float | None]:
+def row_round(variant: str, row: str, a, trees: dict) -> tuple[float, float, float, float | None, float | None]:
     """One row against one server variant: (messages/s, server CPU seconds per 100k messages, peak RSS MB,
     and for the C++ rows the median time of a producer's ``send_sync`` in ms, the median of the producers',
     and the producer processes' own CPU seconds per 100k messages, while they sent: each producer's
@@ -298,8 +298,8 @@ P50_FLOOR_NOTE = (
     "send time at eight over that at one is 8 x rate(1) / rate(8); and rate(8) can be no more than the {cores} "
     "cores divided by the CPU a message costs at eight producers, the producers' and the server's together "
     "(a ratio under the floor would need more CPU than the machine has). Had the server cost nothing, only the "
-    "producers' CPU would count, and rate(1) could only have been higher: the last column is a floor for any "
-    "server on this machine with these clients.")
+    "producers' CPU would count, and rate(1) could only have been higher: the last column is the floor of a "
+    "server that costs nothing, if the producers spend per send what they spent against this one.")
 
 
 def p50_floor(one: tuple, eight: tuple, free: bool = False) -> float:

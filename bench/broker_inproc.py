@@ -94,7 +94,8 @@ async def _drive(b: Broker, conns: int, sends: int, batch: bool) -> tuple[float,
     await run(0, per // 5)
     t0 = time.thread_time()
     await run(per // 5, per)
-    return time.thread_time() - t0, (per - per // 5) * conns * (L.BATCH * BATCH_READ if batch else 1), sum(c.transport.written for c in cs)
+    timed = (per - per // 5) * conns * (L.BATCH * BATCH_READ if batch else 1)
+    return time.thread_time() - t0, timed, sum(c.transport.written for c in cs)
 
 
 def main() -> None:

@@ -209,7 +209,6 @@ def test_a_send_answer_frame_is_what_encode_writes(opaque, region, trace, msg_id
     assert R.json_answer_frame(R.ResponseCode.SUCCESS, opaque, ext_json) == R.encode(cmd)
 
 
-
 @pytest.mark.parametrize("msg_id, plain", [("0A0B,0C0D", True), ("0A0B", True), ('0A"B', False), ("0A\\B", False),
                                            ("\u00e9", False), ("", False)])
 def test_only_plain_msg_ids_skip_the_encoder(msg_id, plain):
