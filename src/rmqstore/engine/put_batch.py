@@ -185,10 +185,12 @@ def _ready(cl, batch: RawBatch):
         return None
     if sum(map(len, batch.bodies)) > cl.max_body:
         return illegal("message body size exceeded")
-    if not all(map(_fits_i32, flags)):  # (one flag for all too: merged with other batches it becomes a column)
+    # every flag in int range, one flag for all too (merged with other batches it becomes a column, which
+    # would wrap); a batch of one flag (the usual) checks it once
+    uniform = flags.count(flags[0]) == len(flags)
+    if not (_fits_i32(flags[0]) if uniform else all(map(_fits_i32, flags))):
         return None
-    flag_col = flags[0] if flags.count(flags[0]) == len(flags) else np.asarray(flags, dtype=np.int64)
-    return _Ready(batch, plan[0], joined, values, flag_col)
+    return _Ready(batch, plan[0], joined, values, flags[0] if uniform else np.asarray(flags, dtype=np.int64))
 
 
 def _fits_i32(v) -> bool:
